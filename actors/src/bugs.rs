@@ -1,0 +1,88 @@
+//! Planted protocol bugs, used to prove that the simulator can fail. They
+//! exist only when the `planted-bugs` feature is on; in a normal build every
+//! switch is a constant `false` and the buggy branches compile away.
+
+/// The names accepted by [`Bugs::parse`].
+pub const NAMES: &[&str] = &[
+    "reverse-gate-order",
+    "skip-sidecar",
+    "publish-before-commit",
+    "delete-sidecar-first",
+    "skip-recheck",
+    "release-gates-early",
+];
+
+#[cfg(feature = "planted-bugs")]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Bugs {
+    reverse_gate_order: bool,
+    skip_sidecar: bool,
+    publish_before_commit: bool,
+    delete_sidecar_first: bool,
+    skip_recheck: bool,
+    release_gates_early: bool,
+}
+
+#[cfg(feature = "planted-bugs")]
+impl Bugs {
+    pub fn parse(name: &str) -> Option<Self> {
+        let mut b = Self::default();
+        match name {
+            "reverse-gate-order" => b.reverse_gate_order = true,
+            "skip-sidecar" => b.skip_sidecar = true,
+            "publish-before-commit" => b.publish_before_commit = true,
+            "delete-sidecar-first" => b.delete_sidecar_first = true,
+            "skip-recheck" => b.skip_recheck = true,
+            "release-gates-early" => b.release_gates_early = true,
+            _ => return None,
+        }
+        Some(b)
+    }
+    pub fn reverse_gate_order(&self) -> bool {
+        self.reverse_gate_order
+    }
+    pub fn skip_sidecar(&self) -> bool {
+        self.skip_sidecar
+    }
+    pub fn publish_before_commit(&self) -> bool {
+        self.publish_before_commit
+    }
+    pub fn delete_sidecar_first(&self) -> bool {
+        self.delete_sidecar_first
+    }
+    pub fn skip_recheck(&self) -> bool {
+        self.skip_recheck
+    }
+    pub fn release_gates_early(&self) -> bool {
+        self.release_gates_early
+    }
+}
+
+#[cfg(not(feature = "planted-bugs"))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Bugs;
+
+#[cfg(not(feature = "planted-bugs"))]
+impl Bugs {
+    pub fn parse(_name: &str) -> Option<Self> {
+        None
+    }
+    pub const fn reverse_gate_order(&self) -> bool {
+        false
+    }
+    pub const fn skip_sidecar(&self) -> bool {
+        false
+    }
+    pub const fn publish_before_commit(&self) -> bool {
+        false
+    }
+    pub const fn delete_sidecar_first(&self) -> bool {
+        false
+    }
+    pub const fn skip_recheck(&self) -> bool {
+        false
+    }
+    pub const fn release_gates_early(&self) -> bool {
+        false
+    }
+}

@@ -1,0 +1,286 @@
+//! The production host: one small generic ractor adapter that runs any
+//! [`Machine`] as an actor. `Send` effects become casts through a directory of
+//! logical addresses, `Io` effects run on the [`Substrate`] in their own task
+//! and come back as completions, timers become sleeps. The same host runs over
+//! the simulated substrate on a paused single-thread runtime in tests.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex as StdMutex};
+
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tokio::sync::{Mutex, oneshot};
+
+use crate::bugs::Bugs;
+use crate::machine::*;
+use crate::owners::{GateOwner, OwnerKind};
+use crate::publisher::Publisher;
+use crate::recovery::Recovery;
+use crate::types::*;
+use crate::writer::{OpKind, Writer};
+
+/// Executes the protocol's storage requests. Lance implements it in the main
+/// crate; the simulator has its own.
+pub trait Substrate: Send + Sync + 'static {
+    fn execute(&self, io: Io) -> Pin<Box<dyn Future<Output = IoOut> + Send + '_>>;
+}
+
+/// What an actor's mailbox carries.
+pub enum HostMsg {
+    Deliver { from: Addr, msg: Msg },
+    IoDone { req: ReqId, out: IoOut },
+    Timer { id: TimerId },
+}
+
+struct MachineActor;
+
+struct ActorState {
+    me: Addr,
+    machine: Box<dyn Machine>,
+    host: Arc<HostInner>,
+}
+
+impl Actor for MachineActor {
+    type Msg = HostMsg;
+    type State = ActorState;
+    type Arguments = (Addr, Box<dyn Machine>, Arc<HostInner>);
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<HostMsg>,
+        (me, machine, host): Self::Arguments,
+    ) -> Result<ActorState, ActorProcessingErr> {
+        Ok(ActorState { me, machine, host })
+    }
+
+    async fn post_start(
+        &self,
+        myself: ActorRef<HostMsg>,
+        state: &mut ActorState,
+    ) -> Result<(), ActorProcessingErr> {
+        let now = state.host.now();
+        let fx = state.machine.on_start(now);
+        run_effects(&myself, state, fx).await;
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<HostMsg>,
+        message: HostMsg,
+        state: &mut ActorState,
+    ) -> Result<(), ActorProcessingErr> {
+        let now = state.host.now();
+        let fx = match message {
+            HostMsg::Deliver { from, msg } => state.machine.on_msg(now, from, msg),
+            HostMsg::IoDone { req, out } => state.machine.on_io(now, req, out),
+            HostMsg::Timer { id } => state.machine.on_timer(now, id),
+        };
+        if let Err(violation) = state.machine.check() {
+            tracing::error!(actor = ?state.me, violation, "protocol invariant violated");
+        }
+        run_effects(&myself, state, fx).await;
+        Ok(())
+    }
+}
+
+async fn run_effects(myself: &ActorRef<HostMsg>, state: &mut ActorState, fx: Vec<Effect>) {
+    for effect in fx {
+        match effect {
+            Effect::Send(to, msg) => state.host.deliver(state.me.clone(), to, msg).await,
+            Effect::Io(req, io) => {
+                let substrate = state.host.substrate.clone();
+                let me = myself.clone();
+                tokio::spawn(async move {
+                    let out = substrate.execute(io).await;
+                    // The actor may have stopped (finished or shut down).
+                    let _ = me.cast(HostMsg::IoDone { req, out });
+                });
+            }
+            Effect::SetTimer(id, ticks) => {
+                let me = myself.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(std::time::Duration::from_millis(ticks)).await;
+                    let _ = me.cast(HostMsg::Timer { id });
+                });
+            }
+            Effect::Stop => {
+                state.host.directory.lock().await.remove(&state.me);
+                myself.stop(None);
+            }
+        }
+    }
+}
+
+struct HostInner {
+    substrate: Arc<dyn Substrate>,
+    directory: Mutex<BTreeMap<Addr, ActorRef<HostMsg>>>,
+    clients: StdMutex<BTreeMap<OpId, oneshot::Sender<Msg>>>,
+    started: tokio::time::Instant,
+    bugs: Bugs,
+    /// Set once the host shuts down: no new operation starts after that.
+    stopped: std::sync::atomic::AtomicBool,
+}
+
+impl HostInner {
+    fn now(&self) -> Tick {
+        self.started.elapsed().as_millis() as Tick
+    }
+
+    async fn deliver(self: &Arc<Self>, from: Addr, to: Addr, msg: Msg) {
+        if let Addr::Client(op) = &to {
+            if let Some(tx) = self.clients.lock().expect("clients").remove(op) {
+                let _ = tx.send(msg);
+            }
+            return;
+        }
+        let Some(actor) = self.actor(&to).await else {
+            tracing::warn!(?to, ?msg, "message to a finished actor dropped");
+            return;
+        };
+        let _ = actor.cast(HostMsg::Deliver { from, msg });
+    }
+
+    /// The actor behind an address; gate owners are started on first use.
+    async fn actor(self: &Arc<Self>, addr: &Addr) -> Option<ActorRef<HostMsg>> {
+        let mut dir = self.directory.lock().await;
+        if let Some(a) = dir.get(addr) {
+            return Some(a.clone());
+        }
+        let machine: Box<dyn Machine> = match addr {
+            Addr::Branch(b) => Box::new(GateOwner::new(OwnerKind::Branch(b.clone()))),
+            Addr::Table(t) => Box::new(GateOwner::new(OwnerKind::Table(t.clone()))),
+            _ => return None,
+        };
+        let actor = self.spawn_locked(&mut dir, addr.clone(), machine).await;
+        Some(actor)
+    }
+
+    async fn spawn_locked(
+        self: &Arc<Self>,
+        dir: &mut BTreeMap<Addr, ActorRef<HostMsg>>,
+        addr: Addr,
+        machine: Box<dyn Machine>,
+    ) -> ActorRef<HostMsg> {
+        let (actor, _join) =
+            Actor::spawn(None, MachineActor, (addr.clone(), machine, self.clone()))
+                .await
+                .expect("spawning a protocol actor");
+        dir.insert(addr, actor.clone());
+        actor
+    }
+}
+
+/// A running set of protocol actors over one substrate. Cheap to clone.
+#[derive(Clone)]
+pub struct Host {
+    inner: Arc<HostInner>,
+}
+
+impl Host {
+    /// Start the schema actor, the publisher and the recovery actor; recovery
+    /// begins its start-up scan at once.
+    pub async fn start(substrate: Arc<dyn Substrate>, bugs: Bugs) -> Self {
+        let inner = Arc::new(HostInner {
+            substrate,
+            directory: Mutex::new(BTreeMap::new()),
+            clients: StdMutex::new(BTreeMap::new()),
+            started: tokio::time::Instant::now(),
+            bugs,
+            stopped: std::sync::atomic::AtomicBool::new(false),
+        });
+        {
+            let mut dir = inner.directory.lock().await;
+            inner
+                .spawn_locked(
+                    &mut dir,
+                    Addr::Schema,
+                    Box::new(GateOwner::new(OwnerKind::Schema)),
+                )
+                .await;
+            inner
+                .spawn_locked(&mut dir, Addr::Publisher, Box::new(Publisher::new()))
+                .await;
+            inner
+                .spawn_locked(&mut dir, Addr::Recovery, Box::new(Recovery::new()))
+                .await;
+        }
+        Self { inner }
+    }
+
+    fn register(&self, op: &OpId) -> oneshot::Receiver<Msg> {
+        let (tx, rx) = oneshot::channel();
+        self.inner
+            .clients
+            .lock()
+            .expect("clients")
+            .insert(op.clone(), tx);
+        rx
+    }
+
+    /// Wait for the start-up recovery scan to finish.
+    pub async fn ready(&self, op: OpId) -> Option<RecoveryReport> {
+        let rx = self.register(&op);
+        self.inner
+            .deliver(
+                Addr::Client(op.clone()),
+                Addr::Recovery,
+                Msg::AwaitReady { op },
+            )
+            .await;
+        match rx.await {
+            Ok(Msg::Ready { report, .. }) => Some(report),
+            _ => None,
+        }
+    }
+
+    /// Run one operation to its outcome.
+    pub async fn run(&self, op: OpId, kind: OpKind) -> Outcome {
+        if self.inner.stopped.load(std::sync::atomic::Ordering::SeqCst) {
+            return Outcome::StorageFailed("the graph is closed".into());
+        }
+        let rx = self.register(&op);
+        let writer = Writer::new(op.clone(), kind, self.inner.bugs);
+        {
+            let mut dir = self.inner.directory.lock().await;
+            self.inner
+                .spawn_locked(&mut dir, Addr::Writer(op.clone()), Box::new(writer))
+                .await;
+        }
+        match rx.await {
+            Ok(Msg::Finished { outcome, .. }) => outcome,
+            Ok(other) => Outcome::StorageFailed(format!("unexpected answer {other:?}")),
+            Err(_) => {
+                Outcome::StorageFailed("the operation's actor stopped without an answer".into())
+            }
+        }
+    }
+
+    /// Stop every actor without waiting (for `Drop`); a no-op if the
+    /// directory is busy at that instant.
+    pub fn stop_all_now(&self) {
+        self.inner
+            .stopped
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Ok(mut dir) = self.inner.directory.try_lock() {
+            for a in std::mem::take(&mut *dir).into_values() {
+                a.stop(None);
+            }
+        }
+    }
+
+    /// Stop every actor. Outstanding operations end without an answer.
+    pub async fn shutdown(&self) {
+        self.inner
+            .stopped
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let actors: Vec<_> = std::mem::take(&mut *self.inner.directory.lock().await)
+            .into_values()
+            .collect();
+        for a in actors {
+            a.stop(None);
+        }
+        self.inner.clients.lock().expect("clients").clear();
+    }
+}

@@ -1,0 +1,234 @@
+//! The sans-IO contract every protocol actor implements: messages, storage
+//! requests and their completions go in, effects come out as data. Hosts (the
+//! ractor adapter in production, the simulator in tests) execute the effects.
+
+use crate::types::*;
+
+/// Identifies one outstanding storage request of one machine.
+pub type ReqId = u64;
+/// Identifies one timer of one machine.
+pub type TimerId = u64;
+
+/// Every message the protocol's actors exchange.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Msg {
+    // Gates (schema, branch and table actors).
+    Acquire {
+        op: OpId,
+        mode: GateMode,
+    },
+    Granted {
+        op: OpId,
+        view: GateView,
+    },
+    Release {
+        op: OpId,
+    },
+
+    // Branch actor.
+    HeadRequest {
+        op: OpId,
+    },
+    HeadReply {
+        op: OpId,
+        head: Result<Option<Head>, String>,
+    },
+
+    // Table actor (only the gate holder may send these).
+    CommitTable {
+        op: OpId,
+        staged: StagedRef,
+    },
+    TableCommitted {
+        op: OpId,
+        table: TableKey,
+        result: CommitResult,
+    },
+    RestoreTable {
+        op: OpId,
+        to: u64,
+    },
+    TableRestored {
+        op: OpId,
+        table: TableKey,
+        result: Result<u64, String>,
+    },
+
+    // Recovery actor.
+    /// Wait until no unresolved intent touches `branch` (and the scan at start
+    /// is done).
+    Admit {
+        op: OpId,
+        branch: String,
+    },
+    /// `blocked_by`: recovery could not resolve this intent touching the
+    /// branch; the write must not proceed.
+    Admitted {
+        op: OpId,
+        blocked_by: Option<OpId>,
+    },
+    /// Under the gates: is any unresolved intent touching `branch`?
+    CheckIntents {
+        op: OpId,
+        branch: String,
+    },
+    IntentsChecked {
+        op: OpId,
+        clear: bool,
+    },
+    RecordIntent {
+        intent: Intent,
+    },
+    IntentRecorded {
+        op: OpId,
+        result: Result<(), String>,
+    },
+    /// The intent's commit is published: delete its sidecar.
+    IntentDone {
+        op: OpId,
+    },
+    IntentDeleted {
+        op: OpId,
+        result: Result<(), String>,
+    },
+    /// The intent's writer gave up after an effect: recovery must resolve it.
+    /// The writer waits for `StuckNoted` before it releases its gates, so no
+    /// later gate holder can miss the intent.
+    IntentStuck {
+        op: OpId,
+    },
+    StuckNoted {
+        op: OpId,
+    },
+    /// Sent by a client after start: answered once the start-up scan has
+    /// resolved (or given up on) every intent.
+    AwaitReady {
+        op: OpId,
+    },
+    Ready {
+        op: OpId,
+        report: RecoveryReport,
+    },
+
+    // Manifest publisher.
+    Publish {
+        req: PublishReq,
+    },
+    PublishReply {
+        op: OpId,
+        result: PublishResult,
+    },
+
+    // Writer -> client.
+    Finished {
+        op: OpId,
+        outcome: Outcome,
+    },
+}
+
+/// What the start-up scan did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    pub rolled_forward: Vec<OpId>,
+    pub rolled_back: Vec<OpId>,
+    pub already_published: Vec<OpId>,
+    pub abandoned: Vec<OpId>,
+    /// Intents still unresolved (storage kept failing).
+    pub unresolved: Vec<OpId>,
+}
+
+/// Every storage request, as data.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Io {
+    ReadSchemaId,
+    ReadHead {
+        branch: String,
+    },
+    TableVersion {
+        table: TableKey,
+    },
+    /// Run the operation's statements against the snapshot at `head` and stage
+    /// one transaction per touched table, without moving any table's head.
+    Prepare {
+        op: OpId,
+        attempt: u32,
+        branch: String,
+        head: Head,
+    },
+    /// Drop whatever an abandoned attempt staged.
+    Discard {
+        op: OpId,
+    },
+    WriteSidecar {
+        intent: Intent,
+    },
+    DeleteSidecar {
+        op: OpId,
+    },
+    ListSidecars,
+    CommitTable {
+        op: OpId,
+        table: TableKey,
+        staged: StagedRef,
+    },
+    /// Write a new table version whose content equals version `to`.
+    RestoreTable {
+        table: TableKey,
+        to: u64,
+    },
+    Inspect {
+        intent: Intent,
+    },
+    Publish {
+        req: PublishReq,
+    },
+    /// Best effort: reclaim the physical storage of a deleted branch.
+    DropBranchStorage {
+        branch: String,
+    },
+}
+
+/// The completion of an [`Io`] request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum IoOut {
+    SchemaId(Result<String, String>),
+    Head(Result<Option<Head>, String>),
+    TableVersion(Result<Option<u64>, String>),
+    /// `Err(None)`: the operation was rejected (details stay with the
+    /// substrate); `Err(Some(msg))`: a storage failure.
+    Prepared(Result<Plan, Option<String>>),
+    Done(Result<(), String>),
+    Sidecars(Result<Vec<Intent>, String>),
+    TableCommit(CommitResult),
+    TableRestore(Result<u64, String>),
+    Inspected(Result<Inspection, String>),
+    Published(PublishResult),
+}
+
+/// An effect a machine asks its host to carry out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Effect {
+    Send(Addr, Msg),
+    Io(ReqId, Io),
+    SetTimer(TimerId, u64),
+    /// The machine has finished; the host may drop it.
+    Stop,
+}
+
+/// A protocol actor's logic. No `.await` inside a step: continuations are
+/// explicit states, so a host can interleave and crash machines between any
+/// two steps.
+pub trait Machine: Send + 'static {
+    /// Called once after (re)start; a restart after a crash starts from a
+    /// fresh machine, so durable state must be re-read through `Io`.
+    fn on_start(&mut self, now: Tick) -> Vec<Effect>;
+    fn on_msg(&mut self, now: Tick, from: Addr, msg: Msg) -> Vec<Effect>;
+    fn on_io(&mut self, now: Tick, req: ReqId, out: IoOut) -> Vec<Effect>;
+    fn on_timer(&mut self, _now: Tick, _timer: TimerId) -> Vec<Effect> {
+        Vec::new()
+    }
+    /// Local invariants; the simulator calls this after every step.
+    fn check(&self) -> Result<(), String> {
+        Ok(())
+    }
+}

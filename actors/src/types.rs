@@ -1,0 +1,278 @@
+//! The protocol's vocabulary: identities, addresses, heads, write plans and
+//! recovery intents. Everything here is plain data so that the simulator and
+//! the production host exchange exactly the same values.
+
+use std::fmt;
+
+/// Logical time handed to machines by their host. Production passes
+/// milliseconds since the host started; the simulator passes its step count.
+pub type Tick = u64;
+
+/// Identifies one protocol operation (a write, a branch change, a recovery).
+/// Production uses ULIDs; the simulator uses counters. Ordered so that sets of
+/// operations iterate deterministically.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct OpId(pub String);
+
+impl fmt::Display for OpId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+impl fmt::Debug for OpId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "op:{}", self.0)
+    }
+}
+
+/// A graph commit id (a ULID in production).
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CommitId(pub String);
+
+impl fmt::Display for CommitId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+impl fmt::Debug for CommitId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "commit:{}", self.0)
+    }
+}
+
+/// One physical table as a gate and commit target: a logical table (one node
+/// or edge type, named by its stable key) on one graph branch. Writes on a
+/// branch always go to that branch's own physical table, so two branches never
+/// share a table gate. The derived order (branch, then table key) is the gate
+/// acquisition order.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TableKey {
+    pub branch: String,
+    pub table: String,
+}
+
+impl TableKey {
+    pub fn new(branch: impl Into<String>, table: impl Into<String>) -> Self {
+        Self {
+            branch: branch.into(),
+            table: table.into(),
+        }
+    }
+}
+
+impl fmt::Debug for TableKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}@{}", self.table, self.branch)
+    }
+}
+
+/// A branch head: the commit it points at and the graph manifest version at
+/// which the branch record last changed. Recovery can move `version` without
+/// moving `commit` (a rolled-back table is re-pointed), so rechecks compare both.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Head {
+    pub commit: CommitId,
+    pub version: u64,
+}
+
+/// Where a protocol message goes. Addresses are logical and deterministic:
+/// never runtime actor ids.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Addr {
+    Schema,
+    Publisher,
+    Recovery,
+    Branch(String),
+    Table(TableKey),
+    /// The coordinator of one write or branch operation.
+    Writer(OpId),
+    /// Whoever started an operation and waits for its outcome.
+    Client(OpId),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum GateMode {
+    Shared,
+    Exclusive,
+}
+
+/// What a gate owner tells the holder when it grants the gate: the state the
+/// holder must recheck its snapshot against.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GateView {
+    /// Schema gate: the identity of the accepted schema.
+    Schema(String),
+    /// Branch gate: the branch's current head (`None`: the branch does not exist).
+    Branch(Option<Head>),
+    /// Table gate: the latest committed version of the physical table
+    /// (`None`: the table has no storage on this branch yet).
+    Table(Option<u64>),
+    /// The owner could not read its state; the holder must treat the gate as
+    /// unusable and release it.
+    Unavailable(String),
+}
+
+/// Whether a write may re-prepare when its snapshot moved under it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteClass {
+    /// Strict inserts, upserts, appends and merges: drop the staged work and
+    /// prepare again against the new head (bounded).
+    Retryable,
+    /// Updates, deletes and overwrites read what they change: a moved head is
+    /// `ReadSetChanged`.
+    Strict,
+}
+
+/// A staged (uncommitted) table transaction, held by the substrate and named
+/// here by reference.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct StagedRef(pub String);
+
+/// The staged change to one physical table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TablePlan {
+    pub table: TableKey,
+    /// The table version the transaction was staged against. The table must
+    /// still be at exactly this version when its gate is held.
+    pub base: u64,
+    pub staged: StagedRef,
+    /// The transaction identity recorded in the table's history when it lands;
+    /// recovery looks for it to decide whether the commit landed.
+    pub txn: String,
+}
+
+/// Everything a prepared write will do, computed without effects.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    pub commit: CommitId,
+    /// Identity of the accepted schema the write was prepared against.
+    pub schema: String,
+    pub class: WriteClass,
+    /// Sorted by table key (the gate order) and without duplicates.
+    pub tables: Vec<TablePlan>,
+}
+
+/// A recovery sidecar: written before the first table commit, deleted after
+/// the publish. Durable across crashes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Intent {
+    pub op: OpId,
+    pub branch: String,
+    pub expected: Head,
+    pub commit: CommitId,
+    pub tables: Vec<IntentTable>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IntentTable {
+    pub table: TableKey,
+    pub base: u64,
+    pub txn: String,
+}
+
+/// What storage says about an intent, read under the intent's gates.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Inspection {
+    /// The graph manifest already carries the intent's commit.
+    pub published: bool,
+    /// The branch head now (`None`: the branch no longer exists).
+    pub head: Option<Head>,
+    /// Per intent table, in intent order: the version at which its transaction
+    /// landed, if it did.
+    pub landed: Vec<Option<u64>>,
+    /// Per intent table: the table's latest version.
+    pub latest: Vec<Option<u64>>,
+}
+
+/// A change to the graph manifest, published as one compare-and-swap on the
+/// branch head.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// A new commit on `branch`: its tables now point at these versions.
+    Commit {
+        commit: CommitId,
+        tables: Vec<(TableKey, u64)>,
+    },
+    /// Recovery restored rolled-back tables; the branch keeps its head commit
+    /// and its tables point at the restored versions.
+    Repoint { tables: Vec<(TableKey, u64)> },
+    /// Create `branch` at `from`'s state as of `at`.
+    CreateBranch { from: String, at: Head },
+    /// Remove `branch` from the manifest.
+    DeleteBranch,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PublishReq {
+    pub op: OpId,
+    pub branch: String,
+    /// The branch head the change was computed against; `None` when the
+    /// branch must not exist yet (create).
+    pub expected: Option<Head>,
+    pub change: Change,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PublishResult {
+    /// Published as this graph manifest version; the branch head is now `head`
+    /// (`None` after a delete).
+    Published { version: u64, head: Option<Head> },
+    /// The compare-and-swap failed: nothing was published.
+    HeadMoved { actual: Option<Head> },
+    /// The change is invalid against the manifest (for example a branch name
+    /// that collides); nothing was published.
+    Refused(String),
+    /// The publish may or may not have landed.
+    Unknown(String),
+}
+
+/// The result of committing one staged table transaction.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CommitResult {
+    Committed {
+        version: u64,
+    },
+    /// The table refused the transaction and nothing was written.
+    Conflict(String),
+    /// The commit may or may not have landed.
+    Unknown(String),
+}
+
+/// How an operation ended, as its client sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Committed {
+        commit: Option<CommitId>,
+        version: u64,
+    },
+    /// Prepare refused the write (validation, key conflict, limits). The
+    /// substrate holds the detailed error; nothing was written.
+    Rejected,
+    /// A strict write's branch moved under it; nothing was written.
+    ReadSetChanged,
+    /// A retryable write kept losing races; nothing was written.
+    Contended {
+        attempts: u32,
+    },
+    /// An effect may have landed; the intent stays for recovery.
+    RecoveryRequired {
+        op: OpId,
+    },
+    BranchNotFound(String),
+    BranchExists(String),
+    /// A storage error before any effect; nothing was written.
+    StorageFailed(String),
+    /// A manifest change was refused (for example an invalid branch name).
+    Refused(String),
+}
+
+/// Explicit limits of the protocol.
+pub mod limits {
+    /// How many times a retryable write prepares before giving up.
+    pub const MAX_PREPARE_ATTEMPTS: u32 = 8;
+    /// How many times recovery retries one intent after storage errors
+    /// before it leaves the intent for the next open.
+    pub const MAX_RECOVERY_ATTEMPTS: u32 = 16;
+    /// Recovery's backoff between attempts, in ticks.
+    pub const RECOVERY_BACKOFF: u64 = 10;
+}

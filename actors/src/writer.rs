@@ -1,0 +1,691 @@
+//! The coordinator of one operation: a data write (load or mutation) follows
+//! the write protocol step by step; branch create and delete are the short
+//! forms of it. One `Writer` lives for one operation and answers its client
+//! exactly once.
+//!
+//! Data write, as explicit states:
+//! admit -> capture head -> prepare -> acquire gates (schema, branch, sorted
+//! tables) -> recheck (snapshot still current, no overlapping intent) ->
+//! record sidecar -> commit each table -> publish -> delete sidecar ->
+//! release -> answer.
+
+use tracing::{debug, info, warn};
+
+use crate::bugs::Bugs;
+use crate::machine::*;
+use crate::types::limits::MAX_PREPARE_ATTEMPTS;
+use crate::types::*;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OpKind {
+    /// A load or mutation on `branch`; the substrate knows what to prepare.
+    Write {
+        branch: String,
+    },
+    CreateBranch {
+        name: String,
+        from: String,
+    },
+    DeleteBranch {
+        name: String,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum State {
+    Admitting,
+    Capturing,
+    Preparing(ReqId),
+    Acquiring,
+    Checking,
+    Recording,
+    Committing(usize),
+    Publishing,
+    /// Waiting for the sidecar delete after a successful publish.
+    Finalizing,
+    /// Waiting for the sidecar delete after a conflict before any effect.
+    Abandoning,
+    /// Waiting for recovery to acknowledge a stuck intent.
+    Stuck,
+    DroppingStorage(ReqId),
+    Done,
+}
+
+pub struct Writer {
+    op: OpId,
+    kind: OpKind,
+    bugs: Bugs,
+    state: State,
+    attempt: u32,
+    next_req: ReqId,
+    captured: Option<Head>,
+    plan: Option<Plan>,
+    /// Gates in acquisition order, each with its mode.
+    gates: Vec<(Addr, GateMode)>,
+    /// Views of the gates granted so far, in acquisition order.
+    views: Vec<GateView>,
+    /// Gates asked for (held or queued), so that release reaches all of them.
+    asked: Vec<Addr>,
+    landed: Vec<(TableKey, u64)>,
+    published: Option<(u64, Option<Head>)>,
+    /// The outcome to send once the current cleanup step is done.
+    after_cleanup: Option<Outcome>,
+    violations: Vec<String>,
+}
+
+impl Writer {
+    pub fn new(op: OpId, kind: OpKind, bugs: Bugs) -> Self {
+        Self {
+            op,
+            kind,
+            bugs,
+            state: State::Admitting,
+            attempt: 0,
+            next_req: 0,
+            captured: None,
+            plan: None,
+            gates: Vec::new(),
+            views: Vec::new(),
+            asked: Vec::new(),
+            landed: Vec::new(),
+            published: None,
+            after_cleanup: None,
+            violations: Vec::new(),
+        }
+    }
+
+    pub fn op(&self) -> &OpId {
+        &self.op
+    }
+
+    fn branch(&self) -> &str {
+        match &self.kind {
+            OpKind::Write { branch } => branch,
+            OpKind::CreateBranch { name, .. } | OpKind::DeleteBranch { name } => name,
+        }
+    }
+
+    fn io(&mut self, io: Io) -> (ReqId, Effect) {
+        self.next_req += 1;
+        (self.next_req, Effect::Io(self.next_req, io))
+    }
+
+    fn send(to: Addr, msg: Msg) -> Effect {
+        Effect::Send(to, msg)
+    }
+
+    fn finish(&mut self, outcome: Outcome) -> Vec<Effect> {
+        info!(op = %self.op, ?outcome, "operation finished");
+        self.state = State::Done;
+        vec![
+            Self::send(
+                Addr::Client(self.op.clone()),
+                Msg::Finished {
+                    op: self.op.clone(),
+                    outcome,
+                },
+            ),
+            Effect::Stop,
+        ]
+    }
+
+    /// Release every gate asked for, latest first.
+    fn release_all(&mut self) -> Vec<Effect> {
+        let op = self.op.clone();
+        let asked = std::mem::take(&mut self.asked);
+        self.views.clear();
+        asked
+            .into_iter()
+            .rev()
+            .map(|g| Self::send(g, Msg::Release { op: op.clone() }))
+            .collect()
+    }
+
+    fn start_admit(&mut self) -> Vec<Effect> {
+        self.state = State::Admitting;
+        debug!(op = %self.op, attempt = self.attempt, "admit");
+        vec![Self::send(
+            Addr::Recovery,
+            Msg::Admit {
+                op: self.op.clone(),
+                branch: self.branch().to_string(),
+            },
+        )]
+    }
+
+    fn start_capture(&mut self) -> Vec<Effect> {
+        self.state = State::Capturing;
+        let from = match &self.kind {
+            OpKind::CreateBranch { from, .. } => from.clone(),
+            _ => self.branch().to_string(),
+        };
+        vec![Self::send(
+            Addr::Branch(from),
+            Msg::HeadRequest {
+                op: self.op.clone(),
+            },
+        )]
+    }
+
+    fn start_acquire(&mut self, tables: Vec<TableKey>) -> Vec<Effect> {
+        let mut gates = vec![
+            (Addr::Schema, GateMode::Shared),
+            (Addr::Branch(self.branch().to_string()), GateMode::Exclusive),
+        ];
+        let mut tables = tables;
+        tables.sort();
+        if self.bugs.reverse_gate_order() {
+            tables.reverse();
+        }
+        gates.extend(
+            tables
+                .into_iter()
+                .map(|t| (Addr::Table(t), GateMode::Exclusive)),
+        );
+        self.gates = gates;
+        self.views.clear();
+        self.state = State::Acquiring;
+        self.acquire_next()
+    }
+
+    fn acquire_next(&mut self) -> Vec<Effect> {
+        let (gate, mode) = self.gates[self.views.len()].clone();
+        debug!(op = %self.op, ?gate, ?mode, "acquire gate");
+        self.asked.push(gate.clone());
+        vec![Self::send(
+            gate,
+            Msg::Acquire {
+                op: self.op.clone(),
+                mode,
+            },
+        )]
+    }
+
+    /// All gates held: what to do next depends on the operation.
+    fn on_all_granted(&mut self) -> Vec<Effect> {
+        if let Some(GateView::Unavailable(e)) = self
+            .views
+            .iter()
+            .find(|v| matches!(v, GateView::Unavailable(_)))
+            .cloned()
+        {
+            let mut fx = self.release_all();
+            fx.extend(self.finish(Outcome::StorageFailed(e)));
+            return fx;
+        }
+        let branch_view = match &self.views[1] {
+            GateView::Branch(h) => h.clone(),
+            other => {
+                self.violations
+                    .push(format!("branch gate granted with {other:?}"));
+                None
+            }
+        };
+        match self.kind.clone() {
+            OpKind::Write { .. } => {
+                if self.bugs.skip_recheck() || self.snapshot_current(&branch_view) {
+                    self.state = State::Checking;
+                    vec![Self::send(
+                        Addr::Recovery,
+                        Msg::CheckIntents {
+                            op: self.op.clone(),
+                            branch: self.branch().to_string(),
+                        },
+                    )]
+                } else {
+                    self.moved()
+                }
+            }
+            OpKind::CreateBranch { from, .. } => {
+                if branch_view.is_some() {
+                    let mut fx = self.release_all();
+                    fx.extend(self.finish(Outcome::BranchExists(self.branch().to_string())));
+                    return fx;
+                }
+                let at = self.captured.clone().expect("captured before acquire");
+                self.publish(None, Change::CreateBranch { from, at })
+            }
+            OpKind::DeleteBranch { .. } => match branch_view {
+                None => {
+                    let mut fx = self.release_all();
+                    fx.extend(self.finish(Outcome::BranchNotFound(self.branch().to_string())));
+                    fx
+                }
+                Some(h) => self.publish(Some(h), Change::DeleteBranch),
+            },
+        }
+    }
+
+    /// Step 4: the captured head, schema and every table base are unchanged.
+    fn snapshot_current(&self, branch_view: &Option<Head>) -> bool {
+        let plan = self.plan.as_ref().expect("plan before recheck");
+        let schema_ok = matches!(&self.views[0], GateView::Schema(id) if *id == plan.schema);
+        let head_ok = branch_view.as_ref() == self.captured.as_ref();
+        let tables_ok = self.table_views_match(plan);
+        debug!(op = %self.op, schema_ok, head_ok, tables_ok, "recheck");
+        schema_ok && head_ok && tables_ok
+    }
+
+    fn table_views_match(&self, plan: &Plan) -> bool {
+        self.gates[2..]
+            .iter()
+            .zip(&self.views[2..])
+            .all(|((gate, _), view)| {
+                let Addr::Table(key) = gate else { return false };
+                let base = plan.tables.iter().find(|t| &t.table == key).map(|t| t.base);
+                matches!(view, GateView::Table(Some(v)) if Some(*v) == base)
+            })
+    }
+
+    /// The snapshot moved: retry from scratch or refuse.
+    fn moved(&mut self) -> Vec<Effect> {
+        let class = self.plan.as_ref().map(|p| p.class);
+        let mut fx = self.release_all();
+        fx.push(self.discard());
+        match class {
+            Some(WriteClass::Retryable) if self.attempt + 1 < MAX_PREPARE_ATTEMPTS => {
+                self.attempt += 1;
+                self.plan = None;
+                debug!(op = %self.op, attempt = self.attempt, "snapshot moved: re-prepare");
+                fx.extend(self.start_admit());
+                fx
+            }
+            Some(WriteClass::Retryable) => {
+                let attempts = self.attempt + 1;
+                fx.extend(self.finish(Outcome::Contended { attempts }));
+                fx
+            }
+            _ => {
+                fx.extend(self.finish(Outcome::ReadSetChanged));
+                fx
+            }
+        }
+    }
+
+    fn discard(&mut self) -> Effect {
+        // Completion is ignored: the staged work is invisible either way.
+        self.io(Io::Discard {
+            op: self.op.clone(),
+        })
+        .1
+    }
+
+    fn intent(&self) -> Intent {
+        let plan = self.plan.as_ref().expect("plan");
+        Intent {
+            op: self.op.clone(),
+            branch: self.branch().to_string(),
+            expected: self.captured.clone().expect("captured"),
+            commit: plan.commit.clone(),
+            tables: plan
+                .tables
+                .iter()
+                .map(|t| IntentTable {
+                    table: t.table.clone(),
+                    base: t.base,
+                    txn: t.txn.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    fn record_intent(&mut self) -> Vec<Effect> {
+        if self.bugs.skip_sidecar() {
+            return self.commit_next(0);
+        }
+        self.state = State::Recording;
+        debug!(op = %self.op, "record sidecar");
+        vec![Self::send(
+            Addr::Recovery,
+            Msg::RecordIntent {
+                intent: self.intent(),
+            },
+        )]
+    }
+
+    fn sorted_tables(&self) -> Vec<TablePlan> {
+        let mut tables = self.plan.as_ref().expect("plan").tables.clone();
+        tables.sort_by(|a, b| a.table.cmp(&b.table));
+        tables
+    }
+
+    fn commit_next(&mut self, idx: usize) -> Vec<Effect> {
+        let tables = self.sorted_tables();
+        if idx == 0 && self.bugs.publish_before_commit() && self.published.is_none() {
+            return self.publish_commit();
+        }
+        if idx >= tables.len() {
+            if self.published.is_some() {
+                return self.after_publish();
+            }
+            return self.publish_commit();
+        }
+        let t = &tables[idx];
+        self.state = State::Committing(idx);
+        debug!(op = %self.op, table = ?t.table, "commit table");
+        vec![Self::send(
+            Addr::Table(t.table.clone()),
+            Msg::CommitTable {
+                op: self.op.clone(),
+                staged: t.staged.clone(),
+            },
+        )]
+    }
+
+    fn publish_commit(&mut self) -> Vec<Effect> {
+        let plan = self.plan.as_ref().expect("plan");
+        let tables = if self.bugs.publish_before_commit() && self.landed.is_empty() {
+            // Publish the versions the commits are expected to produce.
+            self.sorted_tables()
+                .into_iter()
+                .map(|t| (t.table, t.base + 1))
+                .collect()
+        } else {
+            self.landed.clone()
+        };
+        let change = Change::Commit {
+            commit: plan.commit.clone(),
+            tables,
+        };
+        let expected = self.captured.clone();
+        let mut fx = Vec::new();
+        if self.bugs.delete_sidecar_first() {
+            fx.push(Self::send(
+                Addr::Recovery,
+                Msg::IntentDone {
+                    op: self.op.clone(),
+                },
+            ));
+        }
+        if self.bugs.release_gates_early() {
+            fx.extend(self.release_all());
+        }
+        fx.extend(self.publish(expected, change));
+        fx
+    }
+
+    fn publish(&mut self, expected: Option<Head>, change: Change) -> Vec<Effect> {
+        self.state = State::Publishing;
+        debug!(op = %self.op, "publish");
+        vec![Self::send(
+            Addr::Publisher,
+            Msg::Publish {
+                req: PublishReq {
+                    op: self.op.clone(),
+                    branch: self.branch().to_string(),
+                    expected,
+                    change,
+                },
+            },
+        )]
+    }
+
+    /// After a data write's publish: delete the sidecar, then answer.
+    fn after_publish(&mut self) -> Vec<Effect> {
+        if self.bugs.skip_sidecar() || self.bugs.delete_sidecar_first() {
+            return self.release_and_answer_committed();
+        }
+        self.state = State::Finalizing;
+        vec![Self::send(
+            Addr::Recovery,
+            Msg::IntentDone {
+                op: self.op.clone(),
+            },
+        )]
+    }
+
+    fn release_and_answer_committed(&mut self) -> Vec<Effect> {
+        let (version, _) = self.published.clone().expect("published");
+        let commit = match &self.kind {
+            OpKind::Write { .. } => self.plan.as_ref().map(|p| p.commit.clone()),
+            _ => None,
+        };
+        let mut fx = self.release_all();
+        fx.extend(self.finish(Outcome::Committed { commit, version }));
+        fx
+    }
+
+    /// An effect may have landed and the write cannot finish: hand the intent
+    /// to recovery, and release only after recovery has noted it.
+    fn stuck(&mut self, why: &str) -> Vec<Effect> {
+        warn!(op = %self.op, why, "write stuck after an effect; leaving it to recovery");
+        self.state = State::Stuck;
+        self.after_cleanup = Some(Outcome::RecoveryRequired {
+            op: self.op.clone(),
+        });
+        vec![Self::send(
+            Addr::Recovery,
+            Msg::IntentStuck {
+                op: self.op.clone(),
+            },
+        )]
+    }
+
+    /// A conflict before any effect: drop the sidecar, then retry or refuse.
+    fn abandon(&mut self) -> Vec<Effect> {
+        self.state = State::Abandoning;
+        vec![Self::send(
+            Addr::Recovery,
+            Msg::IntentDone {
+                op: self.op.clone(),
+            },
+        )]
+    }
+
+    fn unexpected(&mut self, what: String) -> Vec<Effect> {
+        self.violations.push(format!(
+            "{:?} in state {:?} got {what}",
+            self.op, self.state
+        ));
+        Vec::new()
+    }
+}
+
+impl Machine for Writer {
+    fn on_start(&mut self, _now: Tick) -> Vec<Effect> {
+        info!(op = %self.op, kind = ?self.kind, "operation started");
+        match &self.kind {
+            OpKind::CreateBranch { .. } => self.start_capture(),
+            OpKind::Write { .. } | OpKind::DeleteBranch { .. } => self.start_admit(),
+        }
+    }
+
+    fn on_msg(&mut self, _now: Tick, _from: Addr, msg: Msg) -> Vec<Effect> {
+        match (self.state.clone(), msg) {
+            (
+                State::Admitting,
+                Msg::Admitted {
+                    blocked_by: Some(intent),
+                    ..
+                },
+            ) => self.finish(Outcome::RecoveryRequired { op: intent }),
+            (
+                State::Admitting,
+                Msg::Admitted {
+                    blocked_by: None, ..
+                },
+            ) => match self.kind {
+                OpKind::Write { .. } => self.start_capture(),
+                OpKind::DeleteBranch { .. } => self.start_acquire(Vec::new()),
+                OpKind::CreateBranch { .. } => self.unexpected("admission".into()),
+            },
+            (State::Capturing, Msg::HeadReply { head, .. }) => match head {
+                Err(e) => self.finish(Outcome::StorageFailed(e)),
+                Ok(None) => {
+                    let b = match &self.kind {
+                        OpKind::CreateBranch { from, .. } => from.clone(),
+                        _ => self.branch().to_string(),
+                    };
+                    self.finish(Outcome::BranchNotFound(b))
+                }
+                Ok(Some(head)) => {
+                    debug!(op = %self.op, ?head, "captured head");
+                    self.captured = Some(head.clone());
+                    match &self.kind {
+                        OpKind::Write { branch } => {
+                            let io = Io::Prepare {
+                                op: self.op.clone(),
+                                attempt: self.attempt,
+                                branch: branch.clone(),
+                                head,
+                            };
+                            let (req, fx) = self.io(io);
+                            self.state = State::Preparing(req);
+                            vec![fx]
+                        }
+                        _ => self.start_acquire(Vec::new()),
+                    }
+                }
+            },
+            (State::Acquiring, Msg::Granted { view, .. }) => {
+                self.views.push(view);
+                if self.views.len() < self.gates.len() {
+                    self.acquire_next()
+                } else {
+                    self.on_all_granted()
+                }
+            }
+            (State::Checking, Msg::IntentsChecked { clear, .. }) => {
+                if clear || self.bugs.skip_recheck() {
+                    self.record_intent()
+                } else {
+                    self.moved()
+                }
+            }
+            (State::Recording, Msg::IntentRecorded { result, .. }) => match result {
+                Ok(()) => self.commit_next(0),
+                Err(e) => {
+                    // The sidecar may exist: let recovery resolve it.
+                    let mut fx = self.stuck(&e);
+                    self.after_cleanup = Some(Outcome::StorageFailed(e));
+                    fx.push(self.discard());
+                    fx
+                }
+            },
+            (State::Committing(idx), Msg::TableCommitted { table, result, .. }) => match result {
+                CommitResult::Committed { version } => {
+                    self.landed.push((table, version));
+                    self.commit_next(idx + 1)
+                }
+                CommitResult::Conflict(e) if self.landed.is_empty() && self.published.is_none() => {
+                    debug!(op = %self.op, e, "conflict before any effect");
+                    self.abandon()
+                }
+                CommitResult::Conflict(e) | CommitResult::Unknown(e) => self.stuck(&e),
+            },
+            (State::Publishing, Msg::PublishReply { result, .. }) => {
+                match (self.kind.clone(), result) {
+                    (OpKind::Write { .. }, PublishResult::Published { version, head }) => {
+                        self.published = Some((version, head));
+                        if self.bugs.publish_before_commit() && self.landed.is_empty() {
+                            return self.commit_next(0);
+                        }
+                        self.after_publish()
+                    }
+                    (OpKind::Write { .. }, other) => self.stuck(&format!("{other:?}")),
+                    (OpKind::CreateBranch { .. }, PublishResult::Published { version, head }) => {
+                        self.published = Some((version, head));
+                        self.release_and_answer_committed()
+                    }
+                    (OpKind::DeleteBranch { name }, PublishResult::Published { version, head }) => {
+                        self.published = Some((version, head));
+                        let (req, fx) = self.io(Io::DropBranchStorage { branch: name });
+                        self.state = State::DroppingStorage(req);
+                        vec![fx]
+                    }
+                    (kind, other) => {
+                        let outcome = match (kind, other) {
+                            (
+                                OpKind::CreateBranch { name, .. },
+                                PublishResult::HeadMoved { .. },
+                            ) => Outcome::BranchExists(name),
+                            (
+                                OpKind::DeleteBranch { name },
+                                PublishResult::HeadMoved { actual: None },
+                            ) => Outcome::BranchNotFound(name),
+                            (_, PublishResult::HeadMoved { .. }) => Outcome::ReadSetChanged,
+                            (_, PublishResult::Refused(e)) => Outcome::Refused(e),
+                            (_, PublishResult::Unknown(e)) => Outcome::StorageFailed(e),
+                            (_, PublishResult::Published { .. }) => unreachable!("handled above"),
+                        };
+                        let mut fx = self.release_all();
+                        fx.extend(self.finish(outcome));
+                        fx
+                    }
+                }
+            }
+            // The planted bug deleted its sidecar early; its answer is not news.
+            (s, Msg::IntentDeleted { .. })
+                if self.bugs.delete_sidecar_first()
+                    && !matches!(s, State::Finalizing | State::Abandoning) =>
+            {
+                Vec::new()
+            }
+            (State::Finalizing, Msg::IntentDeleted { .. }) => {
+                // A failed delete leaves the intent with recovery, which finds
+                // it published and removes it; the write itself is durable.
+                self.release_and_answer_committed()
+            }
+            (State::Abandoning, Msg::IntentDeleted { .. }) => self.moved(),
+            (State::Stuck, Msg::StuckNoted { .. }) => {
+                let outcome = self.after_cleanup.take().expect("stuck outcome");
+                let mut fx = self.release_all();
+                fx.extend(self.finish(outcome));
+                fx
+            }
+            (_, other) => self.unexpected(format!("{other:?}")),
+        }
+    }
+
+    fn on_io(&mut self, _now: Tick, req: ReqId, out: IoOut) -> Vec<Effect> {
+        match (self.state.clone(), out) {
+            (State::Preparing(r), IoOut::Prepared(result)) if r == req => match result {
+                Ok(plan) => {
+                    debug!(op = %self.op, tables = plan.tables.len(), "prepared");
+                    let tables = plan.tables.iter().map(|t| t.table.clone()).collect();
+                    self.plan = Some(plan);
+                    self.start_acquire(tables)
+                }
+                Err(None) => {
+                    let fx = self.discard();
+                    let mut out = vec![fx];
+                    out.extend(self.finish(Outcome::Rejected));
+                    out
+                }
+                Err(Some(e)) => {
+                    let fx = self.discard();
+                    let mut out = vec![fx];
+                    out.extend(self.finish(Outcome::StorageFailed(e)));
+                    out
+                }
+            },
+            (State::DroppingStorage(r), IoOut::Done(result)) if r == req => {
+                if let Err(e) = result {
+                    warn!(op = %self.op, e, "could not reclaim a deleted branch's storage");
+                }
+                self.release_and_answer_committed()
+            }
+            // Completions of fire-and-forget requests (discard).
+            _ => Vec::new(),
+        }
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if let Some(v) = self.violations.first() {
+            return Err(v.clone());
+        }
+        Ok(())
+    }
+}
+
+impl Writer {
+    /// The gates this writer has asked for, in order; the simulator checks the
+    /// order against schema -> branch -> sorted tables.
+    pub fn asked_gates(&self) -> &[Addr] {
+        &self.asked
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.state == State::Done
+    }
+}

@@ -1,0 +1,161 @@
+//! The production wiring under simulation: the real ractor host
+//! (`omnigraph_actors::host`) on a paused single-thread tokio runtime, over the
+//! simulated substrate with seeded latency jitter and faults, one process
+//! crash mid-run, and a restart with recovery. This tests the glue the primary
+//! simulator does not run: the adapter, the directory, spawning, Io tasks.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use omnigraph_actors::host::{Host, Substrate};
+use omnigraph_actors::*;
+
+use crate::rng::{Digest, Rng};
+use crate::workload;
+use crate::world::{Fault, World};
+
+struct SimSubstrate {
+    world: Arc<Mutex<World>>,
+    rng: Mutex<Rng>,
+    /// Requests issued before a crash must not take effect after it.
+    epoch: Arc<Mutex<u64>>,
+}
+
+impl Substrate for SimSubstrate {
+    fn execute(&self, io: Io) -> Pin<Box<dyn Future<Output = IoOut> + Send + '_>> {
+        let issued = *self.epoch.lock().expect("epoch");
+        let (delay, fault) = {
+            let mut r = self.rng.lock().expect("rng");
+            let delay = r.below(4) as u64;
+            let fault = if r.chance(1, 40) && !matches!(io, Io::Discard { .. }) {
+                Fault::FailClean
+            } else {
+                Fault::None
+            };
+            (delay, fault)
+        };
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+            let fault = if *self.epoch.lock().expect("epoch") != issued {
+                Fault::FailClean
+            } else {
+                fault
+            };
+            self.world.lock().expect("world").exec(&io, fault)
+        })
+    }
+}
+
+pub struct RactorReport {
+    pub digest: u64,
+    pub violation: Option<(&'static str, String)>,
+    pub committed: usize,
+}
+
+pub fn run_seed(seed: u64, bugs: Bugs) -> RactorReport {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("runtime");
+    rt.block_on(run(seed, bugs))
+}
+
+async fn start(world: &Arc<Mutex<World>>, epoch: &Arc<Mutex<u64>>, seed: u64, bugs: Bugs) -> Host {
+    let n = *epoch.lock().expect("epoch");
+    let sub = Arc::new(SimSubstrate {
+        world: world.clone(),
+        rng: Mutex::new(Rng::new(seed.wrapping_mul(31).wrapping_add(n))),
+        epoch: epoch.clone(),
+    });
+    let host = Host::start(sub, bugs).await;
+    host.ready(OpId(format!("ready-{n}"))).await;
+    host
+}
+
+async fn run(seed: u64, bugs: Bugs) -> RactorReport {
+    let mut rng = Rng::new(seed);
+    let planned = workload::generate(&mut rng);
+    let world = Arc::new(Mutex::new(World::new()));
+    let epoch = Arc::new(Mutex::new(0u64));
+    for p in &planned {
+        if !p.stmts.is_empty() {
+            world
+                .lock()
+                .expect("world")
+                .work
+                .insert(p.op.clone(), p.stmts.clone());
+        }
+    }
+    let host = start(&world, &epoch, seed, bugs).await;
+    let crash_at = Duration::from_millis(20 + rng.below(150) as u64);
+    let mut tasks = Vec::new();
+    for p in planned {
+        let h = host.clone();
+        let delay = Duration::from_millis(rng.below(25) as u64);
+        let w = world.clone();
+        tasks.push(tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let outcome = h.run(p.op.clone(), p.kind.clone()).await;
+            // Note the branch incarnation at acknowledgement time.
+            let inc = match &p.kind {
+                OpKind::Write { branch } => w
+                    .lock()
+                    .expect("world")
+                    .latest()
+                    .branches
+                    .get(branch)
+                    .map(|r| r.incarnation)
+                    .unwrap_or(0),
+                _ => 0,
+            };
+            (p.op, p.kind, outcome, inc)
+        }));
+    }
+    // The process crashes once, mid-run.
+    tokio::time::sleep(crash_at).await;
+    *epoch.lock().expect("epoch") += 1;
+    host.shutdown().await;
+    world.lock().expect("world").crash();
+
+    let mut digest = Digest::default();
+    let mut acked = Vec::new();
+    let mut committed = 0;
+    let mut results = Vec::new();
+    for t in tasks {
+        results.push(t.await.expect("client task"));
+    }
+    results.sort_by(|a, b| a.0.cmp(&b.0));
+    for (op, kind, outcome, inc) in results {
+        digest.add(&format!("{op:?} {outcome:?}"));
+        if let (
+            OpKind::Write { branch },
+            Outcome::Committed {
+                commit: Some(c), ..
+            },
+        ) = (kind, &outcome)
+        {
+            committed += 1;
+            acked.push((branch, inc, c.clone()));
+        }
+    }
+    // Restart: recovery runs before the host reports ready.
+    let host = start(&world, &epoch, seed, bugs).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    host.shutdown().await;
+    let w = world.lock().expect("world");
+    digest.add(&format!("{:?}", w.manifests));
+    let latest = w.manifests.len() as u64;
+    let violation = w
+        .effect_violation()
+        .or_else(|| w.visible_violation(latest))
+        .or_else(|| w.durability_violation(&acked))
+        .or_else(|| w.settled_violation());
+    RactorReport {
+        digest: digest.value(),
+        violation,
+        committed,
+    }
+}

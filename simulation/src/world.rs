@@ -1,0 +1,759 @@
+//! The simulated substrate: versioned tables with staged transactions and
+//! forks, a graph manifest with compare-and-swap, commit records and
+//! recovery sidecars. Durable parts survive simulated crashes; staged work is
+//! process memory and does not. It answers the same `Io` requests as the
+//! Lance substrate, with the same meaning, and it checks on every effect what
+//! only the protocol can guarantee (a commit lands exactly on its base; a
+//! strict insert never finds its id).
+
+use std::collections::BTreeMap;
+
+use omnigraph_actors::*;
+
+pub type Rows = BTreeMap<String, i64>;
+pub const MAIN: &str = "main";
+pub const SCHEMA_ID: &str = "schema-1";
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TRef {
+    /// The Lance branch (physical line) holding the table state.
+    pub lance: String,
+    pub version: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BranchRec {
+    pub head: CommitId,
+    pub updated_at: u64,
+    pub incarnation: u64,
+    pub tables: BTreeMap<String, TRef>,
+}
+
+impl BranchRec {
+    pub fn head(&self) -> Head {
+        Head {
+            commit: self.head.clone(),
+            version: self.updated_at,
+        }
+    }
+}
+
+pub fn own_lance(branch: &str, incarnation: u64) -> String {
+    if branch == MAIN {
+        MAIN.to_string()
+    } else {
+        format!("{branch}-v{incarnation}")
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ManifestV {
+    pub version: u64,
+    pub branches: BTreeMap<String, BranchRec>,
+    /// The commit this version published, if any.
+    pub carries: Option<CommitId>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommitRec {
+    pub parent: Option<CommitId>,
+    pub version: u64,
+}
+
+/// One statement of a simulated write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Stmt {
+    /// Strict insert: the id must not exist.
+    Insert {
+        table: String,
+        id: String,
+        val: i64,
+    },
+    Upsert {
+        table: String,
+        id: String,
+        val: i64,
+    },
+    /// Strict write: the id must exist; reads it.
+    Update {
+        table: String,
+        id: String,
+        val: i64,
+    },
+    Delete {
+        table: String,
+        id: String,
+    },
+}
+
+impl Stmt {
+    pub fn table(&self) -> &str {
+        match self {
+            Stmt::Insert { table, .. }
+            | Stmt::Upsert { table, .. }
+            | Stmt::Update { table, .. }
+            | Stmt::Delete { table, .. } => table,
+        }
+    }
+    pub fn strict(&self) -> bool {
+        matches!(self, Stmt::Update { .. } | Stmt::Delete { .. })
+    }
+}
+
+pub type Changes = Vec<(String, Option<i64>)>;
+
+#[derive(Clone, Debug)]
+struct Staged {
+    lance: String,
+    base: u64,
+    changes: Changes,
+    inserts: Vec<String>,
+    txn: String,
+}
+
+/// How an injected storage fault behaves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    None,
+    /// Fails without any effect.
+    FailClean,
+    /// The effect happens, but the caller hears a failure.
+    FailAfterEffect,
+    /// A table commit refused as a conflict (no effect).
+    Conflict,
+}
+
+#[derive(Default)]
+pub struct World {
+    // Durable.
+    pub manifests: Vec<ManifestV>,
+    pub tables: BTreeMap<(String, String), BTreeMap<u64, (Rows, Option<String>)>>,
+    pub sidecars: BTreeMap<OpId, Intent>,
+    pub commits: BTreeMap<CommitId, CommitRec>,
+    // Process memory.
+    staged: BTreeMap<OpId, BTreeMap<String, Staged>>,
+    deleted: BTreeMap<String, u64>,
+    // Outside the process: what each client asked for.
+    pub work: BTreeMap<OpId, Vec<Stmt>>,
+    // The model the checks compare against: the logical effect of every
+    // prepared commit (keyed by commit id).
+    pub effects: BTreeMap<CommitId, BTreeMap<String, Changes>>,
+    pub violations: Vec<String>,
+}
+
+pub const TABLES: &[&str] = &["node:A", "node:B", "edge:E"];
+
+impl World {
+    pub fn new() -> Self {
+        let mut w = World::default();
+        let mut refs = BTreeMap::new();
+        for t in TABLES {
+            w.tables.insert(
+                (MAIN.to_string(), t.to_string()),
+                BTreeMap::from([(1, (Rows::new(), None))]),
+            );
+            refs.insert(
+                t.to_string(),
+                TRef {
+                    lance: MAIN.into(),
+                    version: 1,
+                },
+            );
+        }
+        let root = CommitId("root".into());
+        w.commits.insert(
+            root.clone(),
+            CommitRec {
+                parent: None,
+                version: 1,
+            },
+        );
+        w.effects.insert(root.clone(), BTreeMap::new());
+        w.manifests.push(ManifestV {
+            version: 1,
+            branches: BTreeMap::from([(
+                MAIN.to_string(),
+                BranchRec {
+                    head: root.clone(),
+                    updated_at: 1,
+                    incarnation: 0,
+                    tables: refs,
+                },
+            )]),
+            carries: Some(root),
+        });
+        w
+    }
+
+    pub fn latest(&self) -> &ManifestV {
+        self.manifests.last().expect("version 1 exists")
+    }
+
+    pub fn crash(&mut self) {
+        self.staged.clear();
+        self.deleted.clear();
+    }
+
+    pub fn content(&self, lance: &str, table: &str, version: u64) -> Option<&Rows> {
+        self.tables
+            .get(&(lance.to_string(), table.to_string()))
+            .and_then(|h| h.get(&version))
+            .map(|(rows, _)| rows)
+    }
+
+    pub fn latest_version(&self, lance: &str, table: &str) -> Option<u64> {
+        self.tables
+            .get(&(lance.to_string(), table.to_string()))
+            .and_then(|h| h.keys().next_back().copied())
+    }
+
+    fn own(&self, branch: &str) -> Option<String> {
+        self.latest()
+            .branches
+            .get(branch)
+            .map(|r| own_lance(branch, r.incarnation))
+    }
+
+    /// The content a branch should have at `commit`, from the history of
+    /// commit effects alone.
+    pub fn expected(&self, commit: &CommitId) -> Option<BTreeMap<String, Rows>> {
+        let mut chain = Vec::new();
+        let mut cur = Some(commit.clone());
+        while let Some(c) = cur {
+            let rec = self.commits.get(&c)?;
+            chain.push(c.clone());
+            cur = rec.parent.clone();
+        }
+        let mut out: BTreeMap<String, Rows> = TABLES
+            .iter()
+            .map(|t| (t.to_string(), Rows::new()))
+            .collect();
+        for c in chain.iter().rev() {
+            for (table, changes) in self.effects.get(c)? {
+                let rows = out.entry(table.clone()).or_default();
+                apply(rows, changes);
+            }
+        }
+        Some(out)
+    }
+
+    pub fn exec(&mut self, io: &Io, fault: Fault) -> IoOut {
+        match io {
+            Io::ReadSchemaId => IoOut::SchemaId(match fault {
+                Fault::None => Ok(SCHEMA_ID.into()),
+                _ => Err("injected read failure".into()),
+            }),
+            Io::ReadHead { branch } => IoOut::Head(match fault {
+                Fault::None => Ok(self.latest().branches.get(branch).map(|r| r.head())),
+                _ => Err("injected read failure".into()),
+            }),
+            Io::TableVersion { table } => IoOut::TableVersion(match fault {
+                Fault::None => Ok(self
+                    .own(&table.branch)
+                    .and_then(|own| self.latest_version(&own, &table.table))),
+                _ => Err("injected read failure".into()),
+            }),
+            Io::Prepare {
+                op,
+                attempt,
+                branch,
+                head,
+            } => {
+                if fault != Fault::None {
+                    return IoOut::Prepared(Err(Some("injected prepare failure".into())));
+                }
+                IoOut::Prepared(self.prepare(op, *attempt, branch, head))
+            }
+            Io::Discard { op } => {
+                self.staged.remove(op);
+                IoOut::Done(Ok(()))
+            }
+            Io::WriteSidecar { intent } => {
+                if fault != Fault::FailClean {
+                    self.sidecars.insert(intent.op.clone(), intent.clone());
+                }
+                IoOut::Done(fail_unless(fault))
+            }
+            Io::DeleteSidecar { op } => {
+                if fault != Fault::FailClean {
+                    self.sidecars.remove(op);
+                }
+                IoOut::Done(fail_unless(fault))
+            }
+            Io::ListSidecars => IoOut::Sidecars(match fault {
+                Fault::None => Ok(self.sidecars.values().cloned().collect()),
+                _ => Err("injected list failure".into()),
+            }),
+            Io::CommitTable { op, table, staged } => {
+                IoOut::TableCommit(self.commit(op, table, staged, fault))
+            }
+            Io::RestoreTable { table, to } => IoOut::TableRestore(self.restore(table, *to, fault)),
+            Io::Inspect { intent } => IoOut::Inspected(match fault {
+                Fault::None => Ok(self.inspect(intent)),
+                _ => Err("injected read failure".into()),
+            }),
+            Io::Publish { req } => IoOut::Published(self.publish(req, fault)),
+            Io::DropBranchStorage { branch } => {
+                if fault == Fault::FailClean {
+                    return IoOut::Done(Err("injected failure".into()));
+                }
+                if let Some(inc) = self.deleted.remove(branch) {
+                    let own = own_lance(branch, inc);
+                    let referenced = self
+                        .latest()
+                        .branches
+                        .values()
+                        .any(|r| r.tables.values().any(|t| t.lance == own));
+                    if !referenced {
+                        self.tables.retain(|(l, _), _| *l != own);
+                    }
+                }
+                IoOut::Done(fail_unless(fault))
+            }
+        }
+    }
+
+    fn prepare(
+        &mut self,
+        op: &OpId,
+        attempt: u32,
+        branch: &str,
+        head: &Head,
+    ) -> Result<Plan, Option<String>> {
+        let m = self
+            .manifests
+            .get(head.version as usize - 1)
+            .cloned()
+            .ok_or_else(|| Some("no such manifest version".to_string()))?;
+        let rec = m
+            .branches
+            .get(branch)
+            .cloned()
+            .ok_or_else(|| Some(format!("no branch {branch}")))?;
+        let stmts = self.work.get(op).cloned().unwrap_or_default();
+        // Evaluate against the snapshot plus this write's own pending changes.
+        let mut view: BTreeMap<String, Rows> = BTreeMap::new();
+        let mut changes: BTreeMap<String, Changes> = BTreeMap::new();
+        let mut inserts: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut strict = false;
+        for s in &stmts {
+            let t = s.table().to_string();
+            let r = &rec.tables[&t];
+            let rows = view.entry(t.clone()).or_insert_with(|| {
+                self.content(&r.lance, &t, r.version)
+                    .cloned()
+                    .unwrap_or_default()
+            });
+            strict |= s.strict();
+            let change = match s {
+                Stmt::Insert { id, val, .. } => {
+                    if rows.contains_key(id) {
+                        return Err(None); // KeyConflict
+                    }
+                    inserts.entry(t.clone()).or_default().push(id.clone());
+                    (id.clone(), Some(*val))
+                }
+                Stmt::Upsert { id, val, .. } => (id.clone(), Some(*val)),
+                Stmt::Update { id, val, .. } => {
+                    if !rows.contains_key(id) {
+                        return Err(None);
+                    }
+                    (id.clone(), Some(*val))
+                }
+                Stmt::Delete { id, .. } => {
+                    if !rows.contains_key(id) {
+                        return Err(None);
+                    }
+                    (id.clone(), None)
+                }
+            };
+            apply(rows, std::slice::from_ref(&change));
+            changes.entry(t).or_default().push(change);
+        }
+        let own = own_lance(branch, rec.incarnation);
+        let commit = CommitId(format!("c-{}-{attempt}", op.0));
+        let mut staged = BTreeMap::new();
+        let mut tables = Vec::new();
+        for (t, ch) in &changes {
+            let r = &rec.tables[t];
+            let base = if r.lance == own {
+                r.version
+            } else {
+                // Fork on first write: invisible until published.
+                let key = (own.clone(), t.clone());
+                if !self.tables.contains_key(&key) {
+                    let rows = self
+                        .content(&r.lance, t, r.version)
+                        .cloned()
+                        .unwrap_or_default();
+                    self.tables
+                        .insert(key.clone(), BTreeMap::from([(r.version, (rows, None))]));
+                }
+                self.latest_version(&own, t).expect("fork exists")
+            };
+            let txn = format!("{}-{attempt}-{t}", op.0);
+            staged.insert(
+                t.clone(),
+                Staged {
+                    lance: own.clone(),
+                    base,
+                    changes: ch.clone(),
+                    inserts: inserts.get(t).cloned().unwrap_or_default(),
+                    txn: txn.clone(),
+                },
+            );
+            tables.push(TablePlan {
+                table: TableKey::new(branch, t.clone()),
+                base,
+                staged: StagedRef(t.clone()),
+                txn,
+            });
+        }
+        self.staged.insert(op.clone(), staged);
+        self.effects.insert(commit.clone(), changes);
+        Ok(Plan {
+            commit,
+            schema: SCHEMA_ID.into(),
+            class: if strict {
+                WriteClass::Strict
+            } else {
+                WriteClass::Retryable
+            },
+            tables,
+        })
+    }
+
+    fn commit(
+        &mut self,
+        op: &OpId,
+        table: &TableKey,
+        staged: &StagedRef,
+        fault: Fault,
+    ) -> CommitResult {
+        if matches!(fault, Fault::Conflict) {
+            return CommitResult::Conflict("injected conflict".into());
+        }
+        if fault == Fault::FailClean {
+            return CommitResult::Unknown("injected failure".into());
+        }
+        let Some(st) = self.staged.get_mut(op).and_then(|s| s.remove(&staged.0)) else {
+            return CommitResult::Conflict(format!("nothing staged for {table:?}"));
+        };
+        let key = (st.lance.clone(), table.table.clone());
+        let Some(latest) = self.latest_version(&st.lance, &table.table) else {
+            return CommitResult::Conflict("table vanished".into());
+        };
+        if latest != st.base {
+            self.violations.push(format!(
+                "no lost update: {op:?} committed {table:?} over version {latest}, but it was staged at version {}",
+                st.base
+            ));
+        }
+        let mut rows = self.tables[&key][&latest].0.clone();
+        for id in &st.inserts {
+            if rows.contains_key(id) {
+                self.violations.push(format!(
+                    "strict insert never overwrites: {op:?} inserted existing id {id} into {table:?}"
+                ));
+            }
+        }
+        apply(&mut rows, &st.changes);
+        let v = latest + 1;
+        self.tables
+            .get_mut(&key)
+            .expect("table")
+            .insert(v, (rows, Some(st.txn)));
+        match fault {
+            Fault::FailAfterEffect => {
+                CommitResult::Unknown("injected failure after the commit landed".into())
+            }
+            _ => CommitResult::Committed { version: v },
+        }
+    }
+
+    fn restore(&mut self, table: &TableKey, to: u64, fault: Fault) -> Result<u64, String> {
+        if fault == Fault::FailClean {
+            return Err("injected failure".into());
+        }
+        let own = self.own(&table.branch).ok_or("branch gone")?;
+        let key = (own, table.table.clone());
+        let hist = self.tables.get_mut(&key).ok_or("table gone")?;
+        let rows = hist.get(&to).ok_or("no such version")?.0.clone();
+        let v = hist.keys().next_back().copied().expect("non-empty") + 1;
+        hist.insert(v, (rows, None));
+        match fault {
+            Fault::FailAfterEffect => Err("injected failure after the restore".into()),
+            _ => Ok(v),
+        }
+    }
+
+    fn inspect(&self, intent: &Intent) -> Inspection {
+        let rec = self.latest().branches.get(&intent.branch);
+        let published = rec.is_some_and(|r| r.head == intent.commit)
+            || self.commits.get(&intent.commit).is_some_and(|c| {
+                self.manifests[c.version as usize - 1].carries.as_ref() == Some(&intent.commit)
+            });
+        let own = rec.map(|r| own_lance(&intent.branch, r.incarnation));
+        let mut landed = Vec::new();
+        let mut latest = Vec::new();
+        for t in &intent.tables {
+            let hist = own
+                .as_ref()
+                .and_then(|o| self.tables.get(&(o.clone(), t.table.table.clone())));
+            match hist {
+                Some(h) => {
+                    let l = h
+                        .range(t.base + 1..)
+                        .find(|(_, (_, txn))| txn.as_deref() == Some(&t.txn))
+                        .map(|(v, _)| *v);
+                    landed.push(l);
+                    latest.push(h.keys().next_back().copied());
+                }
+                None => {
+                    landed.push(None);
+                    latest.push(None);
+                }
+            }
+        }
+        Inspection {
+            published,
+            head: rec.map(|r| r.head()),
+            landed,
+            latest,
+        }
+    }
+
+    fn publish(&mut self, req: &PublishReq, fault: Fault) -> PublishResult {
+        if fault == Fault::FailClean {
+            return PublishResult::Unknown("injected failure".into());
+        }
+        let latest = self.latest().clone();
+        let current = latest.branches.get(&req.branch);
+        let actual = current.map(|r| r.head());
+        if actual != req.expected {
+            return PublishResult::HeadMoved { actual };
+        }
+        let version = latest.version + 1;
+        let mut next = latest.clone();
+        next.version = version;
+        next.carries = None;
+        match &req.change {
+            Change::Commit { commit, tables } => {
+                let rec = next.branches.get_mut(&req.branch).expect("checked");
+                let own = own_lance(&req.branch, rec.incarnation);
+                for (k, v) in tables {
+                    rec.tables.insert(
+                        k.table.clone(),
+                        TRef {
+                            lance: own.clone(),
+                            version: *v,
+                        },
+                    );
+                }
+                let parent = rec.head.clone();
+                rec.head = commit.clone();
+                rec.updated_at = version;
+                next.carries = Some(commit.clone());
+                self.commits.insert(
+                    commit.clone(),
+                    CommitRec {
+                        parent: Some(parent),
+                        version,
+                    },
+                );
+            }
+            Change::Repoint { tables } => {
+                let rec = next.branches.get_mut(&req.branch).expect("checked");
+                let own = own_lance(&req.branch, rec.incarnation);
+                let before = rec.tables.clone();
+                for (k, v) in tables {
+                    if let Some(r) = rec.tables.get_mut(&k.table)
+                        && r.lance == own
+                    {
+                        r.version = *v;
+                    }
+                }
+                if rec.tables == before {
+                    return PublishResult::Published {
+                        version: latest.version,
+                        head: actual,
+                    };
+                }
+                rec.updated_at = version;
+            }
+            Change::CreateBranch { from, at } => {
+                if latest.branches.contains_key(&req.branch) {
+                    return PublishResult::Refused("exists".into());
+                }
+                let Some(src) = self
+                    .manifests
+                    .get(at.version as usize - 1)
+                    .and_then(|m| m.branches.get(from))
+                    .filter(|r| r.head == at.commit)
+                    .cloned()
+                else {
+                    return PublishResult::Refused("source moved".into());
+                };
+                next.branches.insert(
+                    req.branch.clone(),
+                    BranchRec {
+                        head: src.head,
+                        updated_at: version,
+                        incarnation: version,
+                        tables: src.tables,
+                    },
+                );
+            }
+            Change::DeleteBranch => {
+                if req.branch == MAIN {
+                    return PublishResult::Refused("main".into());
+                }
+                if let Some(r) = next.branches.remove(&req.branch) {
+                    self.deleted.insert(req.branch.clone(), r.incarnation);
+                }
+            }
+        }
+        let head = next.branches.get(&req.branch).map(|r| r.head());
+        self.manifests.push(next);
+        match fault {
+            Fault::FailAfterEffect => {
+                PublishResult::Unknown("injected failure after the publish".into())
+            }
+            _ => PublishResult::Published { version, head },
+        }
+    }
+}
+
+/// Storage-level invariants, shared by both simulation modes. Each returns
+/// the violated invariant's name and what was seen.
+impl World {
+    /// Atomic visibility: every table a branch names at `version` equals what
+    /// its commit history says (each commit entirely or not at all).
+    pub fn visible_violation(&self, version: u64) -> Option<(&'static str, String)> {
+        let m = &self.manifests[version as usize - 1];
+        for (name, rec) in &m.branches {
+            let Some(expected) = self.expected(&rec.head) else {
+                return Some((
+                    "graph versions and commit parents form a consistent history",
+                    format!("branch {name} head {:?} has no commit history", rec.head),
+                ));
+            };
+            for (table, r) in &rec.tables {
+                let actual = self.content(&r.lance, table, r.version);
+                let want = expected.get(table).cloned().unwrap_or_default();
+                if actual != Some(&want) {
+                    return Some((
+                        "atomic visibility",
+                        format!(
+                            "graph version {version}, branch {name}, table {table} @ {}/{}: shows {actual:?}, its commits say {want:?}",
+                            r.lance, r.version
+                        ),
+                    ));
+                }
+            }
+        }
+        None
+    }
+
+    fn chain_contains(&self, head: &CommitId, c: &CommitId) -> bool {
+        let mut cur = Some(head.clone());
+        while let Some(x) = cur {
+            if &x == c {
+                return true;
+            }
+            cur = self.commits.get(&x).and_then(|r| r.parent.clone());
+        }
+        false
+    }
+
+    /// Durability: every acknowledged commit `(branch, incarnation, commit)`
+    /// is still in its branch's history.
+    pub fn durability_violation(
+        &self,
+        acked: &[(String, u64, CommitId)],
+    ) -> Option<(&'static str, String)> {
+        let latest = self.latest();
+        for (branch, inc, commit) in acked {
+            if let Some(rec) = latest.branches.get(branch)
+                && rec.incarnation == *inc
+                && !self.chain_contains(&rec.head, commit)
+            {
+                return Some((
+                    "durability",
+                    format!("acknowledged {commit:?} on {branch} is not in its history"),
+                ));
+            }
+        }
+        None
+    }
+
+    /// What the protocol itself reported breaking while it ran.
+    pub fn effect_violation(&self) -> Option<(&'static str, String)> {
+        self.violations.first().map(|v| {
+            let inv = if v.starts_with("no lost update") {
+                "no lost update"
+            } else {
+                "strict insert never overwrites"
+            };
+            (inv, v.clone())
+        })
+    }
+
+    /// After recovery has settled: versions are contiguous, no sidecar is
+    /// left, and every table's latest version is the one its branch names.
+    pub fn settled_violation(&self) -> Option<(&'static str, String)> {
+        for (i, m) in self.manifests.iter().enumerate() {
+            if m.version != i as u64 + 1 {
+                return Some((
+                    "graph versions and commit parents form a consistent history",
+                    format!("manifest {i} has version {}", m.version),
+                ));
+            }
+        }
+        if let Some(op) = self.sidecars.keys().next() {
+            return Some((
+                "recovery converges and leaves no sidecar",
+                format!("sidecar of {op:?} left after recovery"),
+            ));
+        }
+        for (name, rec) in &self.latest().branches {
+            let own = own_lance(name, rec.incarnation);
+            for (table, r) in &rec.tables {
+                if r.lance != own {
+                    continue;
+                }
+                let top = self.latest_version(&own, table);
+                if top != Some(r.version) {
+                    return Some((
+                        "recovery converges and leaves no orphan effect",
+                        format!(
+                            "branch {name} names {table} @ {} but the table is at {top:?}",
+                            r.version
+                        ),
+                    ));
+                }
+            }
+        }
+        None
+    }
+}
+
+fn fail_unless(fault: Fault) -> Result<(), String> {
+    match fault {
+        Fault::None => Ok(()),
+        _ => Err("injected failure".into()),
+    }
+}
+
+pub fn apply(rows: &mut Rows, changes: &[(String, Option<i64>)]) {
+    for (id, v) in changes {
+        match v {
+            Some(v) => {
+                rows.insert(id.clone(), *v);
+            }
+            None => {
+                rows.remove(id);
+            }
+        }
+    }
+}

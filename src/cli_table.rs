@@ -1,0 +1,101 @@
+//! Human-readable output of the CLI: small aligned tables.
+
+use omnigraph::{BranchInfo, CommitRecord, LoadReport, SnapshotInfo};
+
+/// Print rows under a header, each column as wide as its widest cell.
+pub fn table(header: &[&str], rows: &[Vec<String>]) {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        println!("{}", padded.join("  ").trim_end());
+    };
+    line(header.iter().map(|h| h.to_string()).collect());
+    line(widths.iter().map(|w| "-".repeat(*w)).collect());
+    for r in rows {
+        line(r.clone());
+    }
+}
+
+pub fn print_load(r: &LoadReport) {
+    let created = if r.branch_created { " (created)" } else { "" };
+    println!(
+        "{} load into {}{}: commit {} at graph version {}",
+        r.mode.as_str(),
+        r.branch,
+        created,
+        r.commit,
+        r.manifest_version
+    );
+    let mut rows = Vec::new();
+    for (name, n) in &r.nodes {
+        rows.push(vec![name.clone(), "node".into(), n.to_string()]);
+    }
+    for (name, n) in &r.edges {
+        rows.push(vec![name.clone(), "edge".into(), n.to_string()]);
+    }
+    table(&["type", "kind", "rows loaded"], &rows);
+}
+
+pub fn print_branches(list: &[BranchInfo]) {
+    let rows: Vec<Vec<String>> = list
+        .iter()
+        .map(|b| {
+            vec![
+                b.name.clone(),
+                b.head.clone(),
+                b.parent.clone().unwrap_or_default(),
+                b.updated_at.to_string(),
+            ]
+        })
+        .collect();
+    table(&["branch", "head commit", "parent", "graph version"], &rows);
+}
+
+pub fn print_snapshot(s: &SnapshotInfo) {
+    println!(
+        "branch {} at graph version {}, head commit {}",
+        s.branch, s.manifest_version, s.head_commit
+    );
+    let rows: Vec<Vec<String>> = s
+        .types
+        .iter()
+        .map(|t| {
+            vec![
+                t.name.clone(),
+                t.kind.clone(),
+                t.rows.to_string(),
+                t.table_version.to_string(),
+                t.lance_branch.clone().unwrap_or_else(|| "main".into()),
+            ]
+        })
+        .collect();
+    table(
+        &["type", "kind", "rows", "table version", "lance branch"],
+        &rows,
+    );
+}
+
+pub fn print_commits(list: &[CommitRecord]) {
+    let rows: Vec<Vec<String>> = list
+        .iter()
+        .map(|c| {
+            vec![
+                c.id.clone(),
+                c.manifest_version.to_string(),
+                c.kind.clone(),
+                c.actor.clone(),
+                c.timestamp.clone(),
+            ]
+        })
+        .collect();
+    table(&["commit", "graph version", "kind", "actor", "time"], &rows);
+}

@@ -1,0 +1,131 @@
+//! The errors users can tell apart. Every failure of the engine is one of
+//! these; each names what was wrong (line, type, property, value) where that
+//! is known.
+
+use std::fmt;
+
+pub type Result<T, E = OmniError> = std::result::Result<T, E>;
+
+/// Where in the user's input a data error was found, and what it was about.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Location {
+    pub line: Option<usize>,
+    pub type_name: Option<String>,
+    pub property: Option<String>,
+    pub value: Option<String>,
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts = Vec::new();
+        if let Some(l) = self.line {
+            parts.push(format!("line {l}"));
+        }
+        match (&self.type_name, &self.property) {
+            (Some(t), Some(p)) => parts.push(format!("{t}.{p}")),
+            (Some(t), None) => parts.push(t.clone()),
+            (None, Some(p)) => parts.push(format!("property {p}")),
+            (None, None) => {}
+        }
+        if let Some(v) = &self.value {
+            parts.push(format!("value {v}"));
+        }
+        f.write_str(&parts.join(", "))
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum OmniError {
+    #[error("parse error at line {line}, column {column}: {message}\n  | {snippet}")]
+    Parse {
+        line: usize,
+        column: usize,
+        message: String,
+        snippet: String,
+    },
+    /// The schema is well-formed but wrong (unknown type, duplicate, ...).
+    #[error("schema error: {message}")]
+    Schema { message: String },
+    /// Input data violates the schema or a constraint.
+    #[error("{at}: {message}")]
+    Invalid { at: Location, message: String },
+    #[error("key conflict: {type_name} with id {id:?} already exists")]
+    KeyConflict { type_name: String, id: String },
+    #[error(
+        "read set changed: the branch moved while the write was prepared; read again and retry"
+    )]
+    ReadSetChanged,
+    #[error("write contended: gave up after {attempts} attempts")]
+    Contended { attempts: u32 },
+    #[error("recovery required for operation {operation_id}")]
+    RecoveryRequired { operation_id: String },
+    #[error("resource limit exceeded: {what} (limit {limit})")]
+    ResourceLimitExceeded { what: String, limit: String },
+    #[error("not found: {0}")]
+    NotFound(String),
+    #[error("already exists: {0}")]
+    AlreadyExists(String),
+    #[error("bad request: {0}")]
+    BadRequest(String),
+    #[error("storage error: {0}")]
+    Storage(String),
+    #[error("lance: {0}")]
+    Lance(#[from] lance::Error),
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl OmniError {
+    pub fn invalid(at: Location, message: impl Into<String>) -> Self {
+        Self::Invalid {
+            at,
+            message: message.into(),
+        }
+    }
+
+    pub fn schema(message: impl Into<String>) -> Self {
+        Self::Schema {
+            message: message.into(),
+        }
+    }
+
+    pub fn storage(e: impl fmt::Display) -> Self {
+        Self::Storage(e.to_string())
+    }
+
+    /// A short stable name for the error kind, used in machine output.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Parse { .. } => "ParseError",
+            Self::Schema { .. } => "SchemaError",
+            Self::Invalid { .. } => "InvalidData",
+            Self::KeyConflict { .. } => "KeyConflict",
+            Self::ReadSetChanged => "ReadSetChanged",
+            Self::Contended { .. } => "Contended",
+            Self::RecoveryRequired { .. } => "RecoveryRequired",
+            Self::ResourceLimitExceeded { .. } => "ResourceLimitExceeded",
+            Self::NotFound(_) => "NotFound",
+            Self::AlreadyExists(_) => "AlreadyExists",
+            Self::BadRequest(_) => "BadRequest",
+            Self::Storage(_) | Self::Lance(_) | Self::Io(_) => "StorageError",
+        }
+    }
+}
+
+impl From<arrow_schema::ArrowError> for OmniError {
+    fn from(e: arrow_schema::ArrowError) -> Self {
+        Self::Storage(format!("arrow: {e}"))
+    }
+}
+
+impl From<serde_json::Error> for OmniError {
+    fn from(e: serde_json::Error) -> Self {
+        Self::Storage(format!("json: {e}"))
+    }
+}
+
+impl From<datafusion::error::DataFusionError> for OmniError {
+    fn from(e: datafusion::error::DataFusionError) -> Self {
+        Self::Storage(format!("datafusion: {e}"))
+    }
+}

@@ -1,0 +1,3 @@
+//! Reads over one snapshot.
+
+pub mod export;

@@ -1,0 +1,381 @@
+//! `Omnigraph`, the async service handle: cheap to clone, `Send + Sync`, used
+//! by many tasks at once. Every write runs through the protocol actors; reads
+//! resolve one snapshot and use it to the end.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::sync::Arc;
+
+use lance::session::Session;
+use serde::Serialize;
+
+use crate::compiler::catalog::Catalog;
+use crate::compiler::schema;
+use crate::error::{OmniError, Result};
+use crate::exec::export;
+use crate::storage::manifest::{CommitRecord, MAIN, validate_branch_name};
+use crate::storage::substrate::{LanceSubstrate, PrepareWork};
+use crate::storage::{GraphStorage, Snapshot, Target};
+use crate::util::ulid::new_ulid;
+use crate::write::load::{LoadMode, prepare_input};
+use omnigraph_actors::host::Host;
+use omnigraph_actors::{Bugs, OpId, OpKind, Outcome, RecoveryReport};
+
+/// Options when opening or creating a graph.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Recorded as the actor of every commit this handle makes.
+    pub actor: String,
+    /// Share a Lance session (needed to reopen a `memory://` graph).
+    pub session: Option<Arc<Session>>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            actor: std::env::var("USER").unwrap_or_else(|_| "omnigraph".into()),
+            session: None,
+        }
+    }
+}
+
+/// What a load did.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct LoadReport {
+    pub branch: String,
+    pub branch_created: bool,
+    pub mode: LoadMode,
+    pub nodes: BTreeMap<String, usize>,
+    pub edges: BTreeMap<String, usize>,
+    pub commit: String,
+    pub manifest_version: u64,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct BranchInfo {
+    pub name: String,
+    pub head: String,
+    pub parent: Option<String>,
+    /// Graph manifest version at which the branch last changed.
+    pub updated_at: u64,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct TableInfo {
+    pub name: String,
+    pub kind: String,
+    pub rows: usize,
+    pub table_version: u64,
+    /// The Lance branch holding this state (`null`: Lance's main line).
+    pub lance_branch: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct SnapshotInfo {
+    pub branch: String,
+    pub manifest_version: u64,
+    pub head_commit: String,
+    pub types: Vec<TableInfo>,
+}
+
+struct Inner {
+    graph: Arc<GraphStorage>,
+    substrate: Arc<LanceSubstrate>,
+    host: Host,
+    recovery: RecoveryReport,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.host.stop_all_now();
+    }
+}
+
+#[derive(Clone)]
+pub struct Omnigraph {
+    inner: Arc<Inner>,
+}
+
+fn outcome_to_result(outcome: Outcome, detail: Option<OmniError>) -> Result<(Option<String>, u64)> {
+    match outcome {
+        Outcome::Committed { commit, version } => Ok((commit.map(|c| c.0), version)),
+        Outcome::Rejected => {
+            Err(detail.unwrap_or_else(|| OmniError::BadRequest("the write was rejected".into())))
+        }
+        Outcome::ReadSetChanged => Err(OmniError::ReadSetChanged),
+        Outcome::Contended { attempts } => Err(OmniError::Contended { attempts }),
+        Outcome::RecoveryRequired { op } => Err(OmniError::RecoveryRequired { operation_id: op.0 }),
+        Outcome::BranchNotFound(b) => Err(OmniError::NotFound(format!("branch '{b}'"))),
+        Outcome::BranchExists(b) => Err(OmniError::AlreadyExists(format!("branch '{b}'"))),
+        Outcome::StorageFailed(e) => Err(OmniError::Storage(e)),
+        Outcome::Refused(e) => Err(OmniError::BadRequest(e)),
+    }
+}
+
+impl Omnigraph {
+    /// Create a graph at `uri` with the given schema source.
+    pub async fn init(uri: &str, schema_source: &str) -> Result<Self> {
+        Self::init_with(uri, schema_source, Options::default()).await
+    }
+
+    pub async fn init_with(uri: &str, schema_source: &str, opts: Options) -> Result<Self> {
+        let catalog = schema::compile(schema_source)?;
+        let session = opts.session.clone().unwrap_or_default();
+        let graph = GraphStorage::init(session, uri, schema_source, catalog, &opts.actor).await?;
+        Self::start(graph, opts).await
+    }
+
+    /// Open an existing graph; recovery resolves any interrupted write before
+    /// this returns.
+    pub async fn open(uri: &str) -> Result<Self> {
+        Self::open_with(uri, Options::default()).await
+    }
+
+    pub async fn open_with(uri: &str, opts: Options) -> Result<Self> {
+        let session = opts.session.clone().unwrap_or_default();
+        let graph = GraphStorage::open(session, uri).await?;
+        Self::start(graph, opts).await
+    }
+
+    async fn start(graph: GraphStorage, opts: Options) -> Result<Self> {
+        let graph = Arc::new(graph);
+        let substrate = Arc::new(LanceSubstrate::new(graph.clone(), opts.actor));
+        let host = Host::start(substrate.clone(), Bugs::default()).await;
+        let recovery = host
+            .ready(OpId(format!("open-{}", new_ulid())))
+            .await
+            .ok_or_else(|| OmniError::Storage("recovery did not finish".into()))?;
+        if let Some(op) = recovery.unresolved.first() {
+            host.shutdown().await;
+            return Err(OmniError::RecoveryRequired {
+                operation_id: op.0.clone(),
+            });
+        }
+        Ok(Self {
+            inner: Arc::new(Inner {
+                graph,
+                substrate,
+                host,
+                recovery,
+            }),
+        })
+    }
+
+    pub fn catalog(&self) -> Arc<Catalog> {
+        self.inner.graph.catalog.clone()
+    }
+
+    pub fn schema_source(&self) -> &str {
+        &self.inner.graph.schema_source
+    }
+
+    pub fn uri(&self) -> &str {
+        self.inner.graph.store.uri()
+    }
+
+    /// What recovery did when this handle opened the graph.
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.inner.recovery
+    }
+
+    #[cfg(feature = "fault-injection")]
+    pub fn substrate(&self) -> &Arc<LanceSubstrate> {
+        &self.inner.substrate
+    }
+
+    async fn run(
+        &self,
+        kind: OpKind,
+        label: &str,
+        work: Option<Arc<dyn PrepareWork>>,
+    ) -> Result<(Option<String>, u64, serde_json::Value)> {
+        let op = OpId(new_ulid());
+        self.inner.substrate.register(&op, label, work);
+        let outcome = self.inner.host.run(op.clone(), kind).await;
+        let ctx = self.inner.substrate.finish(&op);
+        let (commit, version) = outcome_to_result(outcome, ctx.error)?;
+        Ok((commit, version, ctx.summary))
+    }
+
+    /// Load JSONL text into `branch` as one commit.
+    pub async fn load(&self, branch: &str, jsonl: &str, mode: LoadMode) -> Result<LoadReport> {
+        let bytes = jsonl.as_bytes().to_vec();
+        self.load_from(branch, None, std::io::Cursor::new(bytes), mode, |_| {})
+            .await
+    }
+
+    /// Load from any reader. With `from`, a missing `branch` is first created
+    /// from that branch. `progress` hears how many input bytes were read.
+    pub async fn load_from<R, P>(
+        &self,
+        branch: &str,
+        from: Option<&str>,
+        input: R,
+        mode: LoadMode,
+        progress: P,
+    ) -> Result<LoadReport>
+    where
+        R: Read + Send + 'static,
+        P: Fn(u64) + Send + Sync + 'static,
+    {
+        let mut branch_created = false;
+        if let Some(from) = from {
+            let exists = self
+                .inner
+                .graph
+                .manifests
+                .latest()
+                .await?
+                .branches
+                .contains_key(branch);
+            if !exists {
+                match self.branch_create(branch, from).await {
+                    Ok(_) => branch_created = true,
+                    Err(OmniError::AlreadyExists(_)) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        let catalog = self.catalog();
+        let work =
+            tokio::task::spawn_blocking(move || prepare_input(&catalog, input, mode, &progress))
+                .await
+                .map_err(|e| OmniError::Storage(format!("the load task failed: {e}")))??;
+        let (nodes, edges) = work.counts();
+        let (commit, version, _) = self
+            .run(
+                OpKind::Write {
+                    branch: branch.to_string(),
+                },
+                "load",
+                Some(work),
+            )
+            .await?;
+        Ok(LoadReport {
+            branch: branch.to_string(),
+            branch_created,
+            mode,
+            nodes,
+            edges,
+            commit: commit.unwrap_or_default(),
+            manifest_version: version,
+        })
+    }
+
+    pub async fn branch_create(&self, name: &str, from: &str) -> Result<BranchInfo> {
+        let latest = self.inner.graph.manifests.latest().await?;
+        validate_branch_name(name, latest.branches.keys())?;
+        if !latest.branches.contains_key(from) {
+            return Err(OmniError::NotFound(format!("branch '{from}'")));
+        }
+        self.run(
+            OpKind::CreateBranch {
+                name: name.to_string(),
+                from: from.to_string(),
+            },
+            "create_branch",
+            None,
+        )
+        .await?;
+        self.branch_list()
+            .await?
+            .into_iter()
+            .find(|b| b.name == name)
+            .ok_or_else(|| OmniError::NotFound(format!("branch '{name}'")))
+    }
+
+    pub async fn branch_list(&self) -> Result<Vec<BranchInfo>> {
+        let latest = self.inner.graph.manifests.latest().await?;
+        Ok(latest
+            .branches
+            .iter()
+            .map(|(name, r)| BranchInfo {
+                name: name.clone(),
+                head: r.head.clone(),
+                parent: r.parent.clone(),
+                updated_at: r.updated_at,
+            })
+            .collect())
+    }
+
+    pub async fn branch_delete(&self, name: &str) -> Result<()> {
+        if name == MAIN {
+            return Err(OmniError::BadRequest(
+                "the main branch cannot be deleted".into(),
+            ));
+        }
+        let latest = self.inner.graph.manifests.latest().await?;
+        if !latest.branches.contains_key(name) {
+            return Err(OmniError::NotFound(format!("branch '{name}'")));
+        }
+        self.run(
+            OpKind::DeleteBranch {
+                name: name.to_string(),
+            },
+            "delete_branch",
+            None,
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Resolve a target to one snapshot (for reads that span several calls).
+    pub async fn resolve(&self, target: &Target) -> Result<Snapshot> {
+        self.inner.graph.snapshot(target).await
+    }
+
+    pub async fn snapshot(&self, target: &Target) -> Result<SnapshotInfo> {
+        let snap = self.resolve(target).await?;
+        let mut types = Vec::new();
+        for t in &self.inner.graph.catalog.types {
+            let r = snap.table(t)?;
+            let ds = self.inner.graph.tables.open(r).await?;
+            types.push(TableInfo {
+                name: t.name.clone(),
+                kind: if t.is_edge() { "edge" } else { "node" }.into(),
+                rows: ds.count_rows(None).await?,
+                table_version: r.version,
+                lance_branch: r.lance_branch.clone(),
+            });
+        }
+        Ok(SnapshotInfo {
+            branch: snap.branch.clone(),
+            manifest_version: snap.manifest.version,
+            head_commit: snap.record.head.clone(),
+            types,
+        })
+    }
+
+    /// The commits reachable from a branch head, newest first.
+    pub async fn commits(&self, branch: &str, limit: Option<usize>) -> Result<Vec<CommitRecord>> {
+        let snap = self.resolve(&Target::Branch(branch.to_string())).await?;
+        let mut out = Vec::new();
+        let mut next = Some(snap.record.head.clone());
+        while let Some(id) = next {
+            if limit.is_some_and(|l| out.len() >= l) {
+                break;
+            }
+            let rec = self
+                .inner
+                .graph
+                .manifests
+                .commit(&id)
+                .await?
+                .ok_or_else(|| OmniError::Storage(format!("commit {id} is missing its record")))?;
+            next = rec.parents.first().cloned();
+            out.push(rec);
+        }
+        Ok(out)
+    }
+
+    /// Write the target's nodes, then edges, as JSONL that loads back into an
+    /// identical graph. Returns the number of lines written.
+    pub async fn export(
+        &self,
+        target: &Target,
+        out: &mut (dyn std::io::Write + Send),
+    ) -> Result<usize> {
+        let snap = self.resolve(target).await?;
+        export::export(&self.inner.graph, &snap, out).await
+    }
+}

@@ -1,0 +1,23 @@
+//! Omnigraph: a typed property-graph database on Lance.
+//!
+//! Every node and edge type is a Lance dataset; one graph manifest ties their
+//! versions together per branch. Writes go through the actor protocol in
+//! `omnigraph-actors` (gates, recovery sidecars, staged table commits, one
+//! atomic publish); reads resolve one snapshot and keep it.
+//!
+//! Data flows one way: text -> [`compiler`] -> [`write`] (staged changes) or
+//! [`exec`] (reads) -> actors -> [`storage`].
+
+pub mod compiler;
+pub mod error;
+pub mod exec;
+pub mod handle;
+pub mod storage;
+pub mod util;
+pub mod write;
+
+pub use error::{OmniError, Result};
+pub use handle::{BranchInfo, LoadReport, Omnigraph, Options, SnapshotInfo, TableInfo};
+pub use storage::Target;
+pub use storage::manifest::CommitRecord;
+pub use write::load::LoadMode;

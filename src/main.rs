@@ -1,0 +1,385 @@
+//! The `omnigraph` command line: every command takes the graph as `--store
+//! URI` or as a positional URI; `--json` gives machine output, errors go to
+//! stderr with a non-zero exit code.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::{Args, Parser, Subcommand};
+use omnigraph::{LoadMode, OmniError, Omnigraph, Target};
+use serde::Serialize;
+
+mod cli_demo;
+mod cli_table;
+
+#[derive(Parser)]
+#[command(
+    name = "omnigraph",
+    version,
+    about = "A typed property-graph database on Lance"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Args, Clone)]
+struct Graph {
+    /// The graph URI (a local path, memory://, s3://...).
+    #[arg(long = "store", value_name = "URI")]
+    store: Option<String>,
+    /// The graph URI, as an alternative to --store.
+    #[arg(value_name = "URI")]
+    uri: Option<String>,
+}
+
+impl Graph {
+    fn uri(&self) -> Result<&str, OmniError> {
+        match (&self.store, &self.uri) {
+            (Some(s), None) | (None, Some(s)) => Ok(s),
+            (Some(a), Some(b)) if a == b => Ok(a),
+            (Some(_), Some(_)) => Err(OmniError::BadRequest(
+                "give the graph once: either --store URI or a positional URI".into(),
+            )),
+            (None, None) => Err(OmniError::BadRequest(
+                "which graph? give --store URI or a positional URI".into(),
+            )),
+        }
+    }
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Create a graph with a schema.
+    Init {
+        #[arg(long, value_name = "FILE")]
+        schema: PathBuf,
+        #[command(flatten)]
+        graph: Graph,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Load a JSONL file as one commit.
+    Load {
+        #[arg(long, value_name = "FILE")]
+        data: PathBuf,
+        /// overwrite | append | merge
+        #[arg(long)]
+        mode: LoadMode,
+        #[arg(long, default_value = "main")]
+        branch: String,
+        /// Create --branch from this branch first if it does not exist.
+        #[arg(long, value_name = "BRANCH")]
+        from: Option<String>,
+        #[command(flatten)]
+        graph: Graph,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create, list and delete branches.
+    Branch {
+        #[command(subcommand)]
+        cmd: BranchCmd,
+    },
+    /// Show a branch's state: graph version, head commit, rows and table versions per type.
+    Snapshot {
+        #[command(flatten)]
+        graph: Graph,
+        #[arg(long, default_value = "main")]
+        branch: String,
+        /// The state a commit published, instead of the branch head.
+        #[arg(long, value_name = "COMMIT")]
+        commit: Option<String>,
+        /// The branch as of a graph manifest version.
+        #[arg(long, value_name = "N")]
+        version: Option<u64>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Commit history.
+    Commit {
+        #[command(subcommand)]
+        cmd: CommitCmd,
+    },
+    /// Write a branch (or snapshot) as JSONL to stdout.
+    Export {
+        #[command(flatten)]
+        graph: Graph,
+        #[arg(long, default_value = "main")]
+        branch: String,
+        #[arg(long, value_name = "COMMIT")]
+        commit: Option<String>,
+        #[arg(long, value_name = "N")]
+        version: Option<u64>,
+    },
+    /// Create a small graph in a temporary folder and walk through the main features.
+    Demo {
+        /// Where to create the demo graph (default: a fresh temporary folder).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum BranchCmd {
+    Create {
+        name: String,
+        #[arg(long, default_value = "main")]
+        from: String,
+        #[command(flatten)]
+        graph: Graph,
+        #[arg(long)]
+        json: bool,
+    },
+    List {
+        #[command(flatten)]
+        graph: Graph,
+        #[arg(long)]
+        json: bool,
+    },
+    Delete {
+        name: String,
+        #[command(flatten)]
+        graph: Graph,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum CommitCmd {
+    List {
+        #[command(flatten)]
+        graph: Graph,
+        #[arg(long, default_value = "main")]
+        branch: String,
+        #[arg(long)]
+        limit: Option<usize>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn target(
+    branch: String,
+    commit: Option<String>,
+    version: Option<u64>,
+) -> Result<Target, OmniError> {
+    match (commit, version) {
+        (Some(_), Some(_)) => Err(OmniError::BadRequest(
+            "give --commit or --version, not both".into(),
+        )),
+        (Some(c), None) => Ok(Target::Commit(c)),
+        (None, Some(v)) => Ok(Target::Version { version: v, branch }),
+        (None, None) => Ok(Target::Branch(branch)),
+    }
+}
+
+fn print_json<T: Serialize>(v: &T) {
+    println!("{}", serde_json::to_string_pretty(v).expect("serialisable"));
+}
+
+fn exit_code(e: &OmniError) -> i32 {
+    match e {
+        OmniError::Parse { .. } | OmniError::Schema { .. } | OmniError::BadRequest(_) => 2,
+        OmniError::ReadSetChanged | OmniError::Contended { .. } => 4,
+        _ => 1,
+    }
+}
+
+/// A progress bar on stderr that appears only once a load takes a moment.
+struct Progress {
+    bar: indicatif::ProgressBar,
+    started: Instant,
+}
+
+impl Progress {
+    fn new(total: u64) -> Self {
+        let bar = indicatif::ProgressBar::with_draw_target(
+            Some(total),
+            indicatif::ProgressDrawTarget::hidden(),
+        );
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} {msg} [{bar:30}] {bytes}/{total_bytes} ({bytes_per_sec})",
+            )
+            .expect("template")
+            .progress_chars("=> "),
+        );
+        bar.set_message("reading");
+        Self {
+            bar,
+            started: Instant::now(),
+        }
+    }
+
+    fn update(&self, bytes: u64) {
+        if self.bar.is_hidden()
+            && self.started.elapsed() > Duration::from_millis(300)
+            && std::io::stderr().is_terminal()
+        {
+            self.bar
+                .set_draw_target(indicatif::ProgressDrawTarget::stderr());
+            self.bar.enable_steady_tick(Duration::from_millis(120));
+        }
+        self.bar.set_position(bytes);
+    }
+}
+
+async fn run(cmd: Cmd) -> Result<(), OmniError> {
+    match cmd {
+        Cmd::Init {
+            schema,
+            graph,
+            json,
+        } => {
+            let src = std::fs::read_to_string(&schema).map_err(|e| {
+                OmniError::BadRequest(format!("cannot read schema {}: {e}", schema.display()))
+            })?;
+            let g = Omnigraph::init(graph.uri()?, &src).await?;
+            let snap = g.snapshot(&Target::main()).await?;
+            if json {
+                print_json(&snap);
+            } else {
+                println!(
+                    "initialised {} with {} types (commit {})",
+                    g.uri(),
+                    snap.types.len(),
+                    snap.head_commit
+                );
+            }
+        }
+        Cmd::Load {
+            data,
+            mode,
+            branch,
+            from,
+            graph,
+            json,
+        } => {
+            let g = Omnigraph::open(graph.uri()?).await?;
+            let file = std::fs::File::open(&data).map_err(|e| {
+                OmniError::BadRequest(format!("cannot read {}: {e}", data.display()))
+            })?;
+            let total = file.metadata().map(|m| m.len()).unwrap_or(0);
+            let progress = std::sync::Arc::new(Progress::new(total));
+            let p = progress.clone();
+            let reader = std::io::BufReader::with_capacity(1 << 20, file);
+            let result = g
+                .load_from(&branch, from.as_deref(), reader, mode, move |b| p.update(b))
+                .await;
+            progress.bar.finish_and_clear();
+            let report = result?;
+            if json {
+                print_json(&report);
+            } else {
+                cli_table::print_load(&report);
+            }
+        }
+        Cmd::Branch { cmd } => match cmd {
+            BranchCmd::Create {
+                name,
+                from,
+                graph,
+                json,
+            } => {
+                let g = Omnigraph::open(graph.uri()?).await?;
+                let b = g.branch_create(&name, &from).await?;
+                if json {
+                    print_json(&b);
+                } else {
+                    println!(
+                        "created branch {} from {} at commit {}",
+                        b.name, from, b.head
+                    );
+                }
+            }
+            BranchCmd::List { graph, json } => {
+                let g = Omnigraph::open(graph.uri()?).await?;
+                let list = g.branch_list().await?;
+                if json {
+                    print_json(&list);
+                } else {
+                    cli_table::print_branches(&list);
+                }
+            }
+            BranchCmd::Delete { name, graph, json } => {
+                let g = Omnigraph::open(graph.uri()?).await?;
+                g.branch_delete(&name).await?;
+                if json {
+                    print_json(&serde_json::json!({ "deleted": name }));
+                } else {
+                    println!("deleted branch {name}");
+                }
+            }
+        },
+        Cmd::Snapshot {
+            graph,
+            branch,
+            commit,
+            version,
+            json,
+        } => {
+            let g = Omnigraph::open(graph.uri()?).await?;
+            let snap = g.snapshot(&target(branch, commit, version)?).await?;
+            if json {
+                print_json(&snap);
+            } else {
+                cli_table::print_snapshot(&snap);
+            }
+        }
+        Cmd::Commit {
+            cmd:
+                CommitCmd::List {
+                    graph,
+                    branch,
+                    limit,
+                    json,
+                },
+        } => {
+            let g = Omnigraph::open(graph.uri()?).await?;
+            let commits = g.commits(&branch, limit).await?;
+            if json {
+                print_json(&commits);
+            } else {
+                cli_table::print_commits(&commits);
+            }
+        }
+        Cmd::Export {
+            graph,
+            branch,
+            commit,
+            version,
+        } => {
+            let g = Omnigraph::open(graph.uri()?).await?;
+            let stdout = std::io::stdout();
+            let mut out = std::io::BufWriter::with_capacity(1 << 20, stdout.lock());
+            g.export(&target(branch, commit, version)?, &mut out)
+                .await?;
+            out.flush()?;
+        }
+        Cmd::Demo { dir } => cli_demo::run(dir).await?,
+    }
+    Ok(())
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("OMNIGRAPH_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let result = runtime.block_on(run(cli.cmd));
+    if let Err(e) = result {
+        eprintln!("error[{}]: {e}", e.kind());
+        std::process::exit(exit_code(&e));
+    }
+}

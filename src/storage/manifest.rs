@@ -1,0 +1,331 @@
+//! The graph manifest: for every branch, its head commit and the exact table
+//! versions (and Lance branches) that make up its state. Each manifest version
+//! is an immutable file `_graph/versions/<n>.json`; publishing version n+1 is
+//! one create-if-absent of that file, which is the compare-and-swap. Commit
+//! records live beside it, one file per commit, and are only trusted when the
+//! manifest version they name really carries them.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+use super::objstore::Store;
+use crate::error::{OmniError, Result};
+
+pub const FORMAT: u32 = 1;
+pub const MAIN: &str = "main";
+const VERSIONS: &str = "_graph/versions";
+const COMMITS: &str = "_graph/commits";
+const LATEST_HINT: &str = "_graph/latest";
+/// How many manifest versions stay parsed in memory.
+const CACHE_LIMIT: usize = 256;
+
+/// Where one table's state for a branch lives.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableRef {
+    /// The dataset folder under the graph root.
+    pub dir: String,
+    /// The Lance branch (`None`: Lance's main line).
+    pub lance_branch: Option<String>,
+    pub version: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BranchRecord {
+    pub head: String,
+    /// The manifest version at which this record last changed.
+    pub updated_at: u64,
+    /// The manifest version at which the branch was created (0 for main);
+    /// it makes the branch's Lance branch names unique per incarnation.
+    pub incarnation: u64,
+    pub parent: Option<String>,
+    /// Table key -> table state. A branch shares its parent's table (the ref
+    /// names the parent's Lance branch) until it first writes that table.
+    pub tables: BTreeMap<String, TableRef>,
+}
+
+impl BranchRecord {
+    /// The Lance branch this graph branch writes its tables on.
+    pub fn own_lance_branch(&self, name: &str) -> Option<String> {
+        lance_branch_name(name, self.incarnation)
+    }
+}
+
+pub fn lance_branch_name(branch: &str, incarnation: u64) -> Option<String> {
+    (branch != MAIN).then(|| format!("{branch}-v{incarnation}"))
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChangeNote {
+    pub kind: String,
+    pub branch: String,
+    pub commit: Option<String>,
+    pub op: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub format: u32,
+    pub version: u64,
+    /// Identity of the accepted schema.
+    pub schema: String,
+    pub branches: BTreeMap<String, BranchRecord>,
+    /// What produced this version.
+    pub change: ChangeNote,
+}
+
+impl Manifest {
+    pub fn branch(&self, name: &str) -> Result<&BranchRecord> {
+        self.branches
+            .get(name)
+            .ok_or_else(|| OmniError::NotFound(format!("branch '{name}'")))
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CommitRecord {
+    pub id: String,
+    pub parents: Vec<String>,
+    pub branch: String,
+    pub manifest_version: u64,
+    pub actor: String,
+    /// RFC 3339.
+    pub timestamp: String,
+    pub kind: String,
+    /// What the commit did (per-type row counts, ...).
+    #[serde(default)]
+    pub summary: serde_json::Value,
+}
+
+fn version_file(v: u64) -> String {
+    format!("{VERSIONS}/{v:020}.json")
+}
+
+fn commit_file(id: &str) -> String {
+    format!("{COMMITS}/{id}.json")
+}
+
+pub struct Manifests {
+    store: Store,
+    latest: Mutex<Option<Arc<Manifest>>>,
+    cache: Mutex<HashMap<u64, Arc<Manifest>>>,
+}
+
+impl Manifests {
+    pub fn new(store: Store) -> Self {
+        Self {
+            store,
+            latest: Mutex::new(None),
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Is there a graph here at all?
+    pub async fn exists(&self) -> Result<bool> {
+        self.store.exists(&version_file(1)).await
+    }
+
+    async fn read_version(&self, v: u64) -> Result<Option<Arc<Manifest>>> {
+        if let Some(m) = self.cache.lock().get(&v) {
+            return Ok(Some(m.clone()));
+        }
+        let Some(bytes) = self.store.read(&version_file(v)).await? else {
+            return Ok(None);
+        };
+        let m: Manifest = serde_json::from_slice(&bytes)
+            .map_err(|e| OmniError::Storage(format!("manifest version {v} is corrupt: {e}")))?;
+        if m.format != FORMAT {
+            return Err(OmniError::Storage(format!(
+                "manifest version {v} has format {}, this build reads {FORMAT}",
+                m.format
+            )));
+        }
+        let m = Arc::new(m);
+        let mut cache = self.cache.lock();
+        if cache.len() >= CACHE_LIMIT {
+            // Keep it simple and bounded: drop the oldest versions.
+            let mut keys: Vec<u64> = cache.keys().copied().collect();
+            keys.sort_unstable();
+            for k in keys.into_iter().take(CACHE_LIMIT / 2) {
+                cache.remove(&k);
+            }
+        }
+        cache.insert(v, m.clone());
+        Ok(Some(m))
+    }
+
+    /// A past (or the current) version, exactly.
+    pub async fn at(&self, v: u64) -> Result<Arc<Manifest>> {
+        self.read_version(v)
+            .await?
+            .ok_or_else(|| OmniError::NotFound(format!("graph version {v}")))
+    }
+
+    /// The newest version: the cached one, or found from the hint by probing
+    /// forward (the hint may lag behind).
+    pub async fn latest(&self) -> Result<Arc<Manifest>> {
+        if let Some(m) = self.latest.lock().clone() {
+            return Ok(m);
+        }
+        self.refresh().await
+    }
+
+    pub async fn refresh(&self) -> Result<Arc<Manifest>> {
+        let hint = match self.store.read(LATEST_HINT).await? {
+            Some(b) => std::str::from_utf8(&b)
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok())
+                .unwrap_or(1),
+            None => 1,
+        };
+        let mut cur = match self.read_version(hint).await? {
+            Some(m) => m,
+            None => self
+                .at(1)
+                .await
+                .map_err(|_| OmniError::NotFound(format!("no graph at {}", self.store.uri())))?,
+        };
+        while let Some(next) = self.read_version(cur.version + 1).await? {
+            cur = next;
+        }
+        let mut latest = self.latest.lock();
+        if latest.as_ref().is_none_or(|l| l.version < cur.version) {
+            *latest = Some(cur.clone());
+        }
+        Ok(latest.clone().expect("set"))
+    }
+
+    /// Publish `next` (whose version must be the latest + 1) with its commit
+    /// record. Returns false, having changed nothing visible, when another
+    /// publisher took that version first.
+    pub async fn publish(&self, next: &Manifest, commit: Option<&CommitRecord>) -> Result<bool> {
+        if let Some(c) = commit {
+            self.store
+                .put(&commit_file(&c.id), &serde_json::to_vec_pretty(c)?)
+                .await?;
+        }
+        let bytes = serde_json::to_vec_pretty(next)?;
+        if !self
+            .store
+            .create(&version_file(next.version), bytes)
+            .await?
+        {
+            return Ok(false);
+        }
+        let m = Arc::new(next.clone());
+        self.cache.lock().insert(next.version, m.clone());
+        *self.latest.lock() = Some(m);
+        // The hint only shortens the probe on open; losing it is harmless.
+        let _ = self
+            .store
+            .put(LATEST_HINT, next.version.to_string().as_bytes())
+            .await;
+        Ok(true)
+    }
+
+    /// A commit record, if that commit was really published.
+    pub async fn commit(&self, id: &str) -> Result<Option<CommitRecord>> {
+        if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric()) {
+            return Ok(None);
+        }
+        let Some(bytes) = self.store.read(&commit_file(id)).await? else {
+            return Ok(None);
+        };
+        let rec: CommitRecord = serde_json::from_slice(&bytes)
+            .map_err(|e| OmniError::Storage(format!("commit record {id} is corrupt: {e}")))?;
+        match self.read_version(rec.manifest_version).await? {
+            Some(m) if m.change.commit.as_deref() == Some(id) => Ok(Some(rec)),
+            _ => Ok(None),
+        }
+    }
+}
+
+/// Check a new branch name: letters, digits and `/ _ . -`, no `..`, no empty
+/// path segment, no leading or trailing `/`, and not a path prefix of (or
+/// under) a live branch.
+pub fn validate_branch_name<'a>(
+    name: &str,
+    live: impl IntoIterator<Item = &'a String>,
+) -> Result<()> {
+    let bad = |why: &str| {
+        Err(OmniError::BadRequest(format!(
+            "invalid branch name {name:?}: {why}"
+        )))
+    };
+    if name.is_empty() {
+        return bad("it is empty");
+    }
+    if name.len() > 200 {
+        return bad("it is longer than 200 characters");
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '/' | '_' | '.' | '-')))
+    {
+        return bad(&format!(
+            "character {c:?} is not allowed (use letters, digits, '/', '_', '.', '-')"
+        ));
+    }
+    if name.contains("..") {
+        return bad("'..' could escape the graph's folder");
+    }
+    if name.starts_with('/') || name.ends_with('/') || name.contains("//") {
+        return bad("path segments must not be empty (no leading, trailing or double '/')");
+    }
+    if name
+        .split('/')
+        .any(|s| s.starts_with('.') || s.ends_with(".lock"))
+    {
+        return bad("a segment may not start with '.' or end with '.lock'");
+    }
+    for other in live {
+        if other == name {
+            return Err(OmniError::AlreadyExists(format!("branch '{name}'")));
+        }
+        if other.starts_with(&format!("{name}/")) || name.starts_with(&format!("{other}/")) {
+            return bad(&format!("it collides with the storage of branch '{other}'"));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn branch_names_that_could_escape_or_collide_are_refused() {
+        let live = vec!["main".to_string(), "feature/x".to_string()];
+        for bad in [
+            "",
+            "../x",
+            "/abs",
+            "a/",
+            "a//b",
+            "a b",
+            "a$",
+            "feature",
+            "feature/x/y",
+            "a/.hidden",
+            "x.lock",
+        ] {
+            assert!(
+                validate_branch_name(bad, &live).is_err(),
+                "{bad:?} accepted"
+            );
+        }
+        assert!(matches!(
+            validate_branch_name("main", &live),
+            Err(OmniError::AlreadyExists(_))
+        ));
+        for good in ["dev", "feature/y", "release-1.2", "a_b/c.d"] {
+            validate_branch_name(good, &live).unwrap();
+        }
+    }
+}

@@ -1,0 +1,249 @@
+//! The only code that talks to Lance and the object store: the graph's
+//! layout, its manifest, its tables, recovery sidecars, and the substrate the
+//! protocol actors run their storage requests on.
+//!
+//! Layout under the graph URI:
+//! ```text
+//! _graph/versions/<n>.json     graph manifest versions (immutable; publish = create-if-absent)
+//! _graph/latest                hint: the newest version number
+//! _graph/commits/<id>.json     commit records
+//! _graph/schema/<id>.pg        accepted schema source, and <id>.catalog.json
+//! _graph/recovery/<op>.json    recovery sidecars of in-flight writes
+//! nodes/<Type>.lance           one Lance dataset per node type
+//! edges/<Type>.lance           one Lance dataset per edge type
+//! ```
+
+pub mod manifest;
+pub mod objstore;
+pub mod sidecar;
+pub mod stage;
+pub mod substrate;
+pub mod tables;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use lance::Dataset;
+use lance::session::Session;
+use sha2::{Digest, Sha256};
+
+use crate::compiler::catalog::{Catalog, TypeDef};
+use crate::error::{OmniError, Result};
+use manifest::{BranchRecord, ChangeNote, CommitRecord, MAIN, Manifest, Manifests, TableRef};
+use objstore::Store;
+use omnigraph_actors::{CommitId, Head};
+use tables::Tables;
+
+/// Which state of the graph a read (or a write's snapshot) sees.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// The head of a branch, now.
+    Branch(String),
+    /// The state a commit published.
+    Commit(String),
+    /// A branch as of a graph manifest version.
+    Version { version: u64, branch: String },
+}
+
+impl Target {
+    pub fn main() -> Self {
+        Target::Branch(MAIN.to_string())
+    }
+}
+
+/// One consistent state of one branch: what a read uses from start to end.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    pub manifest: Arc<Manifest>,
+    pub branch: String,
+    pub record: BranchRecord,
+}
+
+impl Snapshot {
+    pub fn head(&self) -> Head {
+        Head {
+            commit: CommitId(self.record.head.clone()),
+            version: self.record.updated_at,
+        }
+    }
+
+    pub fn table(&self, t: &TypeDef) -> Result<&TableRef> {
+        self.record.tables.get(&t.table_key()).ok_or_else(|| {
+            OmniError::Storage(format!(
+                "branch '{}' has no table for {}",
+                self.branch, t.name
+            ))
+        })
+    }
+}
+
+/// Everything about one graph's storage, shared by the substrate and reads.
+pub struct GraphStorage {
+    pub store: Store,
+    pub manifests: Manifests,
+    pub tables: Tables,
+    pub catalog: Arc<Catalog>,
+    pub schema_id: String,
+    pub schema_source: String,
+}
+
+fn schema_id(source: &str) -> String {
+    let digest = Sha256::digest(source.as_bytes());
+    digest.iter().take(16).map(|b| format!("{b:02x}")).collect()
+}
+
+impl GraphStorage {
+    /// Create a new graph with the given (already compiled) schema.
+    pub async fn init(
+        session: Arc<Session>,
+        uri: &str,
+        source: &str,
+        catalog: Catalog,
+        actor: &str,
+    ) -> Result<Self> {
+        let uri = objstore::normalize_uri(uri)?;
+        let store = Store::open(&session, &uri).await?;
+        let manifests = Manifests::new(store.clone());
+        if manifests.exists().await? {
+            return Err(OmniError::AlreadyExists(format!("a graph at {uri}")));
+        }
+        let tables = Tables::new(store.clone(), session);
+        let id = schema_id(source);
+        let mut refs = BTreeMap::new();
+        for t in &catalog.types {
+            let version = tables.create(&t.table_dir(), t.arrow_schema()).await?;
+            refs.insert(
+                t.table_key(),
+                TableRef {
+                    dir: t.table_dir(),
+                    lance_branch: None,
+                    version,
+                },
+            );
+        }
+        store
+            .put(&format!("_graph/schema/{id}.pg"), source.as_bytes())
+            .await?;
+        store
+            .put(
+                &format!("_graph/schema/{id}.catalog.json"),
+                &serde_json::to_vec_pretty(&catalog)?,
+            )
+            .await?;
+        let commit = crate::util::ulid::new_ulid();
+        let mut branches = BTreeMap::new();
+        branches.insert(
+            MAIN.to_string(),
+            BranchRecord {
+                head: commit.clone(),
+                updated_at: 1,
+                incarnation: 0,
+                parent: None,
+                tables: refs,
+            },
+        );
+        let m = Manifest {
+            format: manifest::FORMAT,
+            version: 1,
+            schema: id.clone(),
+            branches,
+            change: ChangeNote {
+                kind: "init".into(),
+                branch: MAIN.into(),
+                commit: Some(commit.clone()),
+                op: commit.clone(),
+            },
+        };
+        let record = CommitRecord {
+            id: commit,
+            parents: Vec::new(),
+            branch: MAIN.into(),
+            manifest_version: 1,
+            actor: actor.to_string(),
+            timestamp: chrono::Utc::now().to_rfc3339(),
+            kind: "init".into(),
+            summary: serde_json::json!({ "types": catalog.types.len() }),
+        };
+        if !manifests.publish(&m, Some(&record)).await? {
+            return Err(OmniError::AlreadyExists(format!("a graph at {uri}")));
+        }
+        Ok(Self {
+            store,
+            manifests,
+            tables,
+            catalog: Arc::new(catalog),
+            schema_id: id,
+            schema_source: source.to_string(),
+        })
+    }
+
+    /// Open an existing graph.
+    pub async fn open(session: Arc<Session>, uri: &str) -> Result<Self> {
+        let uri = objstore::normalize_uri(uri)?;
+        let store = Store::open(&session, &uri).await?;
+        let manifests = Manifests::new(store.clone());
+        if !manifests.exists().await? {
+            return Err(OmniError::NotFound(format!("no graph at {uri}")));
+        }
+        let latest = manifests.refresh().await?;
+        let id = latest.schema.clone();
+        let source = store
+            .read(&format!("_graph/schema/{id}.pg"))
+            .await?
+            .ok_or_else(|| OmniError::Storage(format!("schema {id} is missing from the graph")))?;
+        let catalog_bytes = store
+            .read(&format!("_graph/schema/{id}.catalog.json"))
+            .await?
+            .ok_or_else(|| OmniError::Storage(format!("catalog {id} is missing from the graph")))?;
+        let catalog: Catalog = serde_json::from_slice(&catalog_bytes)
+            .map_err(|e| OmniError::Storage(format!("catalog {id} is corrupt: {e}")))?;
+        let tables = Tables::new(store.clone(), session);
+        Ok(Self {
+            store,
+            manifests,
+            tables,
+            catalog: Arc::new(catalog),
+            schema_id: id,
+            schema_source: String::from_utf8_lossy(&source).into_owned(),
+        })
+    }
+
+    /// Resolve a target to one snapshot.
+    pub async fn snapshot(&self, target: &Target) -> Result<Snapshot> {
+        let (manifest, branch) = match target {
+            Target::Branch(b) => (self.manifests.latest().await?, b.clone()),
+            Target::Version { version, branch } => {
+                (self.manifests.at(*version).await?, branch.clone())
+            }
+            Target::Commit(id) => {
+                let rec = self
+                    .manifests
+                    .commit(id)
+                    .await?
+                    .ok_or_else(|| OmniError::NotFound(format!("commit {id}")))?;
+                (self.manifests.at(rec.manifest_version).await?, rec.branch)
+            }
+        };
+        let record = manifest
+            .branches
+            .get(&branch)
+            .cloned()
+            .ok_or_else(|| match target {
+                Target::Branch(_) => OmniError::NotFound(format!("branch '{branch}'")),
+                _ => OmniError::NotFound(format!(
+                    "branch '{branch}' at graph version {}",
+                    manifest.version
+                )),
+            })?;
+        Ok(Snapshot {
+            manifest,
+            branch,
+            record,
+        })
+    }
+
+    /// A table as a snapshot sees it.
+    pub async fn read_table(&self, snap: &Snapshot, t: &TypeDef) -> Result<Arc<Dataset>> {
+        self.tables.open(snap.table(t)?).await
+    }
+}

@@ -1,0 +1,141 @@
+//! Small files under the graph root (manifest versions, commit records,
+//! sidecars, the schema), read and written through Lance's object-store layer
+//! so that every URI Lance accepts works here too.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::TryStreamExt;
+use lance::io::{ObjectStore, ObjectStoreParams};
+use lance::session::Session;
+use object_store::path::Path;
+
+use crate::error::{OmniError, Result};
+
+#[derive(Clone)]
+pub struct Store {
+    os: Arc<ObjectStore>,
+    root: Path,
+    uri: String,
+}
+
+/// Normalise a graph URI: local paths become absolute so that Lance and the
+/// object store agree on them; URIs with a scheme pass through.
+pub fn normalize_uri(uri: &str) -> Result<String> {
+    let uri = uri.trim_end_matches('/');
+    if uri.contains("://") {
+        return Ok(uri.to_string());
+    }
+    let p = std::path::absolute(uri)
+        .map_err(|e| OmniError::BadRequest(format!("bad graph path {uri:?}: {e}")))?;
+    Ok(p.to_string_lossy().trim_end_matches('/').to_string())
+}
+
+fn not_found(e: &object_store::Error) -> bool {
+    matches!(e, object_store::Error::NotFound { .. })
+}
+
+fn lance_not_found(e: &lance::Error) -> bool {
+    matches!(e, lance::Error::NotFound { .. })
+        || e.to_string().contains("not found")
+        || e.to_string().contains("No such file")
+}
+
+impl Store {
+    pub async fn open(session: &Session, uri: &str) -> Result<Self> {
+        let (os, root) = ObjectStore::from_uri_and_params(
+            session.store_registry(),
+            uri,
+            &ObjectStoreParams::default(),
+        )
+        .await?;
+        Ok(Self {
+            os,
+            root,
+            uri: uri.to_string(),
+        })
+    }
+
+    pub fn uri(&self) -> &str {
+        &self.uri
+    }
+
+    /// The URI of something under the root (for Lance datasets).
+    pub fn uri_of(&self, rel: &str) -> String {
+        format!("{}/{rel}", self.uri)
+    }
+
+    fn path(&self, rel: &str) -> Path {
+        rel.split('/')
+            .filter(|s| !s.is_empty())
+            .fold(self.root.clone(), |p, s| p.child(s))
+    }
+
+    pub async fn read(&self, rel: &str) -> Result<Option<Bytes>> {
+        match self.os.read_one_all(&self.path(rel)).await {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if lance_not_found(&e) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    pub async fn exists(&self, rel: &str) -> Result<bool> {
+        Ok(self.os.exists(&self.path(rel)).await?)
+    }
+
+    /// Write or replace.
+    pub async fn put(&self, rel: &str, bytes: &[u8]) -> Result<()> {
+        self.os.put(&self.path(rel), bytes).await?;
+        Ok(())
+    }
+
+    /// Create only if absent: the compare-and-swap every publish rests on.
+    /// Returns false when the object already exists.
+    pub async fn create(&self, rel: &str, bytes: Vec<u8>) -> Result<bool> {
+        match self
+            .os
+            .put_if_absent(&self.path(rel), Bytes::from(bytes).into())
+            .await
+        {
+            Ok(()) => Ok(true),
+            Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
+            Err(e) => Err(OmniError::storage(e)),
+        }
+    }
+
+    /// Delete; deleting something absent is not an error (idempotent).
+    pub async fn delete(&self, rel: &str) -> Result<()> {
+        match self.os.inner.delete(&self.path(rel)).await {
+            Ok(()) => Ok(()),
+            Err(e) if not_found(&e) => Ok(()),
+            Err(e) => Err(OmniError::storage(e)),
+        }
+    }
+
+    /// File names directly under a folder.
+    pub async fn list(&self, dir: &str) -> Result<Vec<String>> {
+        let prefix = self.path(dir);
+        let entries: Vec<_> = match self.os.inner.list(Some(&prefix)).try_collect().await {
+            Ok(v) => v,
+            Err(e) if not_found(&e) => return Ok(Vec::new()),
+            Err(e) => return Err(OmniError::storage(e)),
+        };
+        let mut names: Vec<String> = entries
+            .into_iter()
+            .filter_map(|m| {
+                let parts: Vec<_> = m.location.prefix_match(&prefix)?.collect();
+                (parts.len() == 1).then(|| parts[0].as_ref().to_string())
+            })
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    pub async fn remove_dir(&self, rel: &str) -> Result<()> {
+        match self.os.remove_dir_all(self.path(rel)).await {
+            Ok(()) => Ok(()),
+            Err(e) if lance_not_found(&e) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! Recovery sidecars on storage: one JSON file per in-flight write intent
+//! under `_graph/recovery/`, written before the first table commit and deleted
+//! after the publish.
+
+use serde::{Deserialize, Serialize};
+
+use super::objstore::Store;
+use crate::error::Result;
+use omnigraph_actors::{CommitId, Head, Intent, IntentTable, OpId, TableKey};
+
+const DIR: &str = "_graph/recovery";
+
+#[derive(Serialize, Deserialize)]
+struct SidecarFile {
+    op: String,
+    branch: String,
+    expected_commit: String,
+    expected_version: u64,
+    commit: String,
+    tables: Vec<SidecarTable>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct SidecarTable {
+    branch: String,
+    table: String,
+    base: u64,
+    txn: String,
+}
+
+fn file(op: &OpId) -> String {
+    format!("{DIR}/{}.json", op.0)
+}
+
+pub async fn write(store: &Store, intent: &Intent) -> Result<()> {
+    let f = SidecarFile {
+        op: intent.op.0.clone(),
+        branch: intent.branch.clone(),
+        expected_commit: intent.expected.commit.0.clone(),
+        expected_version: intent.expected.version,
+        commit: intent.commit.0.clone(),
+        tables: intent
+            .tables
+            .iter()
+            .map(|t| SidecarTable {
+                branch: t.table.branch.clone(),
+                table: t.table.table.clone(),
+                base: t.base,
+                txn: t.txn.clone(),
+            })
+            .collect(),
+    };
+    store
+        .put(&file(&intent.op), &serde_json::to_vec_pretty(&f)?)
+        .await
+}
+
+pub async fn delete(store: &Store, op: &OpId) -> Result<()> {
+    store.delete(&file(op)).await
+}
+
+pub async fn list(store: &Store) -> Result<Vec<Intent>> {
+    let mut out = Vec::new();
+    for name in store.list(DIR).await? {
+        // Temporary files of an interrupted atomic write are not sidecars.
+        if !name.ends_with(".json") {
+            continue;
+        }
+        let rel = format!("{DIR}/{name}");
+        let Some(bytes) = store.read(&rel).await? else {
+            continue;
+        };
+        let f: SidecarFile = match serde_json::from_slice(&bytes) {
+            Ok(f) => f,
+            Err(e) => {
+                // A sidecar is complete before its first table commit starts,
+                // so a torn one guards nothing: remove it.
+                tracing::warn!(file = %rel, error = %e, "removing a torn recovery sidecar");
+                store.delete(&rel).await?;
+                continue;
+            }
+        };
+        out.push(Intent {
+            op: OpId(f.op),
+            branch: f.branch,
+            expected: Head {
+                commit: CommitId(f.expected_commit),
+                version: f.expected_version,
+            },
+            commit: CommitId(f.commit),
+            tables: f
+                .tables
+                .into_iter()
+                .map(|t| IntentTable {
+                    table: TableKey::new(t.branch, t.table),
+                    base: t.base,
+                    txn: t.txn,
+                })
+                .collect(),
+        });
+    }
+    Ok(out)
+}

@@ -1,0 +1,88 @@
+//! Staging table changes without moving any table's head (two-phase writes),
+//! and the reads writes need before staging: id probes and column scans.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use arrow_array::{Array, RecordBatch, StringArray};
+use datafusion::prelude::{col, lit};
+use futures::TryStreamExt;
+use lance::Dataset;
+use lance::dataset::transaction::Transaction;
+use lance::dataset::{InsertBuilder, MergeInsertBuilder, WhenMatched, WhenNotMatched, WriteMode};
+
+use super::tables::write_params;
+use crate::compiler::catalog::ID;
+use crate::error::{OmniError, Result};
+
+/// How many ids one `IN (...)` probe carries.
+const PROBE_CHUNK: usize = 4096;
+
+pub async fn append(ds: Arc<Dataset>, batches: Vec<RecordBatch>) -> Result<Transaction> {
+    insert(ds, batches, WriteMode::Append).await
+}
+
+pub async fn overwrite(ds: Arc<Dataset>, batches: Vec<RecordBatch>) -> Result<Transaction> {
+    insert(ds, batches, WriteMode::Overwrite).await
+}
+
+async fn insert(
+    ds: Arc<Dataset>,
+    batches: Vec<RecordBatch>,
+    mode: WriteMode,
+) -> Result<Transaction> {
+    let session = ds.session();
+    let params = write_params(&session, mode);
+    Ok(InsertBuilder::new(ds)
+        .with_params(&params)
+        .execute_uncommitted(batches)
+        .await?)
+}
+
+/// Upsert by id: matched rows are replaced, new ids inserted.
+pub async fn upsert(ds: Arc<Dataset>, batches: Vec<RecordBatch>) -> Result<Transaction> {
+    let mut b = MergeInsertBuilder::try_new(ds, vec![ID.to_string()])?;
+    b.when_matched(WhenMatched::UpdateAll)
+        .when_not_matched(WhenNotMatched::InsertAll)
+        .conflict_retries(0);
+    let staged = b.try_build()?.execute_uncommitted_batches(batches).await?;
+    Ok(staged.transaction)
+}
+
+/// Which of `ids` exist in the table.
+pub async fn existing_ids(ds: &Dataset, ids: &[&str]) -> Result<HashSet<String>> {
+    let mut found = HashSet::new();
+    for chunk in ids.chunks(PROBE_CHUNK) {
+        let list = chunk.iter().map(|s| lit(s.to_string())).collect();
+        let mut scan = ds.scan();
+        scan.project(&[ID])?;
+        scan.filter_expr(col(ID).in_list(list, false));
+        let mut stream = scan.try_into_stream().await?;
+        while let Some(batch) = stream.try_next().await? {
+            let ids = string_column(&batch, ID)?;
+            for i in 0..ids.len() {
+                found.insert(ids.value(i).to_string());
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// Every value of a string column (e.g. all ids, or all edge sources).
+pub async fn scan_strings(ds: &Dataset, column: &str) -> Result<Vec<StringArray>> {
+    let mut scan = ds.scan();
+    scan.project(&[column])?;
+    let mut stream = scan.try_into_stream().await?;
+    let mut out = Vec::new();
+    while let Some(batch) = stream.try_next().await? {
+        out.push(string_column(&batch, column)?.clone());
+    }
+    Ok(out)
+}
+
+pub fn string_column<'b>(batch: &'b RecordBatch, name: &str) -> Result<&'b StringArray> {
+    batch
+        .column_by_name(name)
+        .and_then(|c| c.as_any().downcast_ref::<StringArray>())
+        .ok_or_else(|| OmniError::Storage(format!("column {name} is missing or not a string")))
+}

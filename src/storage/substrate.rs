@@ -1,0 +1,629 @@
+//! The Lance substrate: carries out the protocol actors' storage requests
+//! against one graph. It also keeps the per-operation context a write needs
+//! (what to prepare, what it staged, why it was rejected), so the protocol
+//! itself only ever handles references.
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use lance::Dataset;
+use lance::dataset::transaction::Transaction;
+use parking_lot::Mutex;
+use tracing::{debug, warn};
+
+use super::manifest::{BranchRecord, ChangeNote, CommitRecord, MAIN, Manifest, TableRef};
+use super::{GraphStorage, Snapshot, sidecar};
+use crate::compiler::catalog::{Catalog, TypeDef};
+use crate::error::{OmniError, Result};
+use omnigraph_actors::host::Substrate;
+use omnigraph_actors::*;
+
+pub type BoxFut<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What a write does, run by the `Prepare` step against a snapshot. It may
+/// read the snapshot and stage transactions; it must not publish anything.
+pub trait PrepareWork: Send + Sync + 'static {
+    fn prepare<'a>(&'a self, cx: &'a mut PrepareCx) -> BoxFut<'a, Result<Prepared>>;
+}
+
+/// The result of a successful prepare.
+pub struct Prepared {
+    pub class: WriteClass,
+    /// Recorded in the commit record and returned to the caller.
+    pub summary: serde_json::Value,
+}
+
+struct StagedTable {
+    key: String,
+    dir: String,
+    lance_branch: Option<String>,
+    base: Arc<Dataset>,
+    txn: Transaction,
+}
+
+/// The view a [`PrepareWork`] gets: the snapshot it runs against, and the
+/// means to stage one transaction per table it changes.
+pub struct PrepareCx {
+    pub graph: Arc<GraphStorage>,
+    pub snapshot: Snapshot,
+    op: OpId,
+    attempt: u32,
+    staged: BTreeMap<String, StagedTable>,
+}
+
+impl PrepareCx {
+    pub fn catalog(&self) -> &Catalog {
+        &self.graph.catalog
+    }
+
+    pub fn branch(&self) -> &str {
+        &self.snapshot.branch
+    }
+
+    /// A table as the snapshot sees it (for reads and probes).
+    pub async fn read(&self, t: &TypeDef) -> Result<Arc<Dataset>> {
+        self.graph.read_table(&self.snapshot, t).await
+    }
+
+    /// The dataset to stage a change to `t` against. On a branch that still
+    /// shares the table with its parent this forks it first (invisible until
+    /// published); the version returned is the base the commit must land on.
+    pub async fn target(&self, t: &TypeDef) -> Result<Arc<Dataset>> {
+        let r = self.snapshot.table(t)?;
+        let own = self.snapshot.record.own_lance_branch(&self.snapshot.branch);
+        if r.lance_branch == own {
+            return self.graph.tables.open(r).await;
+        }
+        let own = own.expect("main always owns its tables");
+        self.graph.tables.ensure_fork(r, &own).await
+    }
+
+    /// Stage `txn` (built against `base` from [`Self::target`]) as this write's
+    /// change to `t`. One transaction per table.
+    pub fn stage(&mut self, t: &TypeDef, base: Arc<Dataset>, mut txn: Transaction) -> Result<()> {
+        let key = t.table_key();
+        if self.staged.contains_key(&key) {
+            return Err(OmniError::Storage(format!(
+                "{} staged twice in one write",
+                t.name
+            )));
+        }
+        txn.uuid = format!("{}-{}-{}", self.op.0, self.attempt, t.id);
+        let own = self.snapshot.record.own_lance_branch(&self.snapshot.branch);
+        self.staged.insert(
+            key.clone(),
+            StagedTable {
+                key,
+                dir: t.table_dir(),
+                lance_branch: own,
+                base,
+                txn,
+            },
+        );
+        Ok(())
+    }
+
+    pub fn staged_tables(&self) -> usize {
+        self.staged.len()
+    }
+}
+
+/// Per-operation state kept beside the protocol.
+#[derive(Default)]
+pub struct OpCtx {
+    work: Option<Arc<dyn PrepareWork>>,
+    kind: String,
+    staged: BTreeMap<String, StagedTable>,
+    pub error: Option<OmniError>,
+    pub summary: serde_json::Value,
+}
+
+/// Where the fault-injection hook stops the writer (tests and chaos only).
+#[cfg(feature = "fault-injection")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CrashPoint {
+    AfterSidecarWrite,
+    /// After the n-th table commit (1-based) of the process.
+    AfterTableCommit(u32),
+    AfterPublish,
+}
+
+#[cfg(feature = "fault-injection")]
+#[derive(Default)]
+struct Faults {
+    crash_at: Option<CrashPoint>,
+    commits: u32,
+    halted: bool,
+}
+
+pub struct LanceSubstrate {
+    g: Arc<GraphStorage>,
+    ops: Mutex<HashMap<OpId, OpCtx>>,
+    /// Records of branches deleted by this process, for reclaiming storage.
+    deleted: Mutex<HashMap<String, BranchRecord>>,
+    actor: String,
+    #[cfg(feature = "fault-injection")]
+    faults: Mutex<Faults>,
+}
+
+impl LanceSubstrate {
+    pub fn new(g: Arc<GraphStorage>, actor: String) -> Self {
+        Self {
+            g,
+            ops: Mutex::new(HashMap::new()),
+            deleted: Mutex::new(HashMap::new()),
+            actor,
+            #[cfg(feature = "fault-injection")]
+            faults: Mutex::new(Faults::default()),
+        }
+    }
+
+    pub fn graph(&self) -> &Arc<GraphStorage> {
+        &self.g
+    }
+
+    pub fn register(&self, op: &OpId, kind: &str, work: Option<Arc<dyn PrepareWork>>) {
+        self.ops.lock().insert(
+            op.clone(),
+            OpCtx {
+                work,
+                kind: kind.to_string(),
+                ..Default::default()
+            },
+        );
+    }
+
+    /// Take an operation's context once it has finished.
+    pub fn finish(&self, op: &OpId) -> OpCtx {
+        self.ops.lock().remove(op).unwrap_or_default()
+    }
+
+    #[cfg(feature = "fault-injection")]
+    pub fn crash_at(&self, point: CrashPoint) {
+        let mut f = self.faults.lock();
+        f.crash_at = Some(point);
+        f.commits = 0;
+    }
+
+    #[cfg(feature = "fault-injection")]
+    pub fn halted(&self) -> bool {
+        self.faults.lock().halted
+    }
+
+    fn table_def(&self, key: &str) -> Result<&TypeDef> {
+        self.g
+            .catalog
+            .by_table_key(key)
+            .ok_or_else(|| OmniError::Storage(format!("unknown table {key}")))
+    }
+
+    /// A physical table: its folder and the Lance branch the graph branch
+    /// writes on (per the latest manifest).
+    async fn physical(&self, table: &TableKey) -> Result<Option<(String, Option<String>)>> {
+        let latest = self.g.manifests.latest().await?;
+        let Some(rec) = latest.branches.get(&table.branch) else {
+            return Ok(None);
+        };
+        let dir = self.table_def(&table.table)?.table_dir();
+        Ok(Some((dir, rec.own_lance_branch(&table.branch))))
+    }
+
+    async fn read_head(&self, branch: &str) -> Result<Option<Head>> {
+        let latest = self.g.manifests.latest().await?;
+        Ok(latest.branches.get(branch).map(|r| Head {
+            commit: CommitId(r.head.clone()),
+            version: r.updated_at,
+        }))
+    }
+
+    async fn table_version(&self, table: &TableKey) -> Result<Option<u64>> {
+        let Some((dir, lb)) = self.physical(table).await? else {
+            return Ok(None);
+        };
+        Ok(self
+            .g
+            .tables
+            .latest(&dir, lb.as_deref())
+            .await?
+            .map(|d| d.version().version))
+    }
+
+    async fn prepare(&self, op: OpId, attempt: u32, branch: String, head: Head) -> IoOut {
+        let work = {
+            let mut ops = self.ops.lock();
+            let Some(ctx) = ops.get_mut(&op) else {
+                return IoOut::Prepared(Err(Some(format!("unknown operation {op}"))));
+            };
+            ctx.staged.clear();
+            ctx.work.clone()
+        };
+        let Some(work) = work else {
+            return IoOut::Prepared(Err(Some(format!("operation {op} has nothing to prepare"))));
+        };
+        let snapshot = match self
+            .g
+            .snapshot(&super::Target::Version {
+                version: head.version,
+                branch: branch.clone(),
+            })
+            .await
+        {
+            Ok(s) => s,
+            Err(e) => return IoOut::Prepared(Err(Some(e.to_string()))),
+        };
+        let mut cx = PrepareCx {
+            graph: self.g.clone(),
+            snapshot,
+            op: op.clone(),
+            attempt,
+            staged: BTreeMap::new(),
+        };
+        let result = work.prepare(&mut cx).await;
+        let mut ops = self.ops.lock();
+        let Some(ctx) = ops.get_mut(&op) else {
+            return IoOut::Prepared(Err(Some(format!("operation {op} vanished"))));
+        };
+        match result {
+            Ok(prepared) => {
+                let tables = cx
+                    .staged
+                    .values()
+                    .map(|s| TablePlan {
+                        table: TableKey::new(branch.clone(), s.key.clone()),
+                        base: s.base.version().version,
+                        staged: StagedRef(s.key.clone()),
+                        txn: s.txn.uuid.clone(),
+                    })
+                    .collect();
+                ctx.staged = cx.staged;
+                ctx.summary = prepared.summary;
+                ctx.error = None;
+                IoOut::Prepared(Ok(Plan {
+                    commit: CommitId(crate::util::ulid::new_ulid()),
+                    schema: self.g.schema_id.clone(),
+                    class: prepared.class,
+                    tables,
+                }))
+            }
+            Err(e) => {
+                debug!(op = %op, error = %e, "prepare rejected the write");
+                ctx.error = Some(e);
+                IoOut::Prepared(Err(None))
+            }
+        }
+    }
+
+    async fn commit_table(&self, op: &OpId, table: &TableKey, staged: &StagedRef) -> CommitResult {
+        let taken = {
+            let mut ops = self.ops.lock();
+            ops.get_mut(op).and_then(|c| c.staged.remove(&staged.0))
+        };
+        let Some(s) = taken else {
+            return CommitResult::Conflict(format!("nothing staged for {table:?}"));
+        };
+        self.g
+            .tables
+            .commit(&s.dir, s.lance_branch.as_deref(), s.base, s.txn)
+            .await
+    }
+
+    async fn restore(&self, table: &TableKey, to: u64) -> Result<u64> {
+        let (dir, lb) = self
+            .physical(table)
+            .await?
+            .ok_or_else(|| OmniError::NotFound(format!("branch '{}'", table.branch)))?;
+        self.g.tables.restore(&dir, lb.as_deref(), to).await
+    }
+
+    async fn inspect(&self, intent: &Intent) -> Result<Inspection> {
+        let latest = self.g.manifests.refresh().await?;
+        let rec = latest.branches.get(&intent.branch);
+        let published = rec.is_some_and(|r| r.head == intent.commit.0)
+            || self.g.manifests.commit(&intent.commit.0).await?.is_some();
+        let head = rec.map(|r| Head {
+            commit: CommitId(r.head.clone()),
+            version: r.updated_at,
+        });
+        let mut landed = Vec::new();
+        let mut latest_versions = Vec::new();
+        for t in &intent.tables {
+            match self.physical(&t.table).await? {
+                Some((dir, lb)) => {
+                    let (l, top) = self
+                        .g
+                        .tables
+                        .find_landed(&dir, lb.as_deref(), t.base, &t.txn)
+                        .await?;
+                    landed.push(l);
+                    latest_versions.push(top);
+                }
+                None => {
+                    landed.push(None);
+                    latest_versions.push(None);
+                }
+            }
+        }
+        Ok(Inspection {
+            published,
+            head,
+            landed,
+            latest: latest_versions,
+        })
+    }
+
+    /// Apply a change to the latest manifest and publish it as the next
+    /// version. The branch head must still be `expected`.
+    async fn publish(&self, req: PublishReq) -> PublishResult {
+        // A create-if-absent lost to another process: re-read and try again
+        // (bounded); the expected-head check decides whether we may.
+        for _ in 0..8 {
+            let latest = match self.g.manifests.refresh().await {
+                Ok(m) => m,
+                Err(e) => return PublishResult::Unknown(e.to_string()),
+            };
+            let current = latest.branches.get(&req.branch);
+            let actual = current.map(|r| Head {
+                commit: CommitId(r.head.clone()),
+                version: r.updated_at,
+            });
+            if actual != req.expected {
+                return PublishResult::HeadMoved { actual };
+            }
+            let (next, commit) = match self.apply(&latest, &req).await {
+                Ok(x) => x,
+                Err(e) => return PublishResult::Refused(e.to_string()),
+            };
+            if matches!(req.change, Change::Repoint { .. })
+                && next.branches.get(&req.branch).map(|r| &r.tables)
+                    == latest.branches.get(&req.branch).map(|r| &r.tables)
+            {
+                // Only unpublished forks were restored: nothing to record.
+                return PublishResult::Published {
+                    version: latest.version,
+                    head: actual,
+                };
+            }
+            match self.g.manifests.publish(&next, commit.as_ref()).await {
+                Ok(true) => {
+                    if matches!(req.change, Change::DeleteBranch)
+                        && let Some(rec) = current
+                    {
+                        self.deleted.lock().insert(req.branch.clone(), rec.clone());
+                    }
+                    let head = next.branches.get(&req.branch).map(|r| Head {
+                        commit: CommitId(r.head.clone()),
+                        version: r.updated_at,
+                    });
+                    return PublishResult::Published {
+                        version: next.version,
+                        head,
+                    };
+                }
+                Ok(false) => {
+                    warn!(op = %req.op, "lost a manifest compare-and-swap; re-reading");
+                    continue;
+                }
+                Err(e) => return PublishResult::Unknown(e.to_string()),
+            }
+        }
+        PublishResult::Unknown("manifest publish kept losing races".into())
+    }
+
+    async fn apply(
+        &self,
+        latest: &Manifest,
+        req: &PublishReq,
+    ) -> Result<(Manifest, Option<CommitRecord>)> {
+        let version = latest.version + 1;
+        let mut next = latest.clone();
+        next.version = version;
+        let mut commit_record = None;
+        let (kind, commit) = match &req.change {
+            Change::Commit { commit, tables } => {
+                let rec = next.branches.get_mut(&req.branch).expect("head checked");
+                let parent = rec.head.clone();
+                let own = rec.own_lance_branch(&req.branch);
+                for (key, v) in tables {
+                    let dir = self.table_def(&key.table)?.table_dir();
+                    rec.tables.insert(
+                        key.table.clone(),
+                        TableRef {
+                            dir,
+                            lance_branch: own.clone(),
+                            version: *v,
+                        },
+                    );
+                }
+                rec.head = commit.0.clone();
+                rec.updated_at = version;
+                let (kind, summary) = {
+                    let ops = self.ops.lock();
+                    match ops.get(&req.op) {
+                        Some(c) => (c.kind.clone(), c.summary.clone()),
+                        None => ("recovered".to_string(), serde_json::Value::Null),
+                    }
+                };
+                commit_record = Some(CommitRecord {
+                    id: commit.0.clone(),
+                    parents: vec![parent],
+                    branch: req.branch.clone(),
+                    manifest_version: version,
+                    actor: self.actor.clone(),
+                    timestamp: chrono::Utc::now().to_rfc3339(),
+                    kind,
+                    summary,
+                });
+                ("commit", Some(commit.0.clone()))
+            }
+            Change::Repoint { tables } => {
+                let rec = next.branches.get_mut(&req.branch).expect("head checked");
+                let own = rec.own_lance_branch(&req.branch);
+                for (key, v) in tables {
+                    if let Some(r) = rec.tables.get_mut(&key.table)
+                        && r.lance_branch == own
+                    {
+                        r.version = *v;
+                    }
+                }
+                rec.updated_at = version;
+                ("repoint", None)
+            }
+            Change::CreateBranch { from, at } => {
+                super::manifest::validate_branch_name(&req.branch, latest.branches.keys())?;
+                let base = self.g.manifests.at(at.version).await?;
+                let src = base
+                    .branches
+                    .get(from)
+                    .filter(|r| r.head == at.commit.0)
+                    .ok_or_else(|| {
+                        OmniError::NotFound(format!("branch '{from}' at {}", at.commit))
+                    })?;
+                next.branches.insert(
+                    req.branch.clone(),
+                    BranchRecord {
+                        head: src.head.clone(),
+                        updated_at: version,
+                        incarnation: version,
+                        parent: Some(from.clone()),
+                        tables: src.tables.clone(),
+                    },
+                );
+                ("create_branch", None)
+            }
+            Change::DeleteBranch => {
+                if req.branch == MAIN {
+                    return Err(OmniError::BadRequest(
+                        "the main branch cannot be deleted".into(),
+                    ));
+                }
+                next.branches.remove(&req.branch);
+                ("delete_branch", None)
+            }
+        };
+        next.change = ChangeNote {
+            kind: kind.to_string(),
+            branch: req.branch.clone(),
+            commit,
+            op: req.op.0.clone(),
+        };
+        Ok((next, commit_record))
+    }
+
+    async fn drop_branch_storage(&self, branch: &str) -> Result<()> {
+        let Some(rec) = self.deleted.lock().remove(branch) else {
+            return Ok(());
+        };
+        let Some(own) = rec.own_lance_branch(branch) else {
+            return Ok(());
+        };
+        let mut first_error = None;
+        for t in rec.tables.values() {
+            if let Err(e) = self.g.tables.drop_branch(&t.dir, &own).await {
+                // A child branch may still share this fork's files: keep it.
+                debug!(branch, table = %t.dir, error = %e, "fork kept");
+                first_error.get_or_insert(e);
+            }
+        }
+        match first_error {
+            None => Ok(()),
+            Some(e) => Err(e),
+        }
+    }
+
+    async fn run(&self, io: Io) -> IoOut {
+        fn s<T>(r: Result<T>) -> std::result::Result<T, String> {
+            r.map_err(|e| e.to_string())
+        }
+        match io {
+            Io::ReadSchemaId => IoOut::SchemaId(Ok(self.g.schema_id.clone())),
+            Io::ReadHead { branch } => IoOut::Head(s(self.read_head(&branch).await)),
+            Io::TableVersion { table } => IoOut::TableVersion(s(self.table_version(&table).await)),
+            Io::Prepare {
+                op,
+                attempt,
+                branch,
+                head,
+            } => self.prepare(op, attempt, branch, head).await,
+            Io::Discard { op } => {
+                if let Some(c) = self.ops.lock().get_mut(&op) {
+                    c.staged.clear();
+                }
+                IoOut::Done(Ok(()))
+            }
+            Io::WriteSidecar { intent } => {
+                IoOut::Done(s(sidecar::write(&self.g.store, &intent).await))
+            }
+            Io::DeleteSidecar { op } => IoOut::Done(s(sidecar::delete(&self.g.store, &op).await)),
+            Io::ListSidecars => IoOut::Sidecars(s(sidecar::list(&self.g.store).await)),
+            Io::CommitTable { op, table, staged } => {
+                IoOut::TableCommit(self.commit_table(&op, &table, &staged).await)
+            }
+            Io::RestoreTable { table, to } => {
+                IoOut::TableRestore(s(self.restore(&table, to).await))
+            }
+            Io::Inspect { intent } => IoOut::Inspected(s(self.inspect(&intent).await)),
+            Io::Publish { req } => IoOut::Published(self.publish(req).await),
+            Io::DropBranchStorage { branch } => {
+                IoOut::Done(s(self.drop_branch_storage(&branch).await))
+            }
+        }
+    }
+
+    /// The answer a halted (crashed) process gives: nothing happens.
+    #[cfg(feature = "fault-injection")]
+    fn halted_answer(io: &Io) -> IoOut {
+        let e = "process halted by fault injection".to_string();
+        match io {
+            Io::ReadSchemaId => IoOut::SchemaId(Err(e)),
+            Io::ReadHead { .. } => IoOut::Head(Err(e)),
+            Io::TableVersion { .. } => IoOut::TableVersion(Err(e)),
+            Io::Prepare { .. } => IoOut::Prepared(Err(Some(e))),
+            Io::Discard { .. }
+            | Io::WriteSidecar { .. }
+            | Io::DeleteSidecar { .. }
+            | Io::DropBranchStorage { .. } => IoOut::Done(Err(e)),
+            Io::ListSidecars => IoOut::Sidecars(Err(e)),
+            Io::CommitTable { .. } => IoOut::TableCommit(CommitResult::Unknown(e)),
+            Io::RestoreTable { .. } => IoOut::TableRestore(Err(e)),
+            Io::Inspect { .. } => IoOut::Inspected(Err(e)),
+            Io::Publish { .. } => IoOut::Published(PublishResult::Unknown(e)),
+        }
+    }
+
+    #[cfg(feature = "fault-injection")]
+    async fn run_with_faults(&self, io: Io) -> IoOut {
+        if self.faults.lock().halted {
+            return Self::halted_answer(&io);
+        }
+        let point = match &io {
+            Io::WriteSidecar { .. } => Some(CrashPoint::AfterSidecarWrite),
+            Io::CommitTable { .. } => {
+                let mut f = self.faults.lock();
+                f.commits += 1;
+                Some(CrashPoint::AfterTableCommit(f.commits))
+            }
+            Io::Publish { .. } => Some(CrashPoint::AfterPublish),
+            _ => None,
+        };
+        let answer = Self::halted_answer(&io);
+        let out = self.run(io).await;
+        let mut f = self.faults.lock();
+        if point.is_some() && point == f.crash_at {
+            warn!(?point, "fault injection: the process halts here");
+            f.halted = true;
+            return answer;
+        }
+        out
+    }
+}
+
+impl Substrate for LanceSubstrate {
+    fn execute(&self, io: Io) -> Pin<Box<dyn Future<Output = IoOut> + Send + '_>> {
+        #[cfg(feature = "fault-injection")]
+        return Box::pin(self.run_with_faults(io));
+        #[cfg(not(feature = "fault-injection"))]
+        Box::pin(self.run(io))
+    }
+}

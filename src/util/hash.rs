@@ -1,0 +1,70 @@
+//! A fast non-cryptographic hasher for in-memory id sets (the multiply-rotate
+//! scheme of rustc's FxHash). Ids in a graph are not attacker-chosen keys of a
+//! long-lived table, and the loader checks tens of millions of them.
+
+use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
+
+const K: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+
+#[derive(Default, Clone, Copy)]
+pub struct FxHasher {
+    hash: u64,
+}
+
+impl FxHasher {
+    #[inline]
+    fn add(&mut self, word: u64) {
+        self.hash = (self.hash.rotate_left(5) ^ word).wrapping_mul(K);
+    }
+}
+
+impl Hasher for FxHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.add(u64::from_le_bytes(c.try_into().expect("8 bytes")));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut buf = [0u8; 8];
+            buf[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(buf));
+        }
+    }
+
+    #[inline]
+    fn write_u8(&mut self, i: u8) {
+        self.add(i as u64);
+    }
+
+    #[inline]
+    fn write_usize(&mut self, i: usize) {
+        self.add(i as u64);
+    }
+
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.hash
+    }
+}
+
+pub type FxBuild = BuildHasherDefault<FxHasher>;
+pub type FxHashSet<T> = HashSet<T, FxBuild>;
+pub type FxHashMap<K, V> = HashMap<K, V, FxBuild>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn distinct_strings_hash_apart() {
+        let mut s = FxHashSet::default();
+        for i in 0..10_000 {
+            assert!(s.insert(format!("p{i}")));
+        }
+        assert!(s.contains("p9999"));
+        assert!(!s.contains("p10000"));
+    }
+}

@@ -1,0 +1,4 @@
+//! Small helpers with no better home.
+
+pub mod hash;
+pub mod ulid;

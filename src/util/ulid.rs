@@ -1,0 +1,78 @@
+//! ULIDs for commit and operation ids: 48 bits of milliseconds since the Unix
+//! epoch and 80 random bits, in Crockford base32 (26 characters), so ids sort
+//! by creation time.
+
+use rand::Rng;
+
+const ALPHABET: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+
+pub fn new_ulid() -> String {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u128)
+        .unwrap_or(0)
+        & ((1u128 << 48) - 1);
+    let random: u128 = rand::rng().random::<u128>() & ((1u128 << 80) - 1);
+    encode((ms << 80) | random)
+}
+
+/// Consecutive ULIDs from one random start: cheap ids for bulk rows.
+pub struct Monotonic {
+    next: u128,
+}
+
+impl Default for Monotonic {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Monotonic {
+    pub fn new() -> Self {
+        Self {
+            next: decode(&new_ulid()),
+        }
+    }
+
+    pub fn next(&mut self) -> String {
+        self.next = self.next.wrapping_add(1);
+        encode(self.next)
+    }
+}
+
+fn decode(s: &str) -> u128 {
+    s.bytes().fold(0u128, |acc, b| {
+        let v = ALPHABET.iter().position(|a| *a == b).unwrap_or(0) as u128;
+        (acc << 5) | v
+    })
+}
+
+fn encode(mut v: u128) -> String {
+    let mut out = [0u8; 26];
+    for slot in out.iter_mut().rev() {
+        *slot = ALPHABET[(v & 31) as usize];
+        v >>= 5;
+    }
+    String::from_utf8(out.to_vec()).expect("ascii")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ulids_are_26_crockford_chars_and_distinct() {
+        let a = new_ulid();
+        let b = new_ulid();
+        assert_eq!(a.len(), 26);
+        assert!(a.bytes().all(|c| ALPHABET.contains(&c)));
+        assert_ne!(a, b);
+        assert_eq!(encode(0), "00000000000000000000000000");
+        assert_eq!(encode(u128::MAX >> 2), "7ZZZZZZZZZZZZZZZZZZZZZZZZZ");
+        assert_eq!(decode(&a), decode(&a.clone()));
+        assert_eq!(encode(decode(&a)), a);
+        let mut m = Monotonic::new();
+        let (x, y) = (m.next(), m.next());
+        assert!(x < y);
+    }
+}

@@ -1,0 +1,68 @@
+//! Node and edge ids. A keyed node's id is the canonical spelling of its key:
+//! one key property's value as a string (integers in decimal, booleans
+//! `true`/`false`, dates as their stored epoch numbers), or for a composite
+//! key a compact JSON array of those strings. Everything else gets a ULID.
+
+use super::cell::Cell;
+use super::columns::Val;
+
+/// The canonical spelling of one key value.
+pub fn key_part(v: &Val) -> Option<String> {
+    Some(match v {
+        Val::Str(s) => s.to_string(),
+        Val::Int(i) => i.to_string(),
+        Val::UInt(u) => u.to_string(),
+        Val::Bool(b) => b.to_string(),
+        Val::Date(d) => d.to_string(),
+        Val::DateTime(ms) => ms.to_string(),
+        _ => return None,
+    })
+}
+
+/// The id of a node from its key values, in key declaration order.
+pub fn derive_id(parts: &[String]) -> String {
+    match parts {
+        [one] => one.clone(),
+        many => serde_json::to_string(many).expect("strings serialise"),
+    }
+}
+
+/// An edge endpoint as written in JSONL (`"from"`/`"to"`): a string id, an
+/// integer key, or a composite key written as a list.
+pub fn endpoint_id(c: &Cell) -> Option<String> {
+    match c {
+        Cell::Str(s) => Some(s.to_string()),
+        Cell::Int(i) => Some(i.to_string()),
+        Cell::UInt(u) => Some(u.to_string()),
+        Cell::Bool(b) => Some(b.to_string()),
+        Cell::List(items) => {
+            let parts: Option<Vec<String>> = items
+                .iter()
+                .map(|c| match c {
+                    Cell::List(_) | Cell::Null | Cell::Float(_) => None,
+                    other => endpoint_id(other),
+                })
+                .collect();
+            Some(derive_id(&parts?))
+        }
+        Cell::Null | Cell::Float(_) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn single_and_composite_keys_spell_canonically() {
+        assert_eq!(derive_id(&["alice".into()]), "alice");
+        assert_eq!(derive_id(&["acme".into(), "3".into()]), r#"["acme","3"]"#);
+        assert_eq!(key_part(&Val::Int(-4)).unwrap(), "-4");
+        assert_eq!(key_part(&Val::Date(19000)).unwrap(), "19000");
+        assert_eq!(
+            endpoint_id(&Cell::List(vec![Cell::Str("acme".into()), Cell::Int(3)])).unwrap(),
+            r#"["acme","3"]"#
+        );
+        assert!(endpoint_id(&Cell::Float(1.5)).is_none());
+    }
+}

@@ -1,0 +1,525 @@
+//! The JSONL reader: text -> validated per-type Arrow batches, with the line
+//! number of every row. The input is cut into blocks at line ends and the
+//! blocks are parsed on every core; results are put back in input order, so
+//! "last occurrence wins" and error positions are the same as a serial read.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::io::Read;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use arrow_array::RecordBatch;
+use serde::Deserialize;
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
+
+use super::cell::Cell;
+use super::columns::{TableBuilder, TypeRules};
+use super::ids;
+use crate::compiler::catalog::{Catalog, TypeDef};
+use crate::error::{Location, OmniError, Result};
+
+/// Input is handed to workers in blocks of about this size.
+const BLOCK_BYTES: usize = 4 << 20;
+
+/// One type's rows from a file.
+pub struct ParsedType {
+    pub def: Arc<TypeDef>,
+    pub batches: Vec<RecordBatch>,
+    /// Per batch, the input line of each row.
+    pub lines: Vec<Vec<u32>>,
+    /// Rows whose id was supplied or derived from a key.
+    pub explicit_ids: usize,
+}
+
+impl ParsedType {
+    pub fn rows(&self) -> usize {
+        self.batches.iter().map(|b| b.num_rows()).sum()
+    }
+}
+
+pub struct Parsed {
+    /// By type name, in catalog order.
+    pub types: BTreeMap<u32, ParsedType>,
+    pub lines: usize,
+    pub bytes: u64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLine<'a> {
+    #[serde(rename = "type", borrow, default)]
+    node: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    edge: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    from: Option<Cell<'a>>,
+    #[serde(borrow, default)]
+    to: Option<Cell<'a>>,
+    #[serde(borrow, default)]
+    data: Option<&'a RawValue>,
+}
+
+/// Reads a `data` object straight into per-property cells.
+struct DataSeed<'r> {
+    rules: &'r TypeRules,
+    problem: &'r mut Option<(String, String)>,
+}
+
+struct Row<'a> {
+    cells: Vec<Option<Cell<'a>>>,
+    id: Option<Cell<'a>>,
+}
+
+impl<'de> DeserializeSeed<'de> for DataSeed<'_> {
+    type Value = Row<'de>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<Row<'de>, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for DataSeed<'_> {
+    type Value = Row<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an object of property values")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Row<'de>, A::Error> {
+        let mut row = Row {
+            cells: vec![None; self.rules.props.len()],
+            id: None,
+        };
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            if key == "id" {
+                row.id = Some(map.next_value()?);
+                continue;
+            }
+            let Some(i) = self.rules.prop_index(&key) else {
+                *self.problem = Some((key.to_string(), "unknown property".into()));
+                return Err(serde::de::Error::custom("unknown property"));
+            };
+            if row.cells[i].is_some() {
+                *self.problem = Some((key.to_string(), "property given twice".into()));
+                return Err(serde::de::Error::custom("duplicate property"));
+            }
+            match map.next_value::<Cell<'de>>() {
+                Ok(c) => row.cells[i] = Some(c),
+                Err(e) => {
+                    *self.problem = Some((key.to_string(), e.to_string()));
+                    return Err(e);
+                }
+            }
+        }
+        Ok(row)
+    }
+}
+
+/// Parses lines of one block.
+struct BlockParser<'c> {
+    catalog: &'c Catalog,
+    rules: &'c HashMap<String, Arc<TypeRules>>,
+    builders: BTreeMap<u32, TableBuilder>,
+    ids: crate::util::ulid::Monotonic,
+}
+
+fn at_line(line: usize, type_name: Option<&str>) -> Location {
+    Location {
+        line: Some(line),
+        type_name: type_name.map(str::to_string),
+        ..Default::default()
+    }
+}
+
+impl<'c> BlockParser<'c> {
+    fn new(catalog: &'c Catalog, rules: &'c HashMap<String, Arc<TypeRules>>) -> Self {
+        Self {
+            catalog,
+            rules,
+            builders: BTreeMap::new(),
+            ids: crate::util::ulid::Monotonic::new(),
+        }
+    }
+
+    fn line(&mut self, text: &str, line: usize) -> Result<()> {
+        let raw: RawLine = serde_json::from_str(text).map_err(|e| {
+            OmniError::invalid(at_line(line, None), format!("malformed JSON line: {e}"))
+        })?;
+        let (name, is_edge) = match (&raw.node, &raw.edge) {
+            (Some(n), None) => (n.as_ref(), false),
+            (None, Some(e)) => (e.as_ref(), true),
+            (Some(_), Some(_)) => {
+                return Err(OmniError::invalid(
+                    at_line(line, None),
+                    "a line is either a node (\"type\") or an edge (\"edge\"), not both",
+                ));
+            }
+            (None, None) => {
+                return Err(OmniError::invalid(
+                    at_line(line, None),
+                    "a line needs \"type\" (a node) or \"edge\" (an edge)",
+                ));
+            }
+        };
+        let def = match (self.catalog.get(name), is_edge) {
+            (Some(d), e) if d.is_edge() == e => d,
+            (Some(d), _) => {
+                let what = if d.is_edge() { "an edge" } else { "a node" };
+                return Err(OmniError::invalid(
+                    at_line(line, Some(name)),
+                    format!("{name} is {what} type"),
+                ));
+            }
+            (None, _) => {
+                return Err(OmniError::invalid(
+                    at_line(line, Some(name)),
+                    format!("unknown {} type", if is_edge { "edge" } else { "node" }),
+                ));
+            }
+        };
+        if !is_edge && (raw.from.is_some() || raw.to.is_some()) {
+            return Err(OmniError::invalid(
+                at_line(line, Some(name)),
+                "\"from\" and \"to\" belong to edges",
+            ));
+        }
+        let rules = &self.rules[&def.name];
+        let mut problem = None;
+        let row = match raw.data {
+            None => Row {
+                cells: vec![None; rules.props.len()],
+                id: None,
+            },
+            Some(raw_data) => {
+                let mut de = serde_json::Deserializer::from_str(raw_data.get());
+                let seed = DataSeed {
+                    rules,
+                    problem: &mut problem,
+                };
+                match seed.deserialize(&mut de) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        let (prop, why) = problem.unwrap_or_else(|| (String::new(), e.to_string()));
+                        let mut at = at_line(line, Some(name));
+                        if !prop.is_empty() {
+                            at.property = Some(prop);
+                        }
+                        return Err(OmniError::invalid(at, why));
+                    }
+                }
+            }
+        };
+        let builder = self
+            .builders
+            .entry(def.id)
+            .or_insert_with(|| TableBuilder::new(rules.clone(), 1024));
+        let key_vals: Vec<usize> = def.key.iter().filter_map(|k| rules.prop_index(k)).collect();
+        let vals = builder.validate(row.cells, Some(line))?;
+        let given_id = match &row.id {
+            None | Some(Cell::Null) => None,
+            Some(c) => Some(ids::endpoint_id(c).ok_or_else(|| {
+                OmniError::invalid(
+                    Location {
+                        property: Some("id".into()),
+                        value: Some(c.show()),
+                        ..at_line(line, Some(name))
+                    },
+                    "an id is a string",
+                )
+            })?),
+        };
+        let (id, explicit) = if !key_vals.is_empty() {
+            let parts: Vec<String> = key_vals
+                .iter()
+                .map(|&i| ids::key_part(&vals[i]).unwrap_or_default())
+                .collect();
+            let derived = ids::derive_id(&parts);
+            if let Some(g) = &given_id
+                && *g != derived
+            {
+                return Err(OmniError::invalid(
+                    Location {
+                        property: Some("id".into()),
+                        value: Some(format!("{g:?}")),
+                        ..at_line(line, Some(name))
+                    },
+                    format!("does not match the id {derived:?} derived from the key"),
+                ));
+            }
+            (derived, true)
+        } else {
+            match given_id {
+                Some(g) => (g, true),
+                None => (self.ids.next(), false),
+            }
+        };
+        let endpoints = if is_edge {
+            let end = |c: &Option<Cell>, which: &str| -> Result<String> {
+                c.as_ref().and_then(ids::endpoint_id).ok_or_else(|| {
+                    OmniError::invalid(
+                        Location {
+                            property: Some(which.into()),
+                            value: c.as_ref().map(|c| c.show()),
+                            ..at_line(line, Some(name))
+                        },
+                        format!("an edge needs \"{which}\": the id of its endpoint node"),
+                    )
+                })
+            };
+            Some((end(&raw.from, "from")?, end(&raw.to, "to")?))
+        } else {
+            None
+        };
+        builder.push(
+            &id,
+            endpoints.as_ref().map(|(s, d)| (s.as_str(), d.as_str())),
+            vals,
+            line,
+            explicit,
+        );
+        Ok(())
+    }
+
+    fn block(
+        mut self,
+        text: &str,
+        first_line: usize,
+    ) -> Result<BTreeMap<u32, (RecordBatch, Vec<u32>, usize)>> {
+        for (i, raw) in text.split('\n').enumerate() {
+            let l = raw.trim();
+            if l.is_empty() || l.starts_with("//") {
+                continue;
+            }
+            self.line(l, first_line + i)?;
+        }
+        let mut out = BTreeMap::new();
+        for (id, b) in self.builders {
+            let explicit = b.explicit_ids;
+            let (batch, lines) = b.finish()?;
+            out.insert(id, (batch, lines, explicit));
+        }
+        Ok(out)
+    }
+}
+
+type BlockResult = (usize, Result<BTreeMap<u32, (RecordBatch, Vec<u32>, usize)>>);
+
+/// Parse a whole JSONL input. `progress` is told how many bytes were read.
+pub fn parse(
+    catalog: &Catalog,
+    mut input: impl Read,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<Parsed> {
+    let rules: HashMap<String, Arc<TypeRules>> = catalog
+        .types
+        .iter()
+        .map(|t| Ok((t.name.clone(), Arc::new(TypeRules::new(t)?))))
+        .collect::<Result<_>>()?;
+    let workers = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .clamp(1, 8);
+    let (work_tx, work_rx) = crossbeam_channel::bounded::<(usize, usize, Vec<u8>)>(workers * 2);
+    let (done_tx, done_rx) = crossbeam_channel::unbounded::<BlockResult>();
+    let failed = AtomicBool::new(false);
+    let mut total_lines = 0usize;
+    let mut total_bytes = 0u64;
+    let read_result: Result<()> = std::thread::scope(|scope| {
+        for _ in 0..workers {
+            let work_rx = work_rx.clone();
+            let done_tx = done_tx.clone();
+            let (rules, failed) = (&rules, &failed);
+            scope.spawn(move || {
+                for (idx, first_line, bytes) in work_rx {
+                    if failed.load(Ordering::Relaxed) {
+                        continue;
+                    }
+                    let result = match std::str::from_utf8(&bytes) {
+                        Ok(text) => BlockParser::new(catalog, rules).block(text, first_line),
+                        Err(e) => {
+                            let bad_line = first_line
+                                + bytes[..e.valid_up_to()]
+                                    .iter()
+                                    .filter(|b| **b == b'\n')
+                                    .count();
+                            Err(OmniError::invalid(
+                                at_line(bad_line, None),
+                                "the line is not valid UTF-8",
+                            ))
+                        }
+                    };
+                    if result.is_err() {
+                        failed.store(true, Ordering::Relaxed);
+                    }
+                    let _ = done_tx.send((idx, result));
+                }
+            });
+        }
+        drop(done_tx);
+        // Read blocks, cut at the last line end, and hand them out.
+        let mut carry: Vec<u8> = Vec::new();
+        let mut idx = 0;
+        let mut next_line = 1usize;
+        let mut eof = false;
+        while !eof && !failed.load(Ordering::Relaxed) {
+            let mut block = std::mem::take(&mut carry);
+            let start = block.len();
+            block.resize(start + BLOCK_BYTES, 0);
+            let mut filled = start;
+            while filled < block.len() {
+                let n = input.read(&mut block[filled..])?;
+                if n == 0 {
+                    eof = true;
+                    break;
+                }
+                filled += n;
+            }
+            block.truncate(filled);
+            total_bytes += (filled - start) as u64;
+            progress(total_bytes);
+            if !eof {
+                match block.iter().rposition(|b| *b == b'\n') {
+                    Some(cut) => carry = block.split_off(cut + 1),
+                    None => {
+                        carry = block;
+                        continue;
+                    }
+                }
+            }
+            if block.is_empty() {
+                continue;
+            }
+            let newlines = block.iter().filter(|b| **b == b'\n').count();
+            let lines_here = newlines + usize::from(!block.ends_with(b"\n"));
+            let first = next_line;
+            next_line += newlines;
+            total_lines += lines_here;
+            if work_tx.send((idx, first, block)).is_err() {
+                break;
+            }
+            idx += 1;
+        }
+        drop(work_tx);
+        Ok(())
+    });
+    read_result?;
+
+    let mut results: Vec<BlockResult> = done_rx.into_iter().collect();
+    results.sort_by_key(|(idx, _)| *idx);
+    let mut types: BTreeMap<u32, ParsedType> = BTreeMap::new();
+    for (_, r) in results {
+        for (id, (batch, lines, explicit)) in r? {
+            let def = catalog
+                .types
+                .iter()
+                .find(|t| t.id == id)
+                .expect("parsed type exists");
+            let entry = types.entry(id).or_insert_with(|| ParsedType {
+                def: Arc::new(def.clone()),
+                batches: Vec::new(),
+                lines: Vec::new(),
+                explicit_ids: 0,
+            });
+            entry.batches.push(batch);
+            entry.lines.push(lines);
+            entry.explicit_ids += explicit;
+        }
+    }
+    Ok(Parsed {
+        types,
+        lines: total_lines,
+        bytes: total_bytes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compiler::schema::compile;
+
+    fn cat() -> Catalog {
+        compile(
+            "node Person { name: String @key\n age: I32? }\nnode Emp { org: String\n num: I64\n @key(org, num) }\nnode Doc { title: String }\nedge Knows: Person -> Person { since: Date? }",
+        )
+        .unwrap()
+    }
+
+    fn run(text: &str) -> Result<Parsed> {
+        parse(&cat(), text.as_bytes(), &|_| {})
+    }
+
+    #[test]
+    fn rows_land_in_their_types_with_line_numbers() {
+        let p = run("// people\n{\"type\":\"Person\",\"data\":{\"name\":\"a\",\"age\":3}}\n\n{\"type\":\"Emp\",\"data\":{\"org\":\"x\",\"num\":3}}\n{\"edge\":\"Knows\",\"from\":\"a\",\"to\":\"a\"}\n{\"type\":\"Doc\",\"data\":{\"title\":\"t\"}}").unwrap();
+        let person = &p.types[&cat().get("Person").unwrap().id];
+        assert_eq!(person.lines, vec![vec![2]]);
+        let emp = &p.types[&cat().get("Emp").unwrap().id];
+        let ids = emp.batches[0]
+            .column(0)
+            .as_any()
+            .downcast_ref::<arrow_array::StringArray>()
+            .unwrap();
+        assert_eq!(ids.value(0), r#"["x","3"]"#);
+        let doc = &p.types[&cat().get("Doc").unwrap().id];
+        assert_eq!(doc.explicit_ids, 0);
+        let knows = &p.types[&cat().get("Knows").unwrap().id];
+        assert_eq!(knows.lines, vec![vec![5]]);
+    }
+
+    fn err_of(text: &str) -> (Location, String) {
+        match run(text) {
+            Err(OmniError::Invalid { at, message }) => (at, message),
+            other => panic!("expected invalid data, got {:?}", other.map(|p| p.lines)),
+        }
+    }
+
+    #[test]
+    fn bad_rows_name_line_type_property_and_value() {
+        let (at, m) =
+            err_of("{\"type\":\"Person\",\"data\":{\"name\":\"a\"}}\n{\"type\":\"Person\"");
+        assert_eq!(at.line, Some(2));
+        assert!(m.contains("malformed JSON"));
+        let (at, _) = err_of("{\"type\":\"Robot\",\"data\":{}}");
+        assert_eq!(at.type_name.as_deref(), Some("Robot"));
+        let (at, m) = err_of("{\"type\":\"Person\",\"data\":{\"name\":\"a\",\"height\":3}}");
+        assert_eq!(at.property.as_deref(), Some("height"));
+        assert!(m.contains("unknown property"));
+        let (at, _) = err_of("{\"type\":\"Person\",\"data\":{\"name\":\"a\",\"age\":\"old\"}}");
+        assert_eq!(
+            (at.property.as_deref(), at.value.as_deref()),
+            (Some("age"), Some("\"old\""))
+        );
+        let (at, _) = err_of("{\"type\":\"Person\",\"data\":{\"age\":1}}");
+        assert_eq!(at.property.as_deref(), Some("name"));
+        let (at, _) = err_of("{\"edge\":\"Knows\",\"from\":\"a\"}");
+        assert_eq!(at.property.as_deref(), Some("to"));
+        let (_, m) = err_of("{\"edge\":\"Person\",\"from\":\"a\",\"to\":\"b\"}");
+        assert!(m.contains("node type"));
+    }
+
+    #[test]
+    fn blocks_keep_order_and_line_numbers_across_boundaries() {
+        let mut text = String::new();
+        let n = 200_000;
+        for i in 0..n {
+            text.push_str(&format!(
+                "{{\"type\":\"Person\",\"data\":{{\"name\":\"p{i}\",\"age\":{}}}}}\n",
+                i % 100
+            ));
+        }
+        let p = run(&text).unwrap();
+        let person = &p.types[&cat().get("Person").unwrap().id];
+        assert!(person.batches.len() > 1, "input should span several blocks");
+        let lines: Vec<u32> = person.lines.iter().flatten().copied().collect();
+        assert_eq!(lines.len(), n);
+        assert!(lines.windows(2).all(|w| w[1] == w[0] + 1));
+        assert_eq!(p.lines, n);
+        let mut bad = text.clone();
+        bad.push_str("{\"type\":\"Person\",\"data\":{\"name\":\"x\",\"age\":\"y\"}}\n");
+        let err = run(&bad).unwrap_err();
+        assert!(
+            matches!(err, OmniError::Invalid { at: Location { line: Some(l), .. }, .. } if l == n + 1)
+        );
+    }
+}

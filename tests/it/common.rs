@@ -1,0 +1,122 @@
+//! Shared fixtures: a schema, sample data, temporary graphs and a fingerprint
+//! of a graph's visible state for "nothing changed" assertions.
+
+use omnigraph::{Omnigraph, Target};
+
+pub const SCHEMA: &str = r#"
+node Person {
+    name: String @key
+    age: I32?
+    email: String? @unique
+    status: enum(active, retired)?
+    tags: [String]?
+    @range(age, 0..150)
+    @check(email, "^[^@]+@[^@]+$")
+}
+node Company { name: String @key }
+node Emp { org: String
+    num: I64
+    @key(org, num) }
+node Doc {
+    title: String
+    published: Date?
+    edited: DateTime?
+    embedding: Vector(3)?
+    body: Blob?
+}
+edge Knows: Person -> Person { since: Date? }
+edge WorksAt: Person -> Company @card(0..1) { role: String? }
+"#;
+
+pub const PEOPLE: &str = r#"{"type":"Person","data":{"name":"Alice","age":34,"email":"alice@x.org","status":"active","tags":["a","b"]}}
+{"type":"Person","data":{"name":"Bob","age":41}}
+{"type":"Person","data":{"name":"Carol"}}
+{"type":"Company","data":{"name":"Acme"}}
+{"edge":"Knows","from":"Alice","to":"Bob","data":{"since":"2020-01-01"}}
+{"edge":"Knows","from":"Bob","to":"Carol"}
+{"edge":"WorksAt","from":"Alice","to":"Acme","data":{"role":"eng"}}
+"#;
+
+pub struct TestGraph {
+    pub dir: tempfile::TempDir,
+    pub g: Omnigraph,
+}
+
+impl TestGraph {
+    pub fn uri(&self) -> String {
+        self.dir.path().join("g.omni").to_string_lossy().to_string()
+    }
+}
+
+pub async fn new_graph() -> TestGraph {
+    let dir = tempfile::tempdir().unwrap();
+    let uri = dir.path().join("g.omni").to_string_lossy().to_string();
+    let g = Omnigraph::init(&uri, SCHEMA).await.unwrap();
+    TestGraph { dir, g }
+}
+
+pub async fn loaded_graph() -> TestGraph {
+    let t = new_graph().await;
+    t.g.load("main", PEOPLE, omnigraph::LoadMode::Overwrite)
+        .await
+        .unwrap();
+    t
+}
+
+/// Rows per type on a branch.
+pub async fn counts(g: &Omnigraph, branch: &str) -> Vec<(String, usize)> {
+    g.snapshot(&Target::Branch(branch.into()))
+        .await
+        .unwrap()
+        .types
+        .into_iter()
+        .map(|t| (t.name, t.rows))
+        .collect()
+}
+
+pub async fn count(g: &Omnigraph, branch: &str, ty: &str) -> usize {
+    counts(g, branch)
+        .await
+        .into_iter()
+        .find(|(n, _)| n == ty)
+        .map(|(_, c)| c)
+        .unwrap()
+}
+
+/// Everything a user can observe of the graph: graph version, every branch
+/// head, and every branch's exported contents.
+pub async fn fingerprint(g: &Omnigraph) -> String {
+    let version = g.snapshot(&Target::main()).await.unwrap().manifest_version;
+    format!("graph version {version}\n{}", state(g).await)
+}
+
+/// Every branch's head commit and exported contents (not the graph version,
+/// which recovery may advance without changing any branch's state).
+pub async fn state(g: &Omnigraph) -> String {
+    let mut out = String::new();
+    for b in g.branch_list().await.unwrap() {
+        let snap = g.snapshot(&Target::Branch(b.name.clone())).await.unwrap();
+        out.push_str(&format!("{} {}\n", b.name, snap.head_commit));
+        let mut dump = Vec::new();
+        g.export(&Target::Branch(b.name), &mut dump).await.unwrap();
+        out.push_str(&String::from_utf8(dump).unwrap());
+    }
+    out
+}
+
+pub fn ids_of(export: &str, ty: &str) -> Vec<String> {
+    let mut v: Vec<String> = export
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|j| j["type"] == ty || j["edge"] == ty)
+        .map(|j| {
+            j["data"]
+                .get("name")
+                .or_else(|| j["data"].get("id"))
+                .map(|v| v.to_string())
+                .unwrap_or_default()
+        })
+        .collect();
+    v.sort();
+    v
+}

@@ -1,0 +1,166 @@
+//! Load modes end to end: overwrite, append (strict), merge (upsert, last
+//! wins), nullable defaults, composite keys, and the load report.
+
+use omnigraph::{LoadMode, Target};
+
+use crate::common::*;
+
+#[tokio::test]
+async fn overwrite_append_merge_do_what_they_say() {
+    let t = new_graph().await;
+    let r = t.g.load("main", PEOPLE, LoadMode::Overwrite).await.unwrap();
+    assert_eq!(r.nodes["Person"], 3);
+    assert_eq!(r.edges["Knows"], 2);
+    assert!(!r.branch_created);
+    assert_eq!(count(&t.g, "main", "Person").await, 3);
+
+    // Append is strict; a new person is fine, and edges can point at nodes in the graph.
+    t.g.load(
+        "main",
+        "{\"type\":\"Person\",\"data\":{\"name\":\"Dan\"}}\n{\"edge\":\"Knows\",\"from\":\"Dan\",\"to\":\"Alice\"}",
+        LoadMode::Append,
+    )
+    .await
+    .unwrap();
+    assert_eq!(count(&t.g, "main", "Person").await, 4);
+    assert_eq!(count(&t.g, "main", "Knows").await, 3);
+
+    // Merge upserts by id; the last occurrence in the file wins.
+    t.g.load(
+        "main",
+        "{\"type\":\"Person\",\"data\":{\"name\":\"Bob\",\"age\":50}}\n{\"type\":\"Person\",\"data\":{\"name\":\"Bob\",\"age\":51}}\n{\"type\":\"Person\",\"data\":{\"name\":\"Eve\"}}",
+        LoadMode::Merge,
+    )
+    .await
+    .unwrap();
+    assert_eq!(count(&t.g, "main", "Person").await, 5);
+    let mut dump = Vec::new();
+    t.g.export(&Target::main(), &mut dump).await.unwrap();
+    let dump = String::from_utf8(dump).unwrap();
+    let bob = dump
+        .lines()
+        .find(|l| l.contains("\"Bob\"") && l.contains("\"type\""))
+        .unwrap();
+    assert!(bob.contains("\"age\":51"), "{bob}");
+
+    // Overwrite replaces only the types the file mentions.
+    t.g.load("main", "{\"type\":\"Company\",\"data\":{\"name\":\"Acme\"}}\n{\"type\":\"Company\",\"data\":{\"name\":\"Initech\"}}", LoadMode::Overwrite)
+        .await
+        .unwrap();
+    assert_eq!(count(&t.g, "main", "Company").await, 2);
+    assert_eq!(count(&t.g, "main", "Person").await, 5);
+}
+
+#[tokio::test]
+async fn composite_keys_and_generated_ids() {
+    let t = new_graph().await;
+    t.g.load(
+        "main",
+        "{\"type\":\"Emp\",\"data\":{\"org\":\"acme\",\"num\":3}}\n{\"type\":\"Doc\",\"data\":{\"title\":\"a\"}}\n{\"type\":\"Doc\",\"data\":{\"title\":\"a\"}}",
+        LoadMode::Append,
+    )
+    .await
+    .unwrap();
+    let mut dump = Vec::new();
+    t.g.export(&Target::main(), &mut dump).await.unwrap();
+    let dump = String::from_utf8(dump).unwrap();
+    // Generated ids are distinct ULIDs and are exported.
+    let docs: Vec<serde_json::Value> = dump
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|j| j["type"] == "Doc")
+        .collect();
+    assert_eq!(docs.len(), 2);
+    assert_ne!(docs[0]["data"]["id"], docs[1]["data"]["id"]);
+    assert_eq!(docs[0]["data"]["id"].as_str().unwrap().len(), 26);
+    // The composite key derives the id ["acme","3"]; merging the same key updates it.
+    t.g.load("main", "{\"type\":\"Emp\",\"data\":{\"org\":\"acme\",\"num\":3,\"id\":\"[\\\"acme\\\",\\\"3\\\"]\"}}", LoadMode::Merge)
+        .await
+        .unwrap();
+    assert_eq!(count(&t.g, "main", "Emp").await, 1);
+}
+
+#[tokio::test]
+async fn each_load_is_one_commit_with_a_parent() {
+    let t = new_graph().await;
+    let r1 = t.g.load("main", PEOPLE, LoadMode::Overwrite).await.unwrap();
+    let r2 =
+        t.g.load(
+            "main",
+            "{\"type\":\"Person\",\"data\":{\"name\":\"Dan\"}}",
+            LoadMode::Append,
+        )
+        .await
+        .unwrap();
+    assert!(r2.manifest_version > r1.manifest_version);
+    let commits = t.g.commits("main", None).await.unwrap();
+    assert_eq!(commits.len(), 3); // init + two loads
+    assert_eq!(commits[0].id, r2.commit);
+    assert_eq!(commits[0].parents, vec![r1.commit.clone()]);
+    assert_eq!(commits[0].kind, "load");
+    assert_eq!(commits[0].summary["nodes"]["Person"], 1);
+    // Time travel by commit and by graph version.
+    let old =
+        t.g.snapshot(&Target::Commit(r1.commit.clone()))
+            .await
+            .unwrap();
+    assert_eq!(
+        old.types.iter().find(|x| x.name == "Person").unwrap().rows,
+        3
+    );
+    let old =
+        t.g.snapshot(&Target::Version {
+            version: r1.manifest_version,
+            branch: "main".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(old.head_commit, r1.commit);
+    assert!(t.g.snapshot(&Target::Commit("NOPE".into())).await.is_err());
+    assert!(
+        t.g.snapshot(&Target::Version {
+            version: 999,
+            branch: "main".into()
+        })
+        .await
+        .is_err()
+    );
+}
+
+#[tokio::test]
+async fn a_graph_reopens_with_its_state() {
+    let t = loaded_graph().await;
+    let before = fingerprint(&t.g).await;
+    let uri = t.uri();
+    let TestGraph { dir, g } = t;
+    drop(g);
+    let g = omnigraph::Omnigraph::open(&uri).await.unwrap();
+    assert_eq!(before, fingerprint(&g).await);
+    g.load(
+        "main",
+        "{\"type\":\"Person\",\"data\":{\"name\":\"Dan\"}}",
+        LoadMode::Append,
+    )
+    .await
+    .unwrap();
+    drop(dir);
+}
+
+#[tokio::test]
+async fn memory_graphs_work_within_one_handle() {
+    let g = omnigraph::Omnigraph::init("memory://t1", SCHEMA)
+        .await
+        .unwrap();
+    g.load("main", PEOPLE, LoadMode::Overwrite).await.unwrap();
+    assert_eq!(count(&g, "main", "Person").await, 3);
+    g.branch_create("b", "main").await.unwrap();
+    g.load(
+        "b",
+        "{\"type\":\"Person\",\"data\":{\"name\":\"Dan\"}}",
+        LoadMode::Append,
+    )
+    .await
+    .unwrap();
+    assert_eq!(count(&g, "b", "Person").await, 4);
+    assert_eq!(count(&g, "main", "Person").await, 3);
+}

@@ -1,0 +1,11 @@
+//! Integration tests against real Lance, in one binary (each test binary links
+//! Lance again).
+
+mod common;
+
+mod bad_input;
+mod branches;
+mod concurrency;
+mod export;
+mod load;
+mod recovery;

@@ -1,0 +1,119 @@
+//! Crash windows of the write protocol: the writer is stopped (the process
+//! "halts": no further storage effect happens) at each point between the
+//! sidecar write and the sidecar delete; reopening runs recovery, and the
+//! graph is exactly the old state or exactly the new one, never a mix.
+
+use omnigraph::storage::substrate::CrashPoint;
+use omnigraph::{LoadMode, Omnigraph, Target};
+
+use crate::common::*;
+
+/// Touches two tables (Person and Knows), so there are two table commits.
+const TWO_TABLES: &str = "{\"type\":\"Person\",\"data\":{\"name\":\"Dan\"}}\n{\"edge\":\"Knows\",\"from\":\"Dan\",\"to\":\"Alice\"}";
+
+async fn crash_and_reopen(point: CrashPoint) -> (String, String, Omnigraph, tempfile::TempDir) {
+    let t = loaded_graph().await;
+    let uri = t.uri();
+    let old = state(&t.g).await;
+    t.g.substrate().crash_at(point);
+    let err = t.g.load("main", TWO_TABLES, LoadMode::Append).await;
+    assert!(
+        err.is_err(),
+        "the interrupted write must not report success"
+    );
+    assert!(t.g.substrate().halted());
+    let TestGraph { dir, g } = t;
+    drop(g);
+    let reopened = Omnigraph::open(&uri).await.unwrap();
+    let now = state(&reopened).await;
+    // No sidecar is left behind for a resolved intent.
+    let recovery_dir = dir.path().join("g.omni/_graph/recovery");
+    let left: Vec<_> = std::fs::read_dir(&recovery_dir)
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(left.is_empty(), "sidecars left: {left:?}");
+    (old, now, reopened, dir)
+}
+
+async fn assert_writable(g: &Omnigraph) {
+    g.load("main", "{\"type\":\"Person\",\"data\":{\"name\":\"Zed\"}}\n{\"edge\":\"Knows\",\"from\":\"Zed\",\"to\":\"Bob\"}", LoadMode::Append)
+        .await
+        .unwrap();
+}
+
+fn has_new_state(fp: &str) -> bool {
+    fp.contains("\"Dan\"") && fp.matches("\"edge\":\"Knows\"").count() == 3
+}
+
+#[tokio::test]
+async fn crash_after_sidecar_write_rolls_back() {
+    let (old, now, g, _dir) = crash_and_reopen(CrashPoint::AfterSidecarWrite).await;
+    assert_eq!(old, now);
+    assert_eq!(g.recovery_report().rolled_back.len(), 1);
+    assert_writable(&g).await;
+}
+
+#[tokio::test]
+async fn crash_after_first_of_two_table_commits_rolls_back() {
+    let (old, now, g, _dir) = crash_and_reopen(CrashPoint::AfterTableCommit(1)).await;
+    assert_eq!(old, now, "a partial commit must not be visible");
+    assert_eq!(g.recovery_report().rolled_back.len(), 1);
+    assert_writable(&g).await;
+    // The rolled-back table really holds the old rows (no orphan on top).
+    assert_eq!(count(&g, "main", "Person").await, 4);
+    assert_eq!(count(&g, "main", "Knows").await, 3);
+}
+
+#[tokio::test]
+async fn crash_after_all_table_commits_rolls_forward() {
+    let (old, now, g, _dir) = crash_and_reopen(CrashPoint::AfterTableCommit(2)).await;
+    assert_ne!(old, now);
+    assert!(has_new_state(&now), "{now}");
+    assert_eq!(g.recovery_report().rolled_forward.len(), 1);
+    // The commit keeps the id the writer chose (the one in the sidecar), with
+    // the old head as its parent.
+    let commits = g.commits("main", None).await.unwrap();
+    assert_eq!(commits.len(), 3);
+    assert_eq!(commits[0].kind, "recovered");
+    assert_eq!(commits[0].parents[0], commits[1].id);
+    assert_writable(&g).await;
+}
+
+#[tokio::test]
+async fn crash_after_publish_keeps_the_commit() {
+    let (old, now, g, _dir) = crash_and_reopen(CrashPoint::AfterPublish).await;
+    assert_ne!(old, now);
+    assert!(has_new_state(&now));
+    assert_eq!(g.recovery_report().already_published.len(), 1);
+    assert_eq!(g.commits("main", None).await.unwrap()[0].kind, "load");
+    assert_writable(&g).await;
+}
+
+#[tokio::test]
+async fn a_crash_on_a_branch_does_not_touch_main() {
+    let t = loaded_graph().await;
+    t.g.branch_create("b", "main").await.unwrap();
+    let uri = t.uri();
+    let main_before = {
+        let mut d = Vec::new();
+        t.g.export(&Target::main(), &mut d).await.unwrap();
+        d
+    };
+    t.g.substrate().crash_at(CrashPoint::AfterTableCommit(1));
+    assert!(t.g.load("b", TWO_TABLES, LoadMode::Append).await.is_err());
+    let TestGraph { dir, g } = t;
+    drop(g);
+    let g = Omnigraph::open(&uri).await.unwrap();
+    let mut main_after = Vec::new();
+    g.export(&Target::main(), &mut main_after).await.unwrap();
+    assert_eq!(main_before, main_after);
+    assert_eq!(count(&g, "b", "Person").await, 3);
+    g.load("b", TWO_TABLES, LoadMode::Append).await.unwrap();
+    assert_eq!(count(&g, "b", "Person").await, 4);
+    assert_eq!(count(&g, "b", "Knows").await, 3);
+    drop(dir);
+}
