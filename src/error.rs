@@ -46,6 +46,14 @@ pub enum OmniError {
     /// The schema is well-formed but wrong (unknown type, duplicate, ...).
     #[error("schema error: {message}")]
     Schema { message: String },
+    /// A query or mutation does not fit the schema. `code` is stable (Q0xx).
+    #[error("type error {code} at line {line}, column {column}: {message}")]
+    Type {
+        code: &'static str,
+        line: usize,
+        column: usize,
+        message: String,
+    },
     /// Input data violates the schema or a constraint.
     #[error("{at}: {message}")]
     Invalid { at: Location, message: String },
@@ -98,6 +106,7 @@ impl OmniError {
         match self {
             Self::Parse { .. } => "ParseError",
             Self::Schema { .. } => "SchemaError",
+            Self::Type { .. } => "TypeError",
             Self::Invalid { .. } => "InvalidData",
             Self::KeyConflict { .. } => "KeyConflict",
             Self::ReadSetChanged => "ReadSetChanged",

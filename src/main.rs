@@ -113,6 +113,16 @@ enum Cmd {
         #[arg(long, value_name = "N")]
         version: Option<u64>,
     },
+    /// Test harness: append write after write and print `ACK <n>` after each
+    /// acknowledged one (the chaos test kills this process at random moments).
+    #[command(hide = true)]
+    StressWriter {
+        #[command(flatten)]
+        graph: Graph,
+        /// Number of the first write.
+        #[arg(long, default_value_t = 0)]
+        start: u64,
+    },
     /// Create a small graph in a temporary folder and walk through the main features.
     Demo {
         /// Where to create the demo graph (default: a fresh temporary folder).
@@ -353,11 +363,24 @@ async fn run(cmd: Cmd) -> Result<(), OmniError> {
             version,
         } => {
             let g = Omnigraph::open(graph.uri()?).await?;
-            let stdout = std::io::stdout();
-            let mut out = std::io::BufWriter::with_capacity(1 << 20, stdout.lock());
+            let mut out = std::io::BufWriter::with_capacity(1 << 20, std::io::stdout());
             g.export(&target(branch, commit, version)?, &mut out)
                 .await?;
             out.flush()?;
+        }
+        Cmd::StressWriter { graph, start } => {
+            let g = Omnigraph::open(graph.uri()?).await?;
+            let mut out = std::io::stdout();
+            for n in start.. {
+                // One write touches two node rows and an edge between them:
+                // a partial commit would show as a node without its partner.
+                let jsonl = format!(
+                    "{{\"type\":\"Person\",\"data\":{{\"name\":\"p{n}\"}}}}\n{{\"type\":\"Person\",\"data\":{{\"name\":\"q{n}\"}}}}\n{{\"edge\":\"Knows\",\"from\":\"p{n}\",\"to\":\"q{n}\"}}"
+                );
+                g.load("main", &jsonl, LoadMode::Append).await?;
+                writeln!(out, "ACK {n}")?;
+                out.flush()?;
+            }
         }
         Cmd::Demo { dir } => cli_demo::run(dir).await?,
     }

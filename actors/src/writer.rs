@@ -70,6 +70,9 @@ pub struct Writer {
     published: Option<(u64, Option<Head>)>,
     /// The outcome to send once the current cleanup step is done.
     after_cleanup: Option<Outcome>,
+    /// Retries hold the schema and branch gates while they prepare, so no
+    /// other writer on the branch can make them lose again.
+    early_gates: bool,
     violations: Vec<String>,
 }
 
@@ -90,6 +93,7 @@ impl Writer {
             landed: Vec::new(),
             published: None,
             after_cleanup: None,
+            early_gates: false,
             violations: Vec::new(),
         }
     }
@@ -254,6 +258,45 @@ impl Writer {
                 Some(h) => self.publish(Some(h), Change::DeleteBranch),
             },
         }
+    }
+
+    /// A retry holds schema and branch: capture the head from the branch
+    /// gate's view and prepare against it.
+    fn prepare_under_gates(&mut self) -> Vec<Effect> {
+        let head = match self.views[1].clone() {
+            GateView::Branch(Some(h)) => h,
+            GateView::Branch(None) => {
+                let mut fx = self.release_all();
+                fx.extend(self.finish(Outcome::BranchNotFound(self.branch().to_string())));
+                return fx;
+            }
+            GateView::Unavailable(e) => {
+                let mut fx = self.release_all();
+                fx.extend(self.finish(Outcome::StorageFailed(e)));
+                return fx;
+            }
+            other => {
+                self.violations
+                    .push(format!("branch gate granted with {other:?}"));
+                return Vec::new();
+            }
+        };
+        if let GateView::Unavailable(e) = self.views[0].clone() {
+            let mut fx = self.release_all();
+            fx.extend(self.finish(Outcome::StorageFailed(e)));
+            return fx;
+        }
+        debug!(op = %self.op, ?head, "captured head under the branch gate");
+        self.captured = Some(head.clone());
+        let io = Io::Prepare {
+            op: self.op.clone(),
+            attempt: self.attempt,
+            branch: self.branch().to_string(),
+            head,
+        };
+        let (req, fx) = self.io(io);
+        self.state = State::Preparing(req);
+        vec![fx]
     }
 
     /// Step 4: the captured head, schema and every table base are unchanged.
@@ -505,6 +548,10 @@ impl Machine for Writer {
                     blocked_by: None, ..
                 },
             ) => match self.kind {
+                OpKind::Write { .. } if self.attempt > 0 => {
+                    self.early_gates = true;
+                    self.start_acquire(Vec::new())
+                }
                 OpKind::Write { .. } => self.start_capture(),
                 OpKind::DeleteBranch { .. } => self.start_acquire(Vec::new()),
                 OpKind::CreateBranch { .. } => self.unexpected("admission".into()),
@@ -541,6 +588,8 @@ impl Machine for Writer {
                 self.views.push(view);
                 if self.views.len() < self.gates.len() {
                     self.acquire_next()
+                } else if self.early_gates && self.plan.is_none() {
+                    self.prepare_under_gates()
                 } else {
                     self.on_all_granted()
                 }
@@ -642,20 +691,37 @@ impl Machine for Writer {
             (State::Preparing(r), IoOut::Prepared(result)) if r == req => match result {
                 Ok(plan) => {
                     debug!(op = %self.op, tables = plan.tables.len(), "prepared");
-                    let tables = plan.tables.iter().map(|t| t.table.clone()).collect();
+                    let mut tables: Vec<TableKey> =
+                        plan.tables.iter().map(|t| t.table.clone()).collect();
                     self.plan = Some(plan);
-                    self.start_acquire(tables)
+                    if !self.early_gates {
+                        return self.start_acquire(tables);
+                    }
+                    // Schema and branch are held: add the tables, in order.
+                    tables.sort();
+                    if self.bugs.reverse_gate_order() {
+                        tables.reverse();
+                    }
+                    self.gates.extend(
+                        tables
+                            .into_iter()
+                            .map(|t| (Addr::Table(t), GateMode::Exclusive)),
+                    );
+                    self.state = State::Acquiring;
+                    if self.views.len() < self.gates.len() {
+                        self.acquire_next()
+                    } else {
+                        self.on_all_granted()
+                    }
                 }
-                Err(None) => {
-                    let fx = self.discard();
-                    let mut out = vec![fx];
-                    out.extend(self.finish(Outcome::Rejected));
-                    out
-                }
-                Err(Some(e)) => {
-                    let fx = self.discard();
-                    let mut out = vec![fx];
-                    out.extend(self.finish(Outcome::StorageFailed(e)));
+                Err(e) => {
+                    let outcome = match e {
+                        None => Outcome::Rejected,
+                        Some(e) => Outcome::StorageFailed(e),
+                    };
+                    let mut out = self.release_all();
+                    out.push(self.discard());
+                    out.extend(self.finish(outcome));
                     out
                 }
             },

@@ -15,6 +15,7 @@ use omnigraph_actors::Bugs;
 use omnigraph_sim::run_seed;
 
 struct Args {
+    bug_stats: bool,
     seeds: std::ops::Range<u64>,
     trace: bool,
     bug: Option<String>,
@@ -23,7 +24,7 @@ struct Args {
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage: omnigraph-sim (--seeds A..B | --seed N) [--trace] [--bug NAME] [--ractor]\n  --ractor: run the production ractor host on a paused runtime instead\n  bugs: {}",
+        "usage: omnigraph-sim (--seeds A..B | --seed N) [--trace] [--bug NAME] [--ractor]\n       omnigraph-sim --bug-stats   (seeds until each planted bug is found, over 21 trials)\n  --ractor: run the production ractor host on a paused runtime instead\n  bugs: {}",
         omnigraph_actors::bugs::NAMES.join(", ")
     );
     ExitCode::from(2)
@@ -35,6 +36,7 @@ fn parse_args() -> Option<Args> {
     let mut trace = false;
     let mut bug = None;
     let mut ractor = false;
+    let mut bug_stats = false;
     while let Some(a) = args.next() {
         match a.as_str() {
             "--seeds" => {
@@ -49,10 +51,15 @@ fn parse_args() -> Option<Args> {
             "--trace" => trace = true,
             "--bug" => bug = Some(args.next()?),
             "--ractor" => ractor = true,
+            "--bug-stats" => {
+                bug_stats = true;
+                seeds.get_or_insert(0..0);
+            }
             _ => return None,
         }
     }
     Some(Args {
+        bug_stats,
         seeds: seeds?,
         trace,
         bug,
@@ -74,6 +81,9 @@ fn main() -> ExitCode {
             }
         },
     };
+    if args.bug_stats {
+        return bug_stats();
+    }
     if args.ractor {
         return ractor_sweep(&args, bugs);
     }
@@ -208,4 +218,60 @@ fn ractor_sweep(args: &Args, bugs: Bugs) -> ExitCode {
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
+}
+
+/// For every planted bug: in 21 independent trials (seed ranges starting at
+/// t * 100000), how many seeds until it is found (at most 2000).
+fn bug_stats() -> ExitCode {
+    let mut ok = true;
+    println!(
+        "| bug | median seeds to find | worst of 21 trials | invariant that caught it (trial 0) |"
+    );
+    println!("|---|---|---|---|");
+    for name in omnigraph_actors::bugs::NAMES {
+        let Some(bugs) = Bugs::parse(name) else {
+            eprintln!("this build has no planted bugs");
+            return ExitCode::FAILURE;
+        };
+        let mut counts = Vec::new();
+        let mut first_invariant = String::new();
+        for trial in 0..21u64 {
+            let start = trial * 100_000;
+            let found = (start..start + 2000).find_map(|seed| {
+                run_seed(seed, bugs, false)
+                    .violation
+                    .map(|v| (seed - start + 1, v.invariant))
+            });
+            match found {
+                Some((n, inv)) => {
+                    if trial == 0 {
+                        first_invariant = inv.to_string();
+                    }
+                    counts.push(n);
+                }
+                None => {
+                    ok = false;
+                    counts.push(u64::MAX);
+                }
+            }
+        }
+        counts.sort_unstable();
+        let show = |n: u64| {
+            if n == u64::MAX {
+                "not found".to_string()
+            } else {
+                n.to_string()
+            }
+        };
+        println!(
+            "| {name} | {} | {} | {first_invariant} |",
+            show(counts[10]),
+            show(counts[20])
+        );
+    }
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }

@@ -52,7 +52,7 @@ pub struct RunReport {
 enum Node {
     Owner(GateOwner),
     Publisher(Publisher),
-    Recovery(Recovery),
+    Recovery(Box<Recovery>),
     Writer(Box<Writer>),
 }
 
@@ -61,7 +61,7 @@ impl Node {
         match self {
             Node::Owner(m) => m,
             Node::Publisher(m) => m,
-            Node::Recovery(m) => m,
+            Node::Recovery(m) => m.as_mut(),
             Node::Writer(m) => m.as_mut(),
         }
     }
@@ -187,7 +187,7 @@ impl Sim {
         for (addr, node) in [
             (Addr::Schema, Node::Owner(GateOwner::new(OwnerKind::Schema))),
             (Addr::Publisher, Node::Publisher(Publisher::new())),
-            (Addr::Recovery, Node::Recovery(Recovery::new())),
+            (Addr::Recovery, Node::Recovery(Box::new(Recovery::new()))),
         ] {
             self.nodes.insert(addr.clone(), node);
             self.start_node(&addr);

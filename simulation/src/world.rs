@@ -11,6 +11,8 @@ use std::collections::BTreeMap;
 use omnigraph_actors::*;
 
 pub type Rows = BTreeMap<String, i64>;
+/// A physical table's versions: content and the transaction that wrote it.
+pub type History = BTreeMap<u64, (Rows, Option<String>)>;
 pub const MAIN: &str = "main";
 pub const SCHEMA_ID: &str = "schema-1";
 
@@ -127,7 +129,7 @@ pub enum Fault {
 pub struct World {
     // Durable.
     pub manifests: Vec<ManifestV>,
-    pub tables: BTreeMap<(String, String), BTreeMap<u64, (Rows, Option<String>)>>,
+    pub tables: BTreeMap<(String, String), History>,
     pub sidecars: BTreeMap<OpId, Intent>,
     pub commits: BTreeMap<CommitId, CommitRec>,
     // Process memory.

@@ -181,16 +181,10 @@ pub struct CheckConstraint {
     pub pattern: String,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Cardinality {
     pub min: u64,
     pub max: Option<u64>,
-}
-
-impl Default for Cardinality {
-    fn default() -> Self {
-        Self { min: 0, max: None }
-    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -331,7 +331,12 @@ impl<'a> Cursor<'a> {
         self.toks[self.i].pos
     }
 
-    pub fn next(&mut self) -> Token {
+    /// Byte offset of the current token in the source.
+    pub fn offset(&self) -> usize {
+        self.toks[self.i].offset
+    }
+
+    pub fn bump(&mut self) -> Token {
         let t = self.toks[self.i].clone();
         if self.i + 1 < self.toks.len() {
             self.i += 1;
@@ -349,7 +354,7 @@ impl<'a> Cursor<'a> {
 
     pub fn eat(&mut self, t: &Tok) -> bool {
         if self.at(t) {
-            self.next();
+            self.bump();
             true
         } else {
             false
@@ -366,7 +371,7 @@ impl<'a> Cursor<'a> {
 
     pub fn expect(&mut self, t: &Tok, what: &str) -> Result<Token> {
         if self.at(t) {
-            Ok(self.next())
+            Ok(self.bump())
         } else {
             Err(self.error(format!("expected {what}, found {}", self.peek().describe())))
         }
@@ -376,7 +381,7 @@ impl<'a> Cursor<'a> {
         match self.peek().clone() {
             Tok::Ident(s) => {
                 let pos = self.pos();
-                self.next();
+                self.bump();
                 Ok((s, pos))
             }
             other => Err(self.error(format!("expected {what}, found {}", other.describe()))),
@@ -386,7 +391,7 @@ impl<'a> Cursor<'a> {
     pub fn expect_keyword(&mut self, word: &str) -> Result<Pos> {
         if self.at_ident(word) {
             let pos = self.pos();
-            self.next();
+            self.bump();
             Ok(pos)
         } else {
             Err(self.error(format!(
@@ -399,7 +404,7 @@ impl<'a> Cursor<'a> {
     pub fn expect_str(&mut self, what: &str) -> Result<String> {
         match self.peek().clone() {
             Tok::Str(s) => {
-                self.next();
+                self.bump();
                 Ok(s)
             }
             other => Err(self.error(format!("expected {what}, found {}", other.describe()))),

@@ -3,4 +3,5 @@
 
 pub mod catalog;
 pub mod lexer;
+pub mod query;
 pub mod schema;

@@ -89,7 +89,7 @@ impl<'a> Parser<'a> {
                 let mut annotations = self.annotations()?;
                 let mut implements = Vec::new();
                 if self.c.at_ident("implements") {
-                    self.c.next();
+                    self.c.bump();
                     loop {
                         implements.push(self.c.expect_ident("an interface name")?);
                         if !self.c.eat(&Tok::Comma) {
@@ -152,8 +152,8 @@ impl<'a> Parser<'a> {
             if !self.c.at(&Tok::RParen) {
                 loop {
                     if let (Tok::Ident(k), Tok::Eq) = (self.c.peek().clone(), self.c.peek_at(1)) {
-                        self.c.next();
-                        self.c.next();
+                        self.c.bump();
+                        self.c.bump();
                         kwargs.push((k, self.literal()?));
                     } else {
                         args.push(self.literal_or_range()?);
@@ -173,13 +173,13 @@ impl<'a> Parser<'a> {
         let sign = if neg { -1 } else { 1 };
         match self.c.peek().clone() {
             Tok::Int(i) => {
-                self.c.next();
+                self.c.bump();
                 let v = i64::try_from(i * sign)
                     .map_err(|_| self.c.error(format!("number {i} is out of range")))?;
                 Ok(Some(Num::Int(v)))
             }
             Tok::Float(f) => {
-                self.c.next();
+                self.c.bump();
                 Ok(Some(Num::Float(f * sign as f64)))
             }
             _ if neg => Err(self.c.error("expected a number after '-'")),
@@ -226,15 +226,15 @@ impl<'a> Parser<'a> {
         }
         match self.c.peek().clone() {
             Tok::Str(s) => {
-                self.c.next();
+                self.c.bump();
                 Ok(Literal::Str(s))
             }
             Tok::Ident(s) if s == "true" || s == "false" => {
-                self.c.next();
+                self.c.bump();
                 Ok(Literal::Bool(s == "true"))
             }
             Tok::Ident(s) => {
-                self.c.next();
+                self.c.bump();
                 Ok(Literal::Ident(s))
             }
             other => Err(self
@@ -251,13 +251,22 @@ impl<'a> Parser<'a> {
         loop {
             match self.c.peek() {
                 Tok::RBrace => {
-                    self.c.next();
+                    self.c.bump();
                     break;
                 }
                 Tok::At => constraints.push(self.annotation()?),
-                Tok::Ident(_) => props.push(self.prop()?),
+                Tok::Ident(_) => {
+                    let mut prop = self.prop()?;
+                    // A body constraint written after a property (on the
+                    // next line, say) is not that property's annotation.
+                    // Everything from the first such constraint on is body.
+                    if let Some(i) = prop.annotations.iter().position(|(a, _)| is_body_form(a)) {
+                        constraints.extend(prop.annotations.split_off(i));
+                    }
+                    props.push(prop);
+                }
                 Tok::Comma => {
-                    self.c.next();
+                    self.c.bump();
                 }
                 other => {
                     return Err(self.c.error(format!(
@@ -314,7 +323,7 @@ impl<'a> Parser<'a> {
             "Vector" => {
                 self.c.expect(&Tok::LParen, "'(' after Vector")?;
                 let npos = self.c.pos();
-                let n = match self.c.next().tok {
+                let n = match self.c.bump().tok {
                     Tok::Int(n) if (1..=65_536).contains(&n) => n as u32,
                     _ => {
                         return Err(self.c.error_at(
@@ -333,7 +342,7 @@ impl<'a> Parser<'a> {
                     loop {
                         let v = match self.c.peek().clone() {
                             Tok::Ident(s) | Tok::Str(s) => {
-                                self.c.next();
+                                self.c.bump();
                                 s
                             }
                             other => {
@@ -373,6 +382,16 @@ impl<'a> Parser<'a> {
                 ));
             }
         })
+    }
+}
+
+/// Constraints that name their properties: `@key(a, b)`, `@unique(a)`,
+/// `@index(a)`, `@range(p, 0..1)`, `@check(p, "re")`.
+fn is_body_form(a: &Annotation) -> bool {
+    match a.name.as_str() {
+        "key" | "unique" | "index" => !a.args.is_empty(),
+        "range" | "check" => a.args.len() == 2,
+        _ => false,
     }
 }
 
@@ -948,7 +967,7 @@ edge WorksAt: Person -> Company @card(0..1) { role: String? }
         assert_eq!(p.properties[0].name, "name");
         assert_eq!(
             p.properties.iter().map(|p| p.id).collect::<Vec<_>>(),
-            (1..=9).collect::<Vec<_>>()
+            (1..=8).collect::<Vec<_>>()
         );
         assert_eq!(p.uniques, vec![vec!["email".to_string()]]);
         assert_eq!(p.ranges[0].max, Some(Num::Int(150)));

@@ -8,6 +8,7 @@ use bytes::Bytes;
 use futures::TryStreamExt;
 use lance::io::{ObjectStore, ObjectStoreParams};
 use lance::session::Session;
+use object_store::ObjectStoreExt;
 use object_store::path::Path;
 
 use crate::error::{OmniError, Result};
@@ -68,7 +69,7 @@ impl Store {
     fn path(&self, rel: &str) -> Path {
         rel.split('/')
             .filter(|s| !s.is_empty())
-            .fold(self.root.clone(), |p, s| p.child(s))
+            .fold(self.root.clone(), |p, s| p.join(s))
     }
 
     pub async fn read(&self, rel: &str) -> Result<Option<Bytes>> {

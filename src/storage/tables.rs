@@ -24,12 +24,14 @@ use omnigraph_actors::CommitResult;
 const OPEN_CACHE_LIMIT: usize = 512;
 
 type Physical = (String, Option<String>);
+/// A table version exactly: (folder, Lance branch, version).
+type Exact = (String, Option<String>, u64);
 
 pub struct Tables {
     store: Store,
     session: Arc<Session>,
     /// Exact (dir, lance branch, version) -> dataset; immutable, so always valid.
-    opened: Mutex<HashMap<(String, Option<String>, u64), Arc<Dataset>>>,
+    opened: Mutex<HashMap<Exact, Arc<Dataset>>>,
     /// The latest version of each physical table this process knows. Only
     /// this process writes (one writer process per graph), so it stays true.
     latest: Mutex<HashMap<Physical, Arc<Dataset>>>,
@@ -96,7 +98,7 @@ impl Tables {
         if let Some(ds) = self.opened.lock().get(&key) {
             return Ok(ds.clone());
         }
-        let ds = DatasetBuilder::from_uri(&self.uri(&t.dir))
+        let ds = DatasetBuilder::from_uri(self.uri(&t.dir))
             .with_session(self.session.clone())
             .with_branch(t.lance_branch.as_deref().unwrap_or("main"), Some(t.version))
             .load()
@@ -133,7 +135,7 @@ impl Tables {
         if let Some(ds) = self.latest.lock().get(&key) {
             return Ok(Some(ds.clone()));
         }
-        let builder = DatasetBuilder::from_uri(&self.uri(dir)).with_session(self.session.clone());
+        let builder = DatasetBuilder::from_uri(self.uri(dir)).with_session(self.session.clone());
         let builder = match lance_branch {
             Some(b) => builder.with_branch(b, None),
             None => builder,

@@ -66,58 +66,58 @@ impl Cell<'_> {
     }
 }
 
-impl<'de> Deserialize<'de> for Cell<'de> {
+impl<'de: 'a, 'a> Deserialize<'de> for Cell<'a> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(CellVisitor)
+        d.deserialize_any(CellVisitor(std::marker::PhantomData))
     }
 }
 
-struct CellVisitor;
+struct CellVisitor<'a>(std::marker::PhantomData<&'a ()>);
 
-impl<'de> Visitor<'de> for CellVisitor {
-    type Value = Cell<'de>;
+impl<'de: 'a, 'a> Visitor<'de> for CellVisitor<'a> {
+    type Value = Cell<'a>;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a property value (null, boolean, number, string or list)")
     }
-    fn visit_unit<E>(self) -> Result<Cell<'de>, E> {
+    fn visit_unit<E>(self) -> Result<Cell<'a>, E> {
         Ok(Cell::Null)
     }
-    fn visit_none<E>(self) -> Result<Cell<'de>, E> {
+    fn visit_none<E>(self) -> Result<Cell<'a>, E> {
         Ok(Cell::Null)
     }
-    fn visit_bool<E>(self, v: bool) -> Result<Cell<'de>, E> {
+    fn visit_bool<E>(self, v: bool) -> Result<Cell<'a>, E> {
         Ok(Cell::Bool(v))
     }
-    fn visit_i64<E>(self, v: i64) -> Result<Cell<'de>, E> {
+    fn visit_i64<E>(self, v: i64) -> Result<Cell<'a>, E> {
         Ok(Cell::Int(v))
     }
-    fn visit_u64<E>(self, v: u64) -> Result<Cell<'de>, E> {
+    fn visit_u64<E>(self, v: u64) -> Result<Cell<'a>, E> {
         Ok(match i64::try_from(v) {
             Ok(i) => Cell::Int(i),
             Err(_) => Cell::UInt(v),
         })
     }
-    fn visit_f64<E>(self, v: f64) -> Result<Cell<'de>, E> {
+    fn visit_f64<E>(self, v: f64) -> Result<Cell<'a>, E> {
         Ok(Cell::Float(v))
     }
-    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Cell<'de>, E> {
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Cell<'a>, E> {
         Ok(Cell::Str(Cow::Borrowed(v)))
     }
-    fn visit_str<E>(self, v: &str) -> Result<Cell<'de>, E> {
+    fn visit_str<E>(self, v: &str) -> Result<Cell<'a>, E> {
         Ok(Cell::Str(Cow::Owned(v.to_string())))
     }
-    fn visit_string<E>(self, v: String) -> Result<Cell<'de>, E> {
+    fn visit_string<E>(self, v: String) -> Result<Cell<'a>, E> {
         Ok(Cell::Str(Cow::Owned(v)))
     }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Cell<'de>, A::Error> {
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Cell<'a>, A::Error> {
         let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(4));
-        while let Some(c) = seq.next_element::<Cell<'de>>()? {
+        while let Some(c) = seq.next_element::<Cell<'a>>()? {
             items.push(c);
         }
         Ok(Cell::List(items))
     }
-    fn visit_map<A: de::MapAccess<'de>>(self, _map: A) -> Result<Cell<'de>, A::Error> {
+    fn visit_map<A: de::MapAccess<'de>>(self, _map: A) -> Result<Cell<'a>, A::Error> {
         Err(de::Error::custom("objects are not property values"))
     }
 }

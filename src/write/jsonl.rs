@@ -252,7 +252,7 @@ impl<'c> BlockParser<'c> {
         } else {
             match given_id {
                 Some(g) => (g, true),
-                None => (self.ids.next(), false),
+                None => (self.ids.next_id(), false),
             }
         };
         let endpoints = if is_edge {
@@ -282,11 +282,7 @@ impl<'c> BlockParser<'c> {
         Ok(())
     }
 
-    fn block(
-        mut self,
-        text: &str,
-        first_line: usize,
-    ) -> Result<BTreeMap<u32, (RecordBatch, Vec<u32>, usize)>> {
+    fn block(mut self, text: &str, first_line: usize) -> Result<BlockRows> {
         for (i, raw) in text.split('\n').enumerate() {
             let l = raw.trim();
             if l.is_empty() || l.starts_with("//") {
@@ -304,7 +300,9 @@ impl<'c> BlockParser<'c> {
     }
 }
 
-type BlockResult = (usize, Result<BTreeMap<u32, (RecordBatch, Vec<u32>, usize)>>);
+/// One block's rows per type: the batch, its lines, and how many ids were explicit.
+type BlockRows = BTreeMap<u32, (RecordBatch, Vec<u32>, usize)>;
+type BlockResult = (usize, Result<BlockRows>);
 
 /// Parse a whole JSONL input. `progress` is told how many bytes were read.
 pub fn parse(
@@ -517,7 +515,7 @@ mod tests {
         assert_eq!(p.lines, n);
         let mut bad = text.clone();
         bad.push_str("{\"type\":\"Person\",\"data\":{\"name\":\"x\",\"age\":\"y\"}}\n");
-        let err = run(&bad).unwrap_err();
+        let err = run(&bad).err().expect("the bad line is refused");
         assert!(
             matches!(err, OmniError::Invalid { at: Location { line: Some(l), .. }, .. } if l == n + 1)
         );

@@ -302,7 +302,7 @@ fn missing_endpoints<'a>(
         // Two halves on two cores: tens of millions of lookups at s1m.
         std::thread::scope(|s| {
             let half = n / 2;
-            let left = s.spawn(|| (0..half).flat_map(per_batch).collect::<Vec<_>>());
+            let left = s.spawn(move || (0..half).flat_map(per_batch).collect::<Vec<_>>());
             let mut right: Vec<_> = (half..n).flat_map(per_batch).collect();
             let mut all = left.join().expect("endpoint check thread");
             all.append(&mut right);

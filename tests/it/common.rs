@@ -103,20 +103,3 @@ pub async fn state(g: &Omnigraph) -> String {
     }
     out
 }
-
-pub fn ids_of(export: &str, ty: &str) -> Vec<String> {
-    let mut v: Vec<String> = export
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|j| j["type"] == ty || j["edge"] == ty)
-        .map(|j| {
-            j["data"]
-                .get("name")
-                .or_else(|| j["data"].get("id"))
-                .map(|v| v.to_string())
-                .unwrap_or_default()
-        })
-        .collect();
-    v.sort();
-    v
-}

@@ -5,6 +5,7 @@ mod common;
 
 mod bad_input;
 mod branches;
+mod chaos;
 mod concurrency;
 mod export;
 mod load;

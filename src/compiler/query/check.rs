@@ -1,0 +1,665 @@
+//! The type checker: a parsed read query plus the catalog become a [`Plan`],
+//! or a type error with a stable code. Filters that read one variable are
+//! pushed onto the operator that introduces it.
+//!
+//! Codes: Q001 unknown type, Q002 unknown property, Q003 unknown edge,
+//! Q004 edge direction mismatch, Q005 undirected traversal over different
+//! endpoint types, Q006 edge binding with multi-hop bounds, Q007 bare edge
+//! variable returned, Q008 Blob returned/ordered/aggregated, Q009 operator
+//! type mismatch, Q010 undeclared parameter, Q011 `nearest` without `limit`,
+//! Q012 parameter value of the wrong type, Q013 unknown variable, Q014
+//! missing parameter, Q015 not supported yet, Q016 unknown query, Q017 unknown
+//! order item, Q018 misplaced aggregate, Q019 a variable bound to two types,
+//! Q020 a mutation where a read query was expected (or the reverse).
+
+use std::collections::BTreeMap;
+
+use super::ast::*;
+use super::ir::{self, Dir, Op, OrderKey, Plan, Pred, RetExpr, ReturnCol, ValExpr, VarInfo, VarKind};
+use crate::compiler::catalog::{Catalog, PropType, TypeDef};
+use crate::compiler::lexer::Pos;
+use crate::error::{OmniError, Result};
+use crate::write::columns::{days_from_date, ms_from_datetime};
+
+pub fn type_error(code: &'static str, pos: Pos, message: impl Into<String>) -> OmniError {
+    OmniError::Type {
+        code,
+        line: pos.line,
+        column: pos.col,
+        message: message.into(),
+    }
+}
+
+/// Find a query by name in a parsed file.
+pub fn find<'f>(file: &'f QueryFile, name: &str) -> Result<&'f QueryDecl> {
+    file.queries.iter().find(|q| q.name == name).ok_or_else(|| {
+        let names: Vec<&str> = file.queries.iter().map(|q| q.name.as_str()).collect();
+        type_error(
+            "Q016",
+            Pos::default(),
+            format!("no query named '{name}' (the file has: {})", names.join(", ")),
+        )
+    })
+}
+
+/// The edge type a traversal word names: the type name with its first letter
+/// lower-cased (`WorksAt` is `worksAt`).
+pub fn edge_by_word<'c>(catalog: &'c Catalog, word: &str) -> Option<&'c TypeDef> {
+    catalog.edges().find(|e| {
+        let mut c = e.name.chars();
+        let first = c.next().map(|f| f.to_ascii_lowercase());
+        first.map(|f| format!("{f}{}", c.as_str())).as_deref() == Some(word)
+    })
+}
+
+struct Checker<'a> {
+    catalog: &'a Catalog,
+    params: BTreeMap<String, (PropType, bool)>,
+    vars: Vec<VarInfo>,
+    /// Variable name -> index (anonymous `$_` never enters).
+    names: BTreeMap<String, usize>,
+}
+
+fn type_name(ty: &PropType) -> String {
+    ty.describe()
+}
+
+fn numeric(t: &PropType) -> bool {
+    t.is_numeric()
+}
+
+fn stringy(t: &PropType) -> bool {
+    matches!(t, PropType::String | PropType::Enum(_))
+}
+
+/// Can values of these two types be compared with `op`?
+fn comparable(op: CmpOp, l: &ir::ValType, r: &ir::ValType) -> bool {
+    use ir::ValType::*;
+    let (l, r) = match (l, r) {
+        (Any, _) | (_, Any) => return true,
+        (Known(l), Known(r)) => (l, r),
+    };
+    match op {
+        CmpOp::Contains => match l {
+            PropType::List(inner) => comparable(CmpOp::Eq, &Known((**inner).clone()), &Known(r.clone())),
+            _ => stringy(l) && stringy(r),
+        },
+        CmpOp::StartsWith => stringy(l) && stringy(r),
+        _ => {
+            (numeric(l) && numeric(r))
+                || (stringy(l) && stringy(r))
+                || (l == &PropType::Bool && r == &PropType::Bool && matches!(op, CmpOp::Eq | CmpOp::Ne))
+                || (l == &PropType::Date && r == &PropType::Date)
+                || (l == &PropType::DateTime && r == &PropType::DateTime)
+                || (matches!((l, r), (PropType::List(_), PropType::List(_))) && matches!(op, CmpOp::Eq | CmpOp::Ne) && l == r)
+        }
+    }
+}
+
+fn lit_value(lit: &Lit, pos: Pos) -> Result<(ir::Value, ir::ValType)> {
+    use ir::{ValType, Value};
+    Ok(match lit {
+        Lit::Str(s) => (Value::Str(s.clone()), ValType::Known(PropType::String)),
+        Lit::Int(i) => (Value::Int(*i), ValType::Known(PropType::I64)),
+        Lit::Float(f) => (Value::Float(*f), ValType::Known(PropType::F64)),
+        Lit::Bool(b) => (Value::Bool(*b), ValType::Known(PropType::Bool)),
+        Lit::Null => (Value::Null, ValType::Any),
+        Lit::Date(s) => (
+            Value::Date(days_from_date(s).ok_or_else(|| type_error("Q009", pos, format!("date({s:?}) is not a date like \"2024-05-01\"")))?),
+            ValType::Known(PropType::Date),
+        ),
+        Lit::DateTime(s) => (
+            Value::DateTime(ms_from_datetime(s).ok_or_else(|| type_error("Q009", pos, format!("datetime({s:?}) is not an RFC 3339 date-time")))?),
+            ValType::Known(PropType::DateTime),
+        ),
+        Lit::List(items) => {
+            let mut vals = Vec::new();
+            let mut ty = ValType::Any;
+            for it in items {
+                let (v, t) = lit_value(it, pos)?;
+                if ty == ValType::Any {
+                    ty = t;
+                }
+                vals.push(v);
+            }
+            let ty = match ty {
+                ValType::Known(t) => ValType::Known(PropType::List(Box::new(t))),
+                ValType::Any => ValType::Any,
+            };
+            (Value::List(vals), ty)
+        }
+    })
+}
+
+impl<'a> Checker<'a> {
+    fn var(&self, name: &str, pos: Pos) -> Result<usize> {
+        self.names
+            .get(name)
+            .copied()
+            .ok_or_else(|| type_error("Q013", pos, format!("unknown variable ${name}")))
+    }
+
+    fn node_type(&self, var: usize) -> Option<&'a TypeDef> {
+        match &self.vars[var].kind {
+            VarKind::Node(t) => self.catalog.node(t),
+            VarKind::Edge(_) => None,
+        }
+    }
+
+    fn var_type(&self, var: usize) -> &'a TypeDef {
+        let name = match &self.vars[var].kind {
+            VarKind::Node(t) | VarKind::Edge(t) => t,
+        };
+        self.catalog.get(name).expect("bound types exist")
+    }
+
+    /// Bind a node variable to a type (or check it is already that type).
+    fn bind_node(&mut self, name: &str, ty: &str, pos: Pos) -> Result<(usize, bool)> {
+        if name == "_" {
+            self.vars.push(VarInfo {
+                name: "_".into(),
+                kind: VarKind::Node(ty.to_string()),
+            });
+            return Ok((self.vars.len() - 1, true));
+        }
+        if let Some(&i) = self.names.get(name) {
+            return match &self.vars[i].kind {
+                VarKind::Node(t) if t == ty => Ok((i, false)),
+                VarKind::Node(t) => Err(type_error("Q019", pos, format!("${name} is a {t} here, not a {ty}"))),
+                VarKind::Edge(t) => Err(type_error("Q019", pos, format!("${name} is a {t} edge, not a {ty} node"))),
+            };
+        }
+        self.vars.push(VarInfo {
+            name: name.to_string(),
+            kind: VarKind::Node(ty.to_string()),
+        });
+        self.names.insert(name.to_string(), self.vars.len() - 1);
+        Ok((self.vars.len() - 1, true))
+    }
+
+    fn prop_expr(&self, var: usize, prop: &str, pos: Pos) -> Result<(ValExpr, ir::ValType)> {
+        let t = self.var_type(var);
+        if prop == "id" {
+            return Ok((ValExpr::Id { var }, ir::ValType::Known(PropType::String)));
+        }
+        let p = t.property(prop).ok_or_else(|| {
+            type_error("Q002", pos, format!("{} has no property '{prop}'", t.name))
+        })?;
+        Ok((
+            ValExpr::Prop {
+                var,
+                prop: prop.to_string(),
+                ty: p.ty.clone(),
+            },
+            ir::ValType::Known(p.ty.clone()),
+        ))
+    }
+
+    /// A value expression in a filter or binding.
+    fn value(&self, e: &Expr) -> Result<(ValExpr, ir::ValType)> {
+        match e {
+            Expr::Prop { var, prop, pos } => {
+                let v = self.var(var, *pos)?;
+                self.prop_expr(v, prop, *pos)
+            }
+            Expr::Var { var, pos } => {
+                if let Some((ty, _)) = self.params.get(var) {
+                    return Ok((ValExpr::Param { name: var.clone() }, ir::ValType::Known(ty.clone())));
+                }
+                if let Some(&v) = self.names.get(var) {
+                    return Ok((ValExpr::Id { var: v }, ir::ValType::Known(PropType::String)));
+                }
+                Err(type_error("Q010", *pos, format!("${var} is neither a declared parameter nor a bound variable")))
+            }
+            Expr::Lit { lit, pos } => {
+                let (v, t) = lit_value(lit, *pos)?;
+                Ok((ValExpr::Const(v), t))
+            }
+            Expr::Now { .. } => Ok((ValExpr::Now, ir::ValType::Known(PropType::DateTime))),
+            Expr::Call { func, pos, .. } => Err(self.unsupported_call(func, *pos, false)),
+            Expr::Alias { name, pos } => Err(type_error("Q013", *pos, format!("'{name}' is not a value here (variables start with $)"))),
+        }
+    }
+
+    fn unsupported_call(&self, func: &str, pos: Pos, in_return: bool) -> OmniError {
+        match func {
+            "nearest" | "bm25" | "rrf" | "search" | "fuzzy" | "match_text" => type_error(
+                "Q015",
+                pos,
+                format!("{func}(...) is not supported yet: vector, full-text and hybrid search are not implemented in this version"),
+            ),
+            "count" | "sum" | "avg" | "min" | "max" if !in_return => {
+                type_error("Q018", pos, format!("{func}(...) is an aggregate: use it in return or order"))
+            }
+            other => type_error("Q015", pos, format!("unknown function {other}(...)")),
+        }
+    }
+
+    /// Coerce a string constant compared with a date into a date value.
+    fn coerce(&self, side: (ValExpr, ir::ValType), other: &ir::ValType, pos: Pos) -> Result<(ValExpr, ir::ValType)> {
+        use ir::{ValType::Known, Value};
+        match (&side, other) {
+            ((ValExpr::Const(Value::Str(s)), _), Known(PropType::Date)) => {
+                let d = days_from_date(s).ok_or_else(|| type_error("Q009", pos, format!("{s:?} is not a date like \"2024-05-01\"")))?;
+                Ok((ValExpr::Const(Value::Date(d)), Known(PropType::Date)))
+            }
+            ((ValExpr::Const(Value::Str(s)), _), Known(PropType::DateTime)) => {
+                let ms = ms_from_datetime(s).ok_or_else(|| type_error("Q009", pos, format!("{s:?} is not an RFC 3339 date-time")))?;
+                Ok((ValExpr::Const(Value::DateTime(ms)), Known(PropType::DateTime)))
+            }
+            ((_, Known(PropType::Vector(_))), _) | (_, Known(PropType::Vector(_))) => {
+                Err(type_error("Q009", pos, "vectors cannot be compared (use nearest)"))
+            }
+            ((_, Known(PropType::Blob)), _) => Err(type_error("Q008", pos, "Blob properties cannot be compared")),
+            _ => Ok(side),
+        }
+    }
+
+    fn pred(&self, left: &Expr, op: CmpOp, right: &Expr, pos: Pos) -> Result<Pred> {
+        let l = self.value(left)?;
+        let r = self.value(right)?;
+        let l = self.coerce(l, &r.1.clone(), pos)?;
+        let r = self.coerce(r, &l.1.clone(), pos)?;
+        if !comparable(op, &l.1, &r.1) {
+            let show = |t: &ir::ValType| match t {
+                ir::ValType::Known(t) => type_name(t),
+                ir::ValType::Any => "null".into(),
+            };
+            return Err(type_error(
+                "Q009",
+                pos,
+                format!("cannot compare {} {} {}", show(&l.1), op.text(), show(&r.1)),
+            ));
+        }
+        Ok(Pred {
+            left: l.0,
+            op,
+            right: r.0,
+        })
+    }
+
+    /// Lower clauses into operators. `ops` may already hold outer operators
+    /// (inside `not { }`, the outer bindings are visible).
+    fn clauses(&mut self, clauses: &[Clause]) -> Result<Vec<Op>> {
+        let mut ops: Vec<Op> = Vec::new();
+        let mut filters: Vec<(Pred, Pos)> = Vec::new();
+        let outer_vars = self.vars.len();
+        for c in clauses {
+            match c {
+                Clause::Binding { var, type_name, props, pos } => {
+                    if self.catalog.interfaces.iter().any(|i| &i.name == type_name) {
+                        return Err(type_error("Q015", *pos, format!("binding an interface ({type_name}) is not supported yet: bind a node type")));
+                    }
+                    let Some(t) = self.catalog.node(type_name) else {
+                        let what = if self.catalog.edge(type_name).is_some() { "an edge type; bind nodes, traverse edges" } else { "not a node type of the schema" };
+                        return Err(type_error("Q001", *pos, format!("{type_name} is {what}")));
+                    };
+                    let (v, fresh) = self.bind_node(var, &t.name, *pos)?;
+                    for (prop, value) in props {
+                        let left = Expr::Prop { var: var.clone(), prop: prop.clone(), pos: *pos };
+                        if var == "_" {
+                            return Err(type_error("Q013", *pos, "$_ cannot carry property filters"));
+                        }
+                        filters.push((self.pred(&left, CmpOp::Eq, value, *pos)?, *pos));
+                    }
+                    if fresh {
+                        ops.push(Op::NodeScan { var: v, type_name: t.name.clone(), filters: Vec::new() });
+                    }
+                }
+                Clause::Traverse { from, edge, edge_var, to, min, max, undirected, pos } => {
+                    let Some(e) = edge_by_word(self.catalog, edge) else {
+                        return Err(type_error("Q003", *pos, format!("no edge type is traversed as '{edge}'")));
+                    };
+                    let (ef, et) = e.endpoints().expect("edge");
+                    if *undirected && ef != et {
+                        return Err(type_error("Q005", *pos, format!("<{edge}> is undirected, but {} goes {ef} -> {et}", e.name)));
+                    }
+                    if edge_var.is_some() && (*min, *max) != (1, Some(1)) {
+                        return Err(type_error("Q006", *pos, "an edge binding ($w:edge) cannot have hop bounds"));
+                    }
+                    let check_end = |s: &Self, name: &str, want: &str| -> Result<()> {
+                        if name == "_" {
+                            return Ok(());
+                        }
+                        if let Some(&i) = s.names.get(name) {
+                            match &s.vars[i].kind {
+                                VarKind::Node(t) if t == want => {}
+                                VarKind::Node(t) => {
+                                    return Err(type_error("Q004", *pos, format!(
+                                        "{} goes {ef} -> {et}, but ${name} is a {t}", e.name
+                                    )));
+                                }
+                                VarKind::Edge(_) => return Err(type_error("Q019", *pos, format!("${name} is an edge"))),
+                            }
+                        }
+                        Ok(())
+                    };
+                    check_end(self, from, ef)?;
+                    check_end(self, to, et)?;
+                    let from_bound = from != "_" && self.names.contains_key(from);
+                    let to_bound = to != "_" && self.names.contains_key(to);
+                    // Start from whichever end is bound (prefer `from`).
+                    let (start, end, dir, start_ty, end_ty) = if !from_bound && to_bound && !*undirected {
+                        (to, from, Dir::In, et, ef)
+                    } else {
+                        (from, to, if *undirected { Dir::Both } else { Dir::Out }, ef, et)
+                    };
+                    let (sv, fresh_start) = self.bind_node(start, start_ty, *pos)?;
+                    if fresh_start {
+                        ops.push(Op::NodeScan { var: sv, type_name: start_ty.to_string(), filters: Vec::new() });
+                    }
+                    let (tv, fresh_end) = self.bind_node(end, end_ty, *pos)?;
+                    match edge_var {
+                        None => ops.push(Op::Expand {
+                            from: sv,
+                            edge: e.name.clone(),
+                            dir,
+                            to: tv,
+                            to_bound: !fresh_end,
+                            min: *min,
+                            max: *max,
+                            to_filters: Vec::new(),
+                        }),
+                        Some(w) => {
+                            if self.names.contains_key(w) {
+                                return Err(type_error("Q019", *pos, format!("${w} is already bound")));
+                            }
+                            self.vars.push(VarInfo { name: w.clone(), kind: VarKind::Edge(e.name.clone()) });
+                            let wv = self.vars.len() - 1;
+                            self.names.insert(w.clone(), wv);
+                            ops.push(Op::ExpandEdge {
+                                from: sv,
+                                edge_var: wv,
+                                edge: e.name.clone(),
+                                dir,
+                                to: tv,
+                                to_bound: !fresh_end,
+                                to_filters: Vec::new(),
+                            });
+                        }
+                    }
+                }
+                Clause::Filter { left, op, right, pos } => {
+                    filters.push((self.pred(left, *op, right, *pos)?, *pos));
+                }
+                Clause::TextFilter { func, pos, .. } => return Err(self.unsupported_call(func, *pos, false)),
+                Clause::Not { clauses, .. } => {
+                    let saved = self.names.clone();
+                    let inner = self.clauses(clauses)?;
+                    self.names = saved;
+                    ops.push(Op::AntiJoin(inner));
+                }
+            }
+        }
+        // Push each filter onto the operator that introduces its variable(s).
+        for (p, _) in filters {
+            let vars = p.vars();
+            let introduced_at = |v: usize| -> Option<usize> {
+                ops.iter().position(|op| match op {
+                    Op::NodeScan { var, .. } => *var == v,
+                    Op::Expand { to, to_bound: false, .. } => *to == v,
+                    Op::ExpandEdge { to, edge_var, to_bound, .. } => (*to == v && !to_bound) || *edge_var == v,
+                    _ => false,
+                })
+            };
+            match vars.as_slice() {
+                [v] if *v >= outer_vars => {
+                    let at = introduced_at(*v).expect("a variable is introduced before use");
+                    match &mut ops[at] {
+                        Op::NodeScan { filters, .. } => filters.push(p),
+                        Op::Expand { to_filters, .. } => to_filters.push(p),
+                        Op::ExpandEdge { to, to_filters, .. } if *to == *v => to_filters.push(p),
+                        _ => ops.insert(at + 1, Op::Filter(p)),
+                    }
+                }
+                _ => {
+                    // After every variable it reads is bound (outer ones already are).
+                    let at = vars
+                        .iter()
+                        .filter(|v| **v >= outer_vars)
+                        .filter_map(|v| introduced_at(*v))
+                        .max()
+                        .map_or(0, |i| i + 1);
+                    ops.insert(at, Op::Filter(p));
+                }
+            }
+        }
+        Ok(ops)
+    }
+
+    fn agg_func(name: &str) -> Option<ir::AggFunc> {
+        Some(match name {
+            "count" => ir::AggFunc::Count,
+            "sum" => ir::AggFunc::Sum,
+            "avg" => ir::AggFunc::Avg,
+            "min" => ir::AggFunc::Min,
+            "max" => ir::AggFunc::Max,
+            _ => return None,
+        })
+    }
+
+    fn ret_expr(&self, e: &Expr, returns: &[ReturnCol]) -> Result<RetExpr> {
+        match e {
+            Expr::Var { var, pos } if self.names.contains_key(var) => {
+                let v = self.names[var];
+                match &self.vars[v].kind {
+                    VarKind::Node(_) => Ok(RetExpr::Node { var: v }),
+                    VarKind::Edge(t) => Err(type_error("Q007", *pos, format!("${var} is a {t} edge: return its properties ($w.prop), not the edge itself"))),
+                }
+            }
+            Expr::Prop { pos, .. } => {
+                let (v, t) = self.value(e)?;
+                if t == ir::ValType::Known(PropType::Blob) {
+                    return Err(type_error("Q008", *pos, "Blob properties cannot be returned (use the blob reader)"));
+                }
+                Ok(RetExpr::Val(v))
+            }
+            Expr::Call { func, args, pos } => {
+                let Some(agg) = Self::agg_func(func) else {
+                    if func == "nearest" {
+                        return Err(self.unsupported_call(func, *pos, true));
+                    }
+                    return Err(self.unsupported_call(func, *pos, true));
+                };
+                let [arg] = args.as_slice() else {
+                    return Err(type_error("Q018", *pos, format!("{func}(...) takes one argument")));
+                };
+                match arg {
+                    Expr::Var { var, pos } if self.names.contains_key(var) => {
+                        if agg != ir::AggFunc::Count {
+                            return Err(type_error("Q009", *pos, format!("{func}(${var}) needs a property, not a whole node")));
+                        }
+                        Ok(RetExpr::Agg { func: agg, arg: None, node_var: Some(self.names[var]) })
+                    }
+                    other => {
+                        let (v, t) = self.value(other)?;
+                        if let ir::ValType::Known(t) = &t {
+                            if t == &PropType::Blob {
+                                return Err(type_error("Q008", *pos, "Blob properties cannot be aggregated"));
+                            }
+                            let ok = match agg {
+                                ir::AggFunc::Count => true,
+                                ir::AggFunc::Sum | ir::AggFunc::Avg => t.is_numeric(),
+                                ir::AggFunc::Min | ir::AggFunc::Max => t.is_scalar(),
+                            };
+                            if !ok {
+                                return Err(type_error("Q009", *pos, format!("{func}(...) does not apply to {}", t.describe())));
+                            }
+                        }
+                        Ok(RetExpr::Agg { func: agg, arg: Some(v), node_var: None })
+                    }
+                }
+            }
+            Expr::Alias { name, pos } => returns
+                .iter()
+                .find(|r| r.name == *name)
+                .map(|r| r.expr.clone())
+                .ok_or_else(|| type_error("Q013", *pos, format!("'{name}' is not an earlier return alias"))),
+            other => Ok(RetExpr::Val(self.value(other)?.0)),
+        }
+    }
+}
+
+/// Type-check and lower one read query.
+pub fn check(catalog: &Catalog, q: &QueryDecl) -> Result<Plan> {
+    let Body::Read(r) = &q.body else {
+        return Err(type_error("Q020", q.pos, format!("'{}' is a mutation; run it with mutate", q.name)));
+    };
+    let mut params = BTreeMap::new();
+    for p in &q.params {
+        if params.insert(p.name.clone(), (p.ty.clone(), p.optional)).is_some() {
+            return Err(type_error("Q010", p.pos, format!("parameter ${} is declared twice", p.name)));
+        }
+    }
+    let mut c = Checker {
+        catalog,
+        params: params.clone(),
+        vars: Vec::new(),
+        names: BTreeMap::new(),
+    };
+    let ops = c.clauses(&r.clauses)?;
+    // nearest(...) ordering requires a limit (checked before "not supported").
+    for o in &r.order {
+        if let Expr::Call { func, pos, .. } = &o.expr
+            && (func == "nearest" || func == "rrf")
+            && r.limit.is_none()
+        {
+            return Err(type_error("Q011", *pos, format!("ordering by {func}(...) needs a limit")));
+        }
+    }
+    let mut returns: Vec<ReturnCol> = Vec::new();
+    for item in &r.returns {
+        let expr = c.ret_expr(&item.expr, &returns)?;
+        returns.push(ReturnCol {
+            name: item.column().to_string(),
+            expr,
+            visible: true,
+        });
+    }
+    let aggregate = returns.iter().any(|r| matches!(r.expr, RetExpr::Agg { .. }));
+    let mut order = Vec::new();
+    for o in &r.order {
+        let pos = o.expr.pos();
+        let by_alias = match &o.expr {
+            Expr::Alias { name, .. } => returns.iter().position(|r| r.name == *name),
+            _ => None,
+        };
+        let col = match by_alias {
+            Some(i) => i,
+            None => {
+                let expr = match c.ret_expr(&o.expr, &returns) {
+                    Ok(e) => e,
+                    Err(OmniError::Type { code: "Q013", .. }) if matches!(o.expr, Expr::Alias { .. }) => {
+                        return Err(type_error("Q017", pos, "order names neither a return alias nor an expression"));
+                    }
+                    Err(OmniError::Type { code: "Q007", message, .. }) => return Err(type_error("Q007", pos, message)),
+                    Err(e) => return Err(e),
+                };
+                if let RetExpr::Node { .. } = expr {
+                    return Err(type_error("Q017", pos, "order by a property, not a whole node"));
+                }
+                match returns.iter().position(|r| r.expr == expr) {
+                    Some(i) => i,
+                    None => {
+                        if aggregate && !matches!(expr, RetExpr::Agg { .. }) {
+                            return Err(type_error("Q018", pos, "in an aggregate query, order by a group key or an aggregate"));
+                        }
+                        returns.push(ReturnCol { name: format!("__order{}", returns.len()), expr, visible: false });
+                        returns.len() - 1
+                    }
+                }
+            }
+        };
+        order.push(OrderKey { col, desc: o.desc });
+    }
+    Ok(Plan {
+        name: q.name.clone(),
+        vars: c.vars,
+        ops,
+        returns,
+        aggregate,
+        order,
+        limit: r.limit,
+        params: params.into_iter().map(|(n, (t, o))| (n, t, o)).collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compiler::query::parser::parse;
+    use crate::compiler::schema::compile;
+
+    fn cat() -> Catalog {
+        compile(
+            "node Person { name: String @key\n age: I32?\n tags: [String]?\n photo: Blob?\n born: Date? }\nnode Company { name: String @key }\nedge Knows: Person -> Person { since: Date? }\nedge WorksAt: Person -> Company { role: String? }",
+        )
+        .unwrap()
+    }
+
+    fn plan(src: &str) -> Result<Plan> {
+        let f = parse(src)?;
+        check(&cat(), &f.queries[0])
+    }
+
+    fn code(src: &str) -> &'static str {
+        match plan(src) {
+            Err(OmniError::Type { code, .. }) => code,
+            other => panic!("expected a type error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn filters_move_onto_the_scan_or_expand_that_introduces_them() {
+        let p = plan(
+            "query q($n: String, $a: I32?) { match { $p: Person { name: $n }\n $p knows $f\n $f.age >= $a\n $p.age < $f.age } return { $f.name } }",
+        )
+        .unwrap();
+        assert!(matches!(&p.ops[0], Op::NodeScan { filters, .. } if filters.len() == 1));
+        assert!(matches!(&p.ops[1], Op::Expand { to_filters, dir: Dir::Out, .. } if to_filters.len() == 1));
+        assert!(matches!(&p.ops[2], Op::Filter(_)));
+        assert_eq!(p.edge_types(), vec!["Knows"]);
+    }
+
+    #[test]
+    fn traversal_from_a_bound_target_runs_backwards() {
+        let p = plan("query q() { match { $c: Company { name: \"Acme\" }\n $p worksAt $c } return { $p.name } }").unwrap();
+        assert!(matches!(&p.ops[1], Op::Expand { dir: Dir::In, .. }));
+    }
+
+    #[test]
+    fn anti_join_sees_outer_variables() {
+        let p = plan("query q() { match { $p: Person\n not { $p knows $_ } } return { count($p) } }").unwrap();
+        assert!(matches!(&p.ops[1], Op::AntiJoin(inner) if inner.len() == 1));
+        assert!(p.aggregate);
+    }
+
+    #[test]
+    fn type_errors_have_stable_codes() {
+        assert_eq!(code("query q() { match { $p: Robot } return { $p } }"), "Q001");
+        assert_eq!(code("query q() { match { $p: Person } return { $p.height } }"), "Q002");
+        assert_eq!(code("query q() { match { $p: Person\n $p likes $f } return { $f } }"), "Q003");
+        assert_eq!(code("query q() { match { $c: Company\n $c knows $f } return { $f } }"), "Q004");
+        assert_eq!(code("query q() { match { $p: Person\n $p <worksAt> $c } return { $c } }"), "Q005");
+        assert_eq!(code("query q() { match { $p: Person\n $p $w:knows{1,2} $f } return { $f } }"), "Q006");
+        assert_eq!(code("query q() { match { $p: Person\n $p $w:knows $f } return { $w } }"), "Q007");
+        assert_eq!(code("query q() { match { $p: Person } return { $p.photo } }"), "Q008");
+        assert_eq!(code("query q() { match { $p: Person\n $p.age = \"x\" } return { $p } }"), "Q009");
+        assert_eq!(code("query q() { match { $p: Person\n $p.name = $nope } return { $p } }"), "Q010");
+        assert_eq!(code("query q($v: Vector(2)) { match { $p: Person } return { $p } order { nearest($p.name, $v) } }"), "Q011");
+        assert_eq!(code("query q() { match { $p: Person\n search($p.name, \"x\") } return { $p } }"), "Q015");
+        assert_eq!(code("query q() { match { $p: Person } return { $x.name } }"), "Q013");
+        assert_eq!(code("query q() { match { $p: Person } return { $p.name } order { nope } }"), "Q017");
+        assert_eq!(code("query q() { match { $p: Person\n $c: Company\n $p knows $c } return { $p } }"), "Q004");
+        assert_eq!(code("query q() { insert Person { name: \"x\" } }"), "Q020");
+    }
+
+    #[test]
+    fn order_uses_aliases_or_adds_hidden_columns() {
+        let p = plan("query q() { match { $p: Person } return { $p.name as n } order { n desc, $p.age } limit 3 }").unwrap();
+        assert_eq!(p.order.len(), 2);
+        assert_eq!(p.order[0].col, 0);
+        assert!(!p.returns[p.order[1].col].visible);
+        assert_eq!(p.limit, Some(3));
+    }
+}

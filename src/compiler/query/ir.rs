@@ -1,0 +1,186 @@
+//! The plan a checked read query lowers to: a pipeline of operators over a
+//! frame of bindings (one column per variable), then projection,
+//! aggregation, ordering and a limit.
+
+use crate::compiler::catalog::PropType;
+
+use super::ast::CmpOp;
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum VarKind {
+    Node(String),
+    Edge(String),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct VarInfo {
+    pub name: String,
+    pub kind: VarKind,
+}
+
+/// A constant value in a plan (literals, resolved parameters, `now()`).
+#[derive(Clone, Debug, PartialEq, PartialOrd)]
+pub enum Value {
+    Null,
+    Bool(bool),
+    Int(i64),
+    UInt(u64),
+    Float(f64),
+    Str(String),
+    /// Days since 1970-01-01.
+    Date(i32),
+    /// Milliseconds since the epoch.
+    DateTime(i64),
+    List(Vec<Value>),
+    Vector(Vec<f32>),
+}
+
+/// The type of a value as the checker sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ValType {
+    Known(PropType),
+    /// `null`, or an empty list: fits anything.
+    Any,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum ValExpr {
+    Prop { var: usize, prop: String, ty: PropType },
+    /// A node's or edge's id.
+    Id { var: usize },
+    Param { name: String },
+    Const(Value),
+    Now,
+}
+
+impl ValExpr {
+    /// The single variable the expression reads, if any.
+    pub fn var(&self) -> Option<usize> {
+        match self {
+            ValExpr::Prop { var, .. } | ValExpr::Id { var } => Some(*var),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Pred {
+    pub left: ValExpr,
+    pub op: CmpOp,
+    pub right: ValExpr,
+}
+
+impl Pred {
+    /// Variables the predicate reads.
+    pub fn vars(&self) -> Vec<usize> {
+        let mut v: Vec<usize> = [self.left.var(), self.right.var()].into_iter().flatten().collect();
+        v.dedup();
+        v
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dir {
+    Out,
+    In,
+    Both,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// Introduce `var` by scanning its type's table (filters pushed down).
+    /// On a non-empty frame this is a cross product.
+    NodeScan { var: usize, type_name: String, filters: Vec<Pred> },
+    /// Follow `edge` from `from` to `to` with reachability semantics over
+    /// `min..=max` hops (`max` None: unbounded). If `to` is already bound the
+    /// step keeps rows whose `to` is reached.
+    Expand {
+        from: usize,
+        edge: String,
+        dir: Dir,
+        to: usize,
+        to_bound: bool,
+        min: u32,
+        max: Option<u32>,
+        to_filters: Vec<Pred>,
+    },
+    /// One hop binding the edge itself: one row per matching edge.
+    ExpandEdge {
+        from: usize,
+        edge_var: usize,
+        edge: String,
+        dir: Dir,
+        to: usize,
+        to_bound: bool,
+        to_filters: Vec<Pred>,
+    },
+    Filter(Pred),
+    /// Keep rows for which the inner pipeline (run with the row's bindings)
+    /// produces nothing.
+    AntiJoin(Vec<Op>),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AggFunc {
+    Count,
+    Sum,
+    Avg,
+    Min,
+    Max,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum RetExpr {
+    Val(ValExpr),
+    /// A whole node, as an object of its properties.
+    Node { var: usize },
+    Agg { func: AggFunc, arg: Option<ValExpr>, node_var: Option<usize> },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReturnCol {
+    pub name: String,
+    pub expr: RetExpr,
+    /// Shown to the user (order-only helper columns are not).
+    pub visible: bool,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct OrderKey {
+    /// Index into `returns`.
+    pub col: usize,
+    pub desc: bool,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    pub name: String,
+    pub vars: Vec<VarInfo>,
+    pub ops: Vec<Op>,
+    pub returns: Vec<ReturnCol>,
+    pub aggregate: bool,
+    pub order: Vec<OrderKey>,
+    pub limit: Option<u64>,
+    /// Optional parameters that were absent: filters using them are dropped.
+    pub params: Vec<(String, PropType, bool)>,
+}
+
+impl Plan {
+    /// Every edge type the plan traverses (also inside `not { }`).
+    pub fn edge_types(&self) -> Vec<String> {
+        fn walk(ops: &[Op], out: &mut Vec<String>) {
+            for op in ops {
+                match op {
+                    Op::Expand { edge, .. } | Op::ExpandEdge { edge, .. } => out.push(edge.clone()),
+                    Op::AntiJoin(inner) => walk(inner, out),
+                    _ => {}
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(&self.ops, &mut out);
+        out.sort();
+        out.dedup();
+        out
+    }
+}

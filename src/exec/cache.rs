@@ -1,0 +1,170 @@
+//! The runtime cache of derived read structures: node id mappings, whole
+//! columns and graph indexes. Entries are keyed by the physical identity of
+//! the table versions they were built from (graph, folder, Lance branch,
+//! version), never by snapshot, so another snapshot or a branch that still
+//! shares a table reuses them. Bounded in bytes; least recently used first out.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+
+use crate::storage::manifest::TableRef;
+
+/// The bytes of one table version: enough to name it anywhere.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Phys {
+    pub graph: String,
+    pub dir: String,
+    pub lance_branch: Option<String>,
+    pub version: u64,
+}
+
+impl Phys {
+    pub fn of(graph: &str, t: &TableRef) -> Self {
+        Self {
+            graph: graph.to_string(),
+            dir: t.dir.clone(),
+            lance_branch: t.lance_branch.clone(),
+            version: t.version,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Key {
+    Ids(Phys),
+    Column(Phys, String),
+    /// An edge type's adjacency depends on its own rows and on the dense
+    /// numbering of both endpoint tables.
+    Graph { edge: Phys, from: Phys, to: Phys },
+}
+
+struct Entry {
+    value: Arc<dyn Any + Send + Sync>,
+    bytes: usize,
+    last_used: u64,
+}
+
+#[derive(Default)]
+struct Inner {
+    map: HashMap<Key, Entry>,
+    used: usize,
+    clock: u64,
+}
+
+/// Counters that show what the cache did (reported by `query --stats` and
+/// the benchmarks).
+#[derive(Default, Debug)]
+pub struct CacheStats {
+    pub graph_builds: AtomicU64,
+    pub graph_hits: AtomicU64,
+    pub graph_build_edges: AtomicU64,
+    pub graph_build_micros: AtomicU64,
+    pub column_loads: AtomicU64,
+    pub evictions: AtomicU64,
+}
+
+impl CacheStats {
+    pub fn snapshot(&self) -> serde_json::Value {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        serde_json::json!({
+            "graph_index_builds": g(&self.graph_builds),
+            "graph_index_hits": g(&self.graph_hits),
+            "graph_index_edges_built": g(&self.graph_build_edges),
+            "graph_index_build_ms": g(&self.graph_build_micros) as f64 / 1000.0,
+            "column_loads": g(&self.column_loads),
+            "evictions": g(&self.evictions),
+        })
+    }
+}
+
+pub struct RuntimeCache {
+    limit: usize,
+    inner: Mutex<Inner>,
+    pub stats: CacheStats,
+}
+
+/// Default bound of the cache.
+pub const DEFAULT_LIMIT: usize = 2 << 30;
+
+impl RuntimeCache {
+    pub fn new(limit: usize) -> Self {
+        Self {
+            limit,
+            inner: Mutex::new(Inner::default()),
+            stats: CacheStats::default(),
+        }
+    }
+
+    pub fn get<T: Any + Send + Sync>(&self, key: &Key) -> Option<Arc<T>> {
+        let mut inner = self.inner.lock();
+        inner.clock += 1;
+        let now = inner.clock;
+        let e = inner.map.get_mut(key)?;
+        e.last_used = now;
+        e.value.clone().downcast::<T>().ok()
+    }
+
+    pub fn put<T: Any + Send + Sync>(&self, key: Key, value: Arc<T>, bytes: usize) {
+        let mut inner = self.inner.lock();
+        inner.clock += 1;
+        let now = inner.clock;
+        if let Some(old) = inner.map.remove(&key) {
+            inner.used -= old.bytes;
+        }
+        while inner.used + bytes > self.limit && !inner.map.is_empty() {
+            let oldest = inner
+                .map
+                .iter()
+                .min_by_key(|(_, e)| e.last_used)
+                .map(|(k, _)| k.clone())
+                .expect("non-empty");
+            let e = inner.map.remove(&oldest).expect("present");
+            inner.used -= e.bytes;
+            self.stats.evictions.fetch_add(1, Ordering::Relaxed);
+        }
+        inner.used += bytes;
+        inner.map.insert(
+            key,
+            Entry {
+                value,
+                bytes,
+                last_used: now,
+            },
+        );
+    }
+
+    pub fn used_bytes(&self) -> usize {
+        self.inner.lock().used
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn phys(v: u64) -> Phys {
+        Phys {
+            graph: "g".into(),
+            dir: "t".into(),
+            lance_branch: None,
+            version: v,
+        }
+    }
+
+    #[test]
+    fn bounded_and_least_recently_used_first_out() {
+        let c = RuntimeCache::new(100);
+        c.put(Key::Ids(phys(1)), Arc::new(1u32), 60);
+        c.put(Key::Ids(phys(2)), Arc::new(2u32), 30);
+        assert_eq!(*c.get::<u32>(&Key::Ids(phys(1))).unwrap(), 1);
+        c.put(Key::Ids(phys(3)), Arc::new(3u32), 30); // evicts 2 (least recent)
+        assert!(c.get::<u32>(&Key::Ids(phys(2))).is_none());
+        assert!(c.get::<u32>(&Key::Ids(phys(1))).is_some());
+        assert!(c.used_bytes() <= 100);
+        assert!(c.get::<String>(&Key::Ids(phys(1))).is_none(), "wrong type is a miss");
+    }
+}

@@ -1,0 +1,209 @@
+//! Derived, in-memory structures for traversal: a node table's dense id
+//! mapping ([`NodeIds`]: row position <-> id) and an edge type's adjacency in
+//! both directions ([`GraphIndex`]: CSR out, CSC in, with the edge row of
+//! every entry). Both are built from one table version and never change.
+
+use std::hash::Hasher;
+use std::sync::Arc;
+
+use arrow_array::{Array, StringArray};
+
+use crate::util::hash::FxHasher;
+
+const EMPTY: u32 = u32::MAX;
+
+fn hash(s: &str) -> u64 {
+    let mut h = FxHasher::default();
+    h.write(s.as_bytes());
+    h.finish()
+}
+
+/// A node table's ids in scan order (the dense index of a node is its
+/// position) with an open-addressing hash index from id to position.
+pub struct NodeIds {
+    pub ids: StringArray,
+    slots: Vec<u32>,
+    mask: usize,
+}
+
+impl NodeIds {
+    pub fn new(ids: StringArray) -> Self {
+        let cap = (ids.len() * 2).next_power_of_two().max(16);
+        let mut slots = vec![EMPTY; cap];
+        let mask = cap - 1;
+        for i in 0..ids.len() {
+            let mut s = hash(ids.value(i)) as usize & mask;
+            while slots[s] != EMPTY {
+                s = (s + 1) & mask;
+            }
+            slots[s] = i as u32;
+        }
+        Self { ids, slots, mask }
+    }
+
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    pub fn get(&self, id: &str) -> Option<u32> {
+        let mut s = hash(id) as usize & self.mask;
+        loop {
+            let i = self.slots[s];
+            if i == EMPTY {
+                return None;
+            }
+            if self.ids.value(i as usize) == id {
+                return Some(i);
+            }
+            s = (s + 1) & self.mask;
+        }
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.ids.get_array_memory_size() + self.slots.len() * 4
+    }
+}
+
+/// One direction of adjacency: for node `n`, entries `offsets[n]..offsets[n+1]`
+/// of `targets` (dense node index) and `edges` (edge row).
+pub struct Adjacency {
+    pub offsets: Vec<u32>,
+    pub targets: Vec<u32>,
+    pub edges: Vec<u32>,
+}
+
+impl Adjacency {
+    fn build(n: usize, pairs: &[(u32, u32)]) -> Self {
+        let mut offsets = vec![0u32; n + 1];
+        for (from, _) in pairs {
+            offsets[*from as usize + 1] += 1;
+        }
+        for i in 0..n {
+            offsets[i + 1] += offsets[i];
+        }
+        let mut fill = offsets.clone();
+        let mut targets = vec![0u32; pairs.len()];
+        let mut edges = vec![0u32; pairs.len()];
+        // `pairs` is indexed by edge row, so entries stay in edge-row order.
+        for (row, (from, to)) in pairs.iter().enumerate() {
+            let at = fill[*from as usize] as usize;
+            targets[at] = *to;
+            edges[at] = row as u32;
+            fill[*from as usize] += 1;
+        }
+        Self {
+            offsets,
+            targets,
+            edges,
+        }
+    }
+
+    #[inline]
+    pub fn range(&self, n: u32) -> std::ops::Range<usize> {
+        self.offsets[n as usize] as usize..self.offsets[n as usize + 1] as usize
+    }
+
+    #[inline]
+    pub fn degree(&self, n: u32) -> usize {
+        self.range(n).len()
+    }
+
+    fn bytes(&self) -> usize {
+        (self.offsets.len() + self.targets.len() + self.edges.len()) * 4
+    }
+}
+
+/// CSR (out) and CSC (in) adjacency of one edge type.
+pub struct GraphIndex {
+    pub out: Adjacency,
+    pub inn: Adjacency,
+    /// Edge rows whose endpoint is missing from the node tables (dangling).
+    pub skipped: usize,
+    pub edges: usize,
+}
+
+impl GraphIndex {
+    /// Build from the edge table's `src`/`dst` columns (in scan order) and
+    /// the endpoint node tables. Lookups run on two cores.
+    pub fn build(src: &[StringArray], dst: &[StringArray], from: &Arc<NodeIds>, to: &Arc<NodeIds>) -> Self {
+        let total: usize = src.iter().map(|a| a.len()).sum();
+        let mut starts = Vec::with_capacity(src.len());
+        let mut acc = 0;
+        for a in src {
+            starts.push(acc);
+            acc += a.len();
+        }
+        let mut pairs = vec![(EMPTY, EMPTY); total];
+        let work = |range: std::ops::Range<usize>, out: &mut [(u32, u32)], base: usize| {
+            for b in range {
+                let (s, d) = (&src[b], &dst[b]);
+                for i in 0..s.len() {
+                    let at = starts[b] + i - base;
+                    out[at] = (
+                        from.get(s.value(i)).unwrap_or(EMPTY),
+                        to.get(d.value(i)).unwrap_or(EMPTY),
+                    );
+                }
+            }
+        };
+        let nb = src.len();
+        if nb > 1 {
+            let half = nb / 2;
+            let split = starts[half];
+            let (left, right) = pairs.split_at_mut(split);
+            std::thread::scope(|s| {
+                s.spawn(|| work(0..half, left, 0));
+                work(half..nb, right, split);
+            });
+        } else {
+            work(0..nb, &mut pairs, 0);
+        }
+        let skipped = pairs.iter().filter(|(a, b)| *a == EMPTY || *b == EMPTY).count();
+        // Dangling edges cannot be followed; keep their rows out of adjacency
+        // by pointing them nowhere (node count + 1 bucket is never read).
+        let out_pairs: Vec<(u32, u32)> = pairs
+            .iter()
+            .map(|&(a, b)| if a == EMPTY || b == EMPTY { (from.len() as u32, 0) } else { (a, b) })
+            .collect();
+        let in_pairs: Vec<(u32, u32)> = pairs
+            .iter()
+            .map(|&(a, b)| if a == EMPTY || b == EMPTY { (to.len() as u32, 0) } else { (b, a) })
+            .collect();
+        Self {
+            out: Adjacency::build(from.len() + 1, &out_pairs),
+            inn: Adjacency::build(to.len() + 1, &in_pairs),
+            skipped,
+            edges: total,
+        }
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.out.bytes() + self.inn.bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_and_adjacency() {
+        let nodes = Arc::new(NodeIds::new(StringArray::from(vec!["a", "b", "c"])));
+        assert_eq!(nodes.get("c"), Some(2));
+        assert_eq!(nodes.get("z"), None);
+        let src = vec![StringArray::from(vec!["a", "a"]), StringArray::from(vec!["b", "x"])];
+        let dst = vec![StringArray::from(vec!["b", "c"]), StringArray::from(vec!["c", "a"])];
+        let g = GraphIndex::build(&src, &dst, &nodes, &nodes);
+        assert_eq!(g.skipped, 1);
+        let out: Vec<u32> = g.out.range(0).map(|i| g.out.targets[i]).collect();
+        assert_eq!(out, vec![1, 2]);
+        let into_c: Vec<u32> = g.inn.range(2).map(|i| g.inn.targets[i]).collect();
+        assert_eq!(into_c, vec![0, 1]);
+        let edge_rows: Vec<u32> = g.inn.range(2).map(|i| g.inn.edges[i]).collect();
+        assert_eq!(edge_rows, vec![1, 2]);
+    }
+}
