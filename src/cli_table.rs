@@ -25,6 +25,32 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) {
     }
 }
 
+pub fn print_result(r: &omnigraph::QueryResult) {
+    let rows: Vec<Vec<String>> = omnigraph::exec::output::rows(r)
+        .into_iter()
+        .map(|row| {
+            r.columns
+                .iter()
+                .map(|c| match &row[c] {
+                    serde_json::Value::Null => String::new(),
+                    serde_json::Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                })
+                .collect()
+        })
+        .collect();
+    let header: Vec<&str> = r.columns.iter().map(String::as_str).collect();
+    table(&header, &rows);
+    println!(
+        "({} row{}; {} at graph version {}, commit {})",
+        rows.len(),
+        if rows.len() == 1 { "" } else { "s" },
+        r.branch,
+        r.manifest_version,
+        r.graph_commit_id
+    );
+}
+
 pub fn print_load(r: &LoadReport) {
     let created = if r.branch_created { " (created)" } else { "" };
     println!(

@@ -47,7 +47,7 @@ pub enum OmniError {
     #[error("schema error: {message}")]
     Schema { message: String },
     /// A query or mutation does not fit the schema. `code` is stable (Q0xx).
-    #[error("type error {code} at line {line}, column {column}: {message}")]
+    #[error("type error {code}{}: {message}", at_position(*line, *column))]
     Type {
         code: &'static str,
         line: usize,
@@ -81,6 +81,14 @@ pub enum OmniError {
     Lance(#[from] lance::Error),
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
+}
+
+fn at_position(line: usize, column: usize) -> String {
+    if line == 0 {
+        String::new()
+    } else {
+        format!(" at line {line}, column {column}")
+    }
 }
 
 impl OmniError {

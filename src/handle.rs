@@ -10,9 +10,12 @@ use lance::session::Session;
 use serde::Serialize;
 
 use crate::compiler::catalog::Catalog;
+use crate::compiler::query::{check, parser};
 use crate::compiler::schema;
 use crate::error::{OmniError, Result};
+use crate::exec::cache::{DEFAULT_LIMIT, RuntimeCache};
 use crate::exec::export;
+use crate::exec::run::{self, QueryResult};
 use crate::storage::manifest::{CommitRecord, MAIN, validate_branch_name};
 use crate::storage::substrate::{LanceSubstrate, PrepareWork};
 use crate::storage::{GraphStorage, Snapshot, Target};
@@ -80,6 +83,7 @@ pub struct SnapshotInfo {
 
 struct Inner {
     graph: Arc<GraphStorage>,
+    cache: RuntimeCache,
     substrate: Arc<LanceSubstrate>,
     host: Host,
     recovery: RecoveryReport,
@@ -154,6 +158,7 @@ impl Omnigraph {
         Ok(Self {
             inner: Arc::new(Inner {
                 graph,
+                cache: RuntimeCache::new(DEFAULT_LIMIT),
                 substrate,
                 host,
                 recovery,
@@ -366,6 +371,53 @@ impl Omnigraph {
             out.push(rec);
         }
         Ok(out)
+    }
+
+    /// Run the read query `name` from `source` (a `.gq` text) against one
+    /// snapshot of `target`, with parameters given as a JSON object.
+    pub async fn query(
+        &self,
+        target: &Target,
+        source: &str,
+        name: &str,
+        params: &serde_json::Value,
+    ) -> Result<QueryResult> {
+        let file = parser::parse(source)?;
+        let decl = check::find(&file, name)?;
+        let plan = check::check(&self.inner.graph.catalog, decl)?;
+        let values = run::bind_params(&plan, params)?;
+        let snap = self.resolve(target).await?;
+        let ctx = run::Ctx {
+            g: &self.inner.graph,
+            snap: &snap,
+            cache: &self.inner.cache,
+            params: &values,
+            now_ms: chrono::Utc::now().timestamp_millis(),
+        };
+        run::run(&ctx, &plan).await
+    }
+
+    /// The same as [`Self::query`] on `branch` as of graph manifest version `version`.
+    pub async fn run_query_at(
+        &self,
+        version: u64,
+        branch: &str,
+        source: &str,
+        name: &str,
+        params: &serde_json::Value,
+    ) -> Result<QueryResult> {
+        let target = Target::Version {
+            version,
+            branch: branch.to_string(),
+        };
+        self.query(&target, source, name, params).await
+    }
+
+    /// What the runtime cache of graph indexes and columns has done.
+    pub fn cache_stats(&self) -> serde_json::Value {
+        let mut v = self.inner.cache.stats.snapshot();
+        v["bytes"] = serde_json::json!(self.inner.cache.used_bytes());
+        v
     }
 
     /// Write the target's nodes, then edges, as JSONL that loads back into an

@@ -17,6 +17,7 @@ pub mod util;
 pub mod write;
 
 pub use error::{OmniError, Result};
+pub use exec::run::QueryResult;
 pub use handle::{BranchInfo, LoadReport, Omnigraph, Options, SnapshotInfo, TableInfo};
 pub use storage::Target;
 pub use storage::manifest::CommitRecord;

@@ -97,6 +97,38 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Run a read query.
+    Query {
+        #[arg(long = "store", value_name = "URI")]
+        store: Option<String>,
+        /// `[URI] [NAME]`: the graph (when --store is not given) and the
+        /// query's name (optional when the source holds one query).
+        #[arg(value_name = "URI_OR_NAME", num_args = 0..=2)]
+        positional: Vec<String>,
+        /// A .gq file holding the query.
+        #[arg(long = "query", value_name = "FILE")]
+        query_file: Option<PathBuf>,
+        /// The query text itself.
+        #[arg(short = 'e', long = "execute", value_name = "GQ")]
+        execute: Option<String>,
+        /// Parameters as a JSON object.
+        #[arg(long, value_name = "JSON")]
+        params: Option<String>,
+        #[arg(long, default_value = "main")]
+        branch: String,
+        /// Read the state a commit published.
+        #[arg(long = "snapshot", value_name = "COMMIT")]
+        snapshot: Option<String>,
+        /// Read the branch as of a graph manifest version.
+        #[arg(long, value_name = "N")]
+        version: Option<u64>,
+        /// table | json | jsonl | csv
+        #[arg(long, default_value = "table")]
+        format: omnigraph::exec::output::Format,
+        /// Print the runtime cache's counters to stderr afterwards.
+        #[arg(long, hide = true)]
+        stats: bool,
+    },
     /// Commit history.
     Commit {
         #[command(subcommand)]
@@ -192,7 +224,10 @@ fn print_json<T: Serialize>(v: &T) {
 
 fn exit_code(e: &OmniError) -> i32 {
     match e {
-        OmniError::Parse { .. } | OmniError::Schema { .. } | OmniError::BadRequest(_) => 2,
+        OmniError::Parse { .. }
+        | OmniError::Schema { .. }
+        | OmniError::Type { .. }
+        | OmniError::BadRequest(_) => 2,
         OmniError::ReadSetChanged | OmniError::Contended { .. } => 4,
         _ => 1,
     }
@@ -339,6 +374,77 @@ async fn run(cmd: Cmd) -> Result<(), OmniError> {
                 cli_table::print_snapshot(&snap);
             }
         }
+        Cmd::Query {
+            store,
+            positional,
+            query_file,
+            execute,
+            params,
+            branch,
+            snapshot,
+            version,
+            format,
+            stats,
+        } => {
+            let (uri, name) =
+                match (store, positional.as_slice()) {
+                    (Some(s), []) => (s, None),
+                    (Some(s), [n]) => (s, Some(n.clone())),
+                    (None, [u]) => (u.clone(), None),
+                    (None, [u, n]) => (u.clone(), Some(n.clone())),
+                    _ => return Err(OmniError::BadRequest(
+                        "usage: omnigraph query (--store URI | URI) (--query FILE | -e GQ) [NAME]"
+                            .into(),
+                    )),
+                };
+            let source = match (query_file, execute) {
+                (Some(f), None) => std::fs::read_to_string(&f).map_err(|e| {
+                    OmniError::BadRequest(format!("cannot read {}: {e}", f.display()))
+                })?,
+                (None, Some(src)) => src,
+                _ => {
+                    return Err(OmniError::BadRequest(
+                        "give --query FILE or -e 'query ...'".into(),
+                    ));
+                }
+            };
+            let name = match name {
+                Some(n) => n,
+                None => {
+                    let file = omnigraph::compiler::query::parser::parse(&source)?;
+                    match file.queries.as_slice() {
+                        [one] => one.name.clone(),
+                        many => {
+                            let names: Vec<&str> = many.iter().map(|q| q.name.as_str()).collect();
+                            return Err(OmniError::BadRequest(format!(
+                                "which query? name one of: {}",
+                                names.join(", ")
+                            )));
+                        }
+                    }
+                }
+            };
+            let params: serde_json::Value = match params {
+                Some(p) => serde_json::from_str(&p)
+                    .map_err(|e| OmniError::BadRequest(format!("--params is not JSON: {e}")))?,
+                None => serde_json::Value::Null,
+            };
+            let g = Omnigraph::open(&uri).await?;
+            let result = g
+                .query(&target(branch, snapshot, version)?, &source, &name, &params)
+                .await?;
+            match format {
+                omnigraph::exec::output::Format::Table => cli_table::print_result(&result),
+                f => {
+                    let mut out = std::io::BufWriter::new(std::io::stdout());
+                    omnigraph::exec::output::write(&result, f, &mut out)?;
+                    out.flush()?;
+                }
+            }
+            if stats {
+                eprintln!("{}", g.cache_stats());
+            }
+        }
         Cmd::Commit {
             cmd:
                 CommitCmd::List {
@@ -391,7 +497,7 @@ fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("OMNIGRAPH_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,lance=error")),
         )
         .with_writer(std::io::stderr)
         .init();

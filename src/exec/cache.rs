@@ -39,7 +39,11 @@ pub enum Key {
     Column(Phys, String),
     /// An edge type's adjacency depends on its own rows and on the dense
     /// numbering of both endpoint tables.
-    Graph { edge: Phys, from: Phys, to: Phys },
+    Graph {
+        edge: Phys,
+        from: Phys,
+        to: Phys,
+    },
 }
 
 struct Entry {
@@ -165,6 +169,9 @@ mod tests {
         assert!(c.get::<u32>(&Key::Ids(phys(2))).is_none());
         assert!(c.get::<u32>(&Key::Ids(phys(1))).is_some());
         assert!(c.used_bytes() <= 100);
-        assert!(c.get::<String>(&Key::Ids(phys(1))).is_none(), "wrong type is a miss");
+        assert!(
+            c.get::<String>(&Key::Ids(phys(1))).is_none(),
+            "wrong type is a miss"
+        );
     }
 }

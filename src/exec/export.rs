@@ -60,6 +60,17 @@ pub fn cell_json(a: &ArrayRef, i: usize) -> Value {
             let v = a.as_list::<i32>().value(i);
             Value::Array((0..v.len()).map(|j| cell_json(&v, j)).collect())
         }
+        DataType::Struct(fields) => {
+            let s = a.as_struct();
+            let mut obj = Map::new();
+            for (f, c) in fields.iter().zip(s.columns()) {
+                let v = cell_json(c, i);
+                if !v.is_null() {
+                    obj.insert(f.name().clone(), v);
+                }
+            }
+            Value::Object(obj)
+        }
         other => json!(format!("<unsupported {other}>")),
     }
 }

@@ -129,7 +129,12 @@ pub struct GraphIndex {
 impl GraphIndex {
     /// Build from the edge table's `src`/`dst` columns (in scan order) and
     /// the endpoint node tables. Lookups run on two cores.
-    pub fn build(src: &[StringArray], dst: &[StringArray], from: &Arc<NodeIds>, to: &Arc<NodeIds>) -> Self {
+    pub fn build(
+        src: &[StringArray],
+        dst: &[StringArray],
+        from: &Arc<NodeIds>,
+        to: &Arc<NodeIds>,
+    ) -> Self {
         let total: usize = src.iter().map(|a| a.len()).sum();
         let mut starts = Vec::with_capacity(src.len());
         let mut acc = 0;
@@ -162,16 +167,31 @@ impl GraphIndex {
         } else {
             work(0..nb, &mut pairs, 0);
         }
-        let skipped = pairs.iter().filter(|(a, b)| *a == EMPTY || *b == EMPTY).count();
+        let skipped = pairs
+            .iter()
+            .filter(|(a, b)| *a == EMPTY || *b == EMPTY)
+            .count();
         // Dangling edges cannot be followed; keep their rows out of adjacency
         // by pointing them nowhere (node count + 1 bucket is never read).
         let out_pairs: Vec<(u32, u32)> = pairs
             .iter()
-            .map(|&(a, b)| if a == EMPTY || b == EMPTY { (from.len() as u32, 0) } else { (a, b) })
+            .map(|&(a, b)| {
+                if a == EMPTY || b == EMPTY {
+                    (from.len() as u32, 0)
+                } else {
+                    (a, b)
+                }
+            })
             .collect();
         let in_pairs: Vec<(u32, u32)> = pairs
             .iter()
-            .map(|&(a, b)| if a == EMPTY || b == EMPTY { (to.len() as u32, 0) } else { (b, a) })
+            .map(|&(a, b)| {
+                if a == EMPTY || b == EMPTY {
+                    (to.len() as u32, 0)
+                } else {
+                    (b, a)
+                }
+            })
             .collect();
         Self {
             out: Adjacency::build(from.len() + 1, &out_pairs),
@@ -195,8 +215,14 @@ mod tests {
         let nodes = Arc::new(NodeIds::new(StringArray::from(vec!["a", "b", "c"])));
         assert_eq!(nodes.get("c"), Some(2));
         assert_eq!(nodes.get("z"), None);
-        let src = vec![StringArray::from(vec!["a", "a"]), StringArray::from(vec!["b", "x"])];
-        let dst = vec![StringArray::from(vec!["b", "c"]), StringArray::from(vec!["c", "a"])];
+        let src = vec![
+            StringArray::from(vec!["a", "a"]),
+            StringArray::from(vec!["b", "x"]),
+        ];
+        let dst = vec![
+            StringArray::from(vec!["b", "c"]),
+            StringArray::from(vec!["c", "a"]),
+        ];
         let g = GraphIndex::build(&src, &dst, &nodes, &nodes);
         assert_eq!(g.skipped, 1);
         let out: Vec<u32> = g.out.range(0).map(|i| g.out.targets[i]).collect();

@@ -1,3 +1,7 @@
 //! Reads over one snapshot.
 
+pub mod cache;
 pub mod export;
+pub mod graph;
+pub mod output;
+pub mod run;

@@ -93,7 +93,11 @@ fn cmp_s(a: &S, b: &S) -> Option<Ordering> {
         (S::F(x), S::F(y)) => x.partial_cmp(y),
         (S::Str(x), S::Str(y)) => Some(x.cmp(y)),
         (S::Bool(x), S::Bool(y)) => Some(x.cmp(y)),
-        (S::List(x), S::List(y)) => Some(if x.to_data() == y.to_data() { Ordering::Equal } else { Ordering::Less }),
+        (S::List(x), S::List(y)) => Some(if x.to_data() == y.to_data() {
+            Ordering::Equal
+        } else {
+            Ordering::Less
+        }),
         _ => None,
     }
 }
@@ -135,7 +139,9 @@ fn s_of(v: &Value) -> S<'_> {
 fn holds(op: CmpOp, l: &S, r: &S) -> bool {
     match op {
         CmpOp::Contains => match (l, r) {
-            (S::List(items), r) => (0..items.len()).any(|i| cmp_s(&s_at(items, i), r) == Some(Ordering::Equal)),
+            (S::List(items), r) => {
+                (0..items.len()).any(|i| cmp_s(&s_at(items, i), r) == Some(Ordering::Equal))
+            }
             (S::Str(a), S::Str(b)) => a.contains(b),
             _ => false,
         },
@@ -157,9 +163,14 @@ fn holds(op: CmpOp, l: &S, r: &S) -> bool {
 
 /// A value source prepared for per-row reads.
 enum Acc<'f> {
-    Col { arr: ArrayRef, idx: &'f [u32] },
+    Col {
+        arr: ArrayRef,
+        idx: &'f [u32],
+    },
     /// The single row a NodeScan/Expand candidate is (index given at read).
-    Cand { arr: ArrayRef },
+    Cand {
+        arr: ArrayRef,
+    },
     Const(Value),
 }
 
@@ -212,13 +223,20 @@ impl Ctx<'_> {
         let batches: Vec<RecordBatch> = scan.try_into_stream().await?.try_collect().await?;
         let parts: Vec<ArrayRef> = batches.iter().map(|b| b.column(0).clone()).collect();
         let arr = if parts.is_empty() {
-            let field = ds.schema().field(column).map(|f| f.data_type()).unwrap_or(DataType::Utf8);
+            let field = ds
+                .schema()
+                .field(column)
+                .map(|f| f.data_type())
+                .unwrap_or(DataType::Utf8);
             new_null_array(&field, 0)
         } else {
             let refs: Vec<&dyn Array> = parts.iter().map(|a| a.as_ref()).collect();
             concat(&refs)?
         };
-        self.cache.stats.column_loads.fetch_add(1, AtomicOrdering::Relaxed);
+        self.cache
+            .stats
+            .column_loads
+            .fetch_add(1, AtomicOrdering::Relaxed);
         let bytes = arr.get_array_memory_size();
         self.cache.put(key, Arc::new(arr.clone()), bytes);
         Ok(arr)
@@ -233,7 +251,10 @@ impl Ctx<'_> {
             to: self.phys(self.def(to))?,
         };
         if let Some(g) = self.cache.get::<GraphIndex>(&key) {
-            self.cache.stats.graph_hits.fetch_add(1, AtomicOrdering::Relaxed);
+            self.cache
+                .stats
+                .graph_hits
+                .fetch_add(1, AtomicOrdering::Relaxed);
             tracing::debug!(edge, "graph index reused from the runtime cache");
             return Ok(g);
         }
@@ -246,9 +267,16 @@ impl Ctx<'_> {
         let micros = t0.elapsed().as_micros() as u64;
         let s = &self.cache.stats;
         s.graph_builds.fetch_add(1, AtomicOrdering::Relaxed);
-        s.graph_build_edges.fetch_add(g.edges as u64, AtomicOrdering::Relaxed);
-        s.graph_build_micros.fetch_add(micros, AtomicOrdering::Relaxed);
-        tracing::info!(edge, edges = g.edges, ms = micros / 1000, "graph index built");
+        s.graph_build_edges
+            .fetch_add(g.edges as u64, AtomicOrdering::Relaxed);
+        s.graph_build_micros
+            .fetch_add(micros, AtomicOrdering::Relaxed);
+        tracing::info!(
+            edge,
+            edges = g.edges,
+            ms = micros / 1000,
+            "graph index built"
+        );
         let g = Arc::new(g);
         self.cache.put(key, g.clone(), g.bytes());
         Ok(g)
@@ -279,7 +307,9 @@ impl Ctx<'_> {
     async fn var_source(&self, type_name: &str, e: &ValExpr) -> Result<Option<ArrayRef>> {
         Ok(match e {
             ValExpr::Prop { prop, .. } => Some(self.column(type_name, prop).await?),
-            ValExpr::Id { .. } => Some(Arc::new(self.node_or_edge_ids(type_name).await?) as ArrayRef),
+            ValExpr::Id { .. } => {
+                Some(Arc::new(self.node_or_edge_ids(type_name).await?) as ArrayRef)
+            }
             _ => None,
         })
     }
@@ -294,7 +324,12 @@ impl Ctx<'_> {
     }
 
     /// Evaluate single-variable predicates on candidate rows of one type.
-    async fn filter_candidates(&self, type_name: &str, preds: &[Pred], mut cands: Vec<u32>) -> Result<Vec<u32>> {
+    async fn filter_candidates(
+        &self,
+        type_name: &str,
+        preds: &[Pred],
+        mut cands: Vec<u32>,
+    ) -> Result<Vec<u32>> {
         for p in preds.iter().filter(|p| self.active(p)) {
             let l = self.side(type_name, &p.left).await?;
             let r = self.side(type_name, &p.right).await?;
@@ -399,7 +434,15 @@ impl Bfs {
         }
     }
 
-    fn reach(&mut self, g: &GraphIndex, dir: Dir, start: u32, min: u32, max: Option<u32>, out: &mut Vec<u32>) {
+    fn reach(
+        &mut self,
+        g: &GraphIndex,
+        dir: Dir,
+        start: u32,
+        min: u32,
+        max: Option<u32>,
+        out: &mut Vec<u32>,
+    ) {
         self.stamp += 1;
         if self.stamp == u32::MAX {
             self.seen.iter_mut().for_each(|s| *s = 0);
@@ -443,7 +486,12 @@ impl Bfs {
 }
 
 impl Ctx<'_> {
-    fn run_ops<'b>(&'b self, plan: &'b Plan, ops: &'b [Op], frame: Frame) -> futures::future::BoxFuture<'b, Result<Frame>> {
+    fn run_ops<'b>(
+        &'b self,
+        plan: &'b Plan,
+        ops: &'b [Op],
+        frame: Frame,
+    ) -> futures::future::BoxFuture<'b, Result<Frame>> {
         Box::pin(async move {
             let mut frame = frame;
             for op in ops {
@@ -467,7 +515,9 @@ impl Ctx<'_> {
                     (ValExpr::Prop { prop, .. }, other) | (other, ValExpr::Prop { prop, .. }) => {
                         t.key.len() == 1 && t.key[0] == *prop && self.const_of(other).is_some()
                     }
-                    (ValExpr::Id { .. }, other) | (other, ValExpr::Id { .. }) => self.const_of(other).is_some(),
+                    (ValExpr::Id { .. }, other) | (other, ValExpr::Id { .. }) => {
+                        self.const_of(other).is_some()
+                    }
                     _ => false,
                 }
         });
@@ -487,15 +537,30 @@ impl Ctx<'_> {
                 _ => None,
             };
             let found = key.and_then(|k| ids.get(&k)).into_iter().collect();
-            let rest = active.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, p)| (*p).clone()).collect();
+            let rest = active
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .map(|(_, p)| (*p).clone())
+                .collect();
             (found, rest)
         } else {
             let pushed: Vec<DfExpr> = active.iter().filter_map(|p| pushdown(self, p)).collect();
             if pushed.is_empty() {
-                ((0..ids.len() as u32).collect(), active.into_iter().cloned().collect())
+                (
+                    (0..ids.len() as u32).collect(),
+                    active.into_iter().cloned().collect(),
+                )
             } else {
-                let rest = active.iter().filter(|p| pushdown(self, p).is_none()).map(|p| (*p).clone()).collect();
-                let expr = pushed.into_iter().reduce(|a, b| a.and(b)).expect("non-empty");
+                let rest = active
+                    .iter()
+                    .filter(|p| pushdown(self, p).is_none())
+                    .map(|p| (*p).clone())
+                    .collect();
+                let expr = pushed
+                    .into_iter()
+                    .reduce(|a, b| a.and(b))
+                    .expect("non-empty");
                 let ds = self.g.read_table(self.snap, t).await?;
                 let mut scan = ds.scan();
                 scan.project(&[ID])?;
@@ -520,7 +585,11 @@ impl Ctx<'_> {
 
     async fn run_op(&self, plan: &Plan, op: &Op, frame: Frame) -> Result<Frame> {
         match op {
-            Op::NodeScan { var, type_name, filters } => {
+            Op::NodeScan {
+                var,
+                type_name,
+                filters,
+            } => {
                 let cands = self.scan_candidates(type_name, filters).await?;
                 // Cross product with the rows so far.
                 let mut out = Frame {
@@ -529,16 +598,37 @@ impl Ctx<'_> {
                 };
                 for (i, c) in frame.cols.iter().enumerate() {
                     if let Some(v) = c {
-                        out.cols[i] = Some(v.iter().flat_map(|x| std::iter::repeat_n(*x, cands.len())).collect());
+                        out.cols[i] = Some(
+                            v.iter()
+                                .flat_map(|x| std::iter::repeat_n(*x, cands.len()))
+                                .collect(),
+                        );
                     }
                 }
-                out.cols[*var] = Some((0..frame.rows).flat_map(|_| cands.iter().copied()).collect());
+                out.cols[*var] = Some(
+                    (0..frame.rows)
+                        .flat_map(|_| cands.iter().copied())
+                        .collect(),
+                );
                 Ok(out)
             }
-            Op::Expand { from, edge, dir, to, to_bound, min, max, to_filters } => {
+            Op::Expand {
+                from,
+                edge,
+                dir,
+                to,
+                to_bound,
+                min,
+                max,
+                to_filters,
+            } => {
                 let g = self.graph(edge).await?;
                 let to_type = var_type(plan, *to).to_string();
-                let n = self.node_ids(&to_type).await?.len().max(self.node_ids(var_type(plan, *from)).await?.len());
+                let n = self
+                    .node_ids(&to_type)
+                    .await?
+                    .len()
+                    .max(self.node_ids(var_type(plan, *from)).await?.len());
                 let froms = frame.cols[*from].clone().expect("from is bound");
                 let mut keep_rows = Vec::new();
                 let mut new_to = Vec::new();
@@ -551,7 +641,9 @@ impl Ctx<'_> {
                         None => {
                             reached.clear();
                             bfs.reach(&g, *dir, src, *min, *max, &mut reached);
-                            let t = self.filter_candidates(&to_type, to_filters, reached.clone()).await?;
+                            let t = self
+                                .filter_candidates(&to_type, to_filters, reached.clone())
+                                .await?;
                             if froms.len() > 1 {
                                 by_source.insert(src, t.clone());
                             }
@@ -576,7 +668,15 @@ impl Ctx<'_> {
                 }
                 Ok(out)
             }
-            Op::ExpandEdge { from, edge_var, edge, dir, to, to_bound, to_filters } => {
+            Op::ExpandEdge {
+                from,
+                edge_var,
+                edge,
+                dir,
+                to,
+                to_bound,
+                to_filters,
+            } => {
                 let g = self.graph(edge).await?;
                 let to_type = var_type(plan, *to).to_string();
                 let froms = frame.cols[*from].clone().expect("from is bound");
@@ -623,7 +723,9 @@ impl Ctx<'_> {
                 }
                 let l = self.acc(plan, &frame, &p.left).await?;
                 let r = self.acc(plan, &frame, &p.right).await?;
-                let keep: Vec<usize> = (0..frame.rows).filter(|&i| holds(p.op, &l.at(i, 0), &r.at(i, 0))).collect();
+                let keep: Vec<usize> = (0..frame.rows)
+                    .filter(|&i| holds(p.op, &l.at(i, 0), &r.at(i, 0)))
+                    .collect();
                 drop((l, r));
                 Ok(frame.take_rows(&keep))
             }
@@ -675,7 +777,11 @@ impl Ctx<'_> {
                     fields.push(Field::new(&p.name, arr.data_type().clone(), true));
                     arrays.push(take(arr.as_ref(), &indices, None)?);
                 }
-                Arc::new(arrow_array::StructArray::try_new(fields.into(), arrays, None)?)
+                Arc::new(arrow_array::StructArray::try_new(
+                    fields.into(),
+                    arrays,
+                    None,
+                )?)
             }
             RetExpr::Agg { .. } => unreachable!("aggregates are computed per group"),
         })
@@ -702,18 +808,40 @@ fn repeat(v: &Value, n: usize) -> ArrayRef {
 #[derive(Clone)]
 enum Acc2 {
     Count(i64),
-    Sum { int: i128, float: f64, any: bool, is_float: bool },
-    Avg { sum: f64, n: i64 },
-    MinMax { best: Option<(ArrayRef, usize)>, max: bool },
+    Sum {
+        int: i128,
+        float: f64,
+        any: bool,
+        is_float: bool,
+    },
+    Avg {
+        sum: f64,
+        n: i64,
+    },
+    MinMax {
+        best: Option<(ArrayRef, usize)>,
+        max: bool,
+    },
 }
 
 fn new_acc(f: AggFunc, float: bool) -> Acc2 {
     match f {
         AggFunc::Count => Acc2::Count(0),
-        AggFunc::Sum => Acc2::Sum { int: 0, float: 0.0, any: false, is_float: float },
+        AggFunc::Sum => Acc2::Sum {
+            int: 0,
+            float: 0.0,
+            any: false,
+            is_float: float,
+        },
         AggFunc::Avg => Acc2::Avg { sum: 0.0, n: 0 },
-        AggFunc::Min => Acc2::MinMax { best: None, max: false },
-        AggFunc::Max => Acc2::MinMax { best: None, max: true },
+        AggFunc::Min => Acc2::MinMax {
+            best: None,
+            max: false,
+        },
+        AggFunc::Max => Acc2::MinMax {
+            best: None,
+            max: true,
+        },
     }
 }
 
@@ -733,7 +861,9 @@ fn update(acc: &mut Acc2, arr: Option<&ArrayRef>, row: usize) {
     }
     match acc {
         Acc2::Count(c) => *c += 1,
-        Acc2::Sum { int, float, any, .. } => {
+        Acc2::Sum {
+            int, float, any, ..
+        } => {
             *any = true;
             match s_at(arr, row) {
                 S::I(i) => *int += i,
@@ -754,7 +884,11 @@ fn update(acc: &mut Acc2, arr: Option<&ArrayRef>, row: usize) {
                 None => true,
                 Some((a, i)) => {
                     let o = cmp_s(&s_at(arr, row), &s_at(a, *i));
-                    if *max { o == Some(Ordering::Greater) } else { o == Some(Ordering::Less) }
+                    if *max {
+                        o == Some(Ordering::Greater)
+                    } else {
+                        o == Some(Ordering::Less)
+                    }
                 }
             };
             if better {
@@ -777,7 +911,12 @@ fn finish_accs(accs: &[Acc2], template: Option<&ArrayRef>) -> Result<ArrayRef> {
         Acc2::Sum { is_float, .. } => {
             if *is_float {
                 Arc::new(Float64Array::from_iter(accs.iter().map(|a| match a {
-                    Acc2::Sum { float, int, any: true, .. } => Some(*float + *int as f64),
+                    Acc2::Sum {
+                        float,
+                        int,
+                        any: true,
+                        ..
+                    } => Some(*float + *int as f64),
                     _ => None,
                 })))
             } else {
@@ -792,11 +931,16 @@ fn finish_accs(accs: &[Acc2], template: Option<&ArrayRef>) -> Result<ArrayRef> {
             _ => None,
         }))),
         Acc2::MinMax { .. } => {
-            let dt = template.map(|t| t.data_type().clone()).unwrap_or(DataType::Utf8);
+            let dt = template
+                .map(|t| t.data_type().clone())
+                .unwrap_or(DataType::Utf8);
             let parts: Vec<ArrayRef> = accs
                 .iter()
                 .map(|a| match a {
-                    Acc2::MinMax { best: Some((arr, i)), .. } => arr.slice(*i, 1),
+                    Acc2::MinMax {
+                        best: Some((arr, i)),
+                        ..
+                    } => arr.slice(*i, 1),
                     _ => new_null_array(&dt, 1),
                 })
                 .collect();
@@ -836,17 +980,19 @@ pub async fn run(ctx: &Ctx<'_>, plan: &Plan) -> Result<QueryResult> {
         if key_cols.is_empty() {
             groups.push(0);
         } else {
-            let fields: Vec<arrow::row::SortField> = key_cols.iter().map(|(_, a)| arrow::row::SortField::new(a.data_type().clone())).collect();
+            let fields: Vec<arrow::row::SortField> = key_cols
+                .iter()
+                .map(|(_, a)| arrow::row::SortField::new(a.data_type().clone()))
+                .collect();
             let conv = arrow::row::RowConverter::new(fields)?;
             let arrays: Vec<ArrayRef> = key_cols.iter().map(|(_, a)| a.clone()).collect();
             let rows = conv.convert_columns(&arrays)?;
             let mut map: HashMap<arrow::row::Row<'_>, usize> = HashMap::new();
-            for r in 0..frame.rows {
-                let g = *map.entry(rows.row(r)).or_insert_with(|| {
+            for (r, slot) in group_of.iter_mut().enumerate() {
+                *slot = *map.entry(rows.row(r)).or_insert_with(|| {
                     groups.push(r);
                     groups.len() - 1
                 });
-                group_of[r] = g;
             }
         }
         let mut out_cols: Vec<Option<ArrayRef>> = vec![None; plan.returns.len()];
@@ -855,7 +1001,9 @@ pub async fn run(ctx: &Ctx<'_>, plan: &Plan) -> Result<QueryResult> {
             out_cols[*i] = Some(take(a.as_ref(), &idx, None)?);
         }
         for (i, arg) in &agg_args {
-            let RetExpr::Agg { func, .. } = &plan.returns[*i].expr else { unreachable!() };
+            let RetExpr::Agg { func, .. } = &plan.returns[*i].expr else {
+                unreachable!()
+            };
             let float = arg.as_ref().is_some_and(is_float);
             let mut accs = vec![new_acc(*func, float); groups.len()];
             for r in 0..frame.rows {
@@ -863,7 +1011,10 @@ pub async fn run(ctx: &Ctx<'_>, plan: &Plan) -> Result<QueryResult> {
             }
             out_cols[*i] = Some(finish_accs(&accs, arg.as_ref())?);
         }
-        columns = out_cols.into_iter().map(|c| c.expect("every column computed")).collect();
+        columns = out_cols
+            .into_iter()
+            .map(|c| c.expect("every column computed"))
+            .collect();
     } else {
         for r in &plan.returns {
             columns.push(ctx.project(plan, &frame, &r.expr).await?);
@@ -880,13 +1031,36 @@ pub async fn run(ctx: &Ctx<'_>, plan: &Plan) -> Result<QueryResult> {
             .iter()
             .map(|o| SortColumn {
                 values: columns[o.col].clone(),
-                options: Some(SortOptions { descending: o.desc, nulls_first: !o.desc }),
+                options: Some(SortOptions {
+                    descending: o.desc,
+                    nulls_first: !o.desc,
+                }),
             })
             .collect();
         if plan.aggregate {
             for (i, r) in plan.returns.iter().enumerate() {
-                if r.visible && matches!(columns[i].data_type(), DataType::Utf8 | DataType::Int64 | DataType::Int32 | DataType::Float64 | DataType::Boolean | DataType::Date32 | DataType::Date64 | DataType::UInt32 | DataType::UInt64 | DataType::Float32) {
-                    sort_cols.push(SortColumn { values: columns[i].clone(), options: Some(SortOptions { descending: false, nulls_first: true }) });
+                if r.visible
+                    && matches!(
+                        columns[i].data_type(),
+                        DataType::Utf8
+                            | DataType::Int64
+                            | DataType::Int32
+                            | DataType::Float64
+                            | DataType::Boolean
+                            | DataType::Date32
+                            | DataType::Date64
+                            | DataType::UInt32
+                            | DataType::UInt64
+                            | DataType::Float32
+                    )
+                {
+                    sort_cols.push(SortColumn {
+                        values: columns[i].clone(),
+                        options: Some(SortOptions {
+                            descending: false,
+                            nulls_first: true,
+                        }),
+                    });
                 }
             }
         } else {
@@ -894,8 +1068,16 @@ pub async fn run(ctx: &Ctx<'_>, plan: &Plan) -> Result<QueryResult> {
                 if info.name == "_" || frame.cols[v].is_none() {
                     continue;
                 }
-                let ids = ctx.project(plan, &frame, &RetExpr::Val(ValExpr::Id { var: v })).await?;
-                sort_cols.push(SortColumn { values: ids, options: Some(SortOptions { descending: false, nulls_first: true }) });
+                let ids = ctx
+                    .project(plan, &frame, &RetExpr::Val(ValExpr::Id { var: v }))
+                    .await?;
+                sort_cols.push(SortColumn {
+                    values: ids,
+                    options: Some(SortOptions {
+                        descending: false,
+                        nulls_first: true,
+                    }),
+                });
             }
         }
         if !sort_cols.is_empty() && nrows > 0 {
@@ -903,10 +1085,16 @@ pub async fn run(ctx: &Ctx<'_>, plan: &Plan) -> Result<QueryResult> {
         }
     }
     if let Some(idx) = &indices {
-        columns = columns.iter().map(|c| take(c.as_ref(), idx, None)).collect::<std::result::Result<_, _>>()?;
+        columns = columns
+            .iter()
+            .map(|c| take(c.as_ref(), idx, None))
+            .collect::<std::result::Result<_, _>>()?;
     }
     if let Some(l) = plan.limit {
-        columns = columns.iter().map(|c| c.slice(0, (l as usize).min(c.len()))).collect();
+        columns = columns
+            .iter()
+            .map(|c| c.slice(0, (l as usize).min(c.len())))
+            .collect();
     }
     let mut fields = Vec::new();
     let mut arrays = Vec::new();
@@ -936,8 +1124,8 @@ pub async fn run(ctx: &Ctx<'_>, plan: &Plan) -> Result<QueryResult> {
 
 /// Parameter JSON -> typed values, checked against the declarations.
 pub fn bind_params(plan: &Plan, json: &serde_json::Value) -> Result<BTreeMap<String, Value>> {
-    use crate::compiler::query::check::type_error;
     use crate::compiler::lexer::Pos;
+    use crate::compiler::query::check::type_error;
     let obj = match json {
         serde_json::Value::Null => serde_json::Map::new(),
         serde_json::Value::Object(m) => m.clone(),
@@ -945,7 +1133,11 @@ pub fn bind_params(plan: &Plan, json: &serde_json::Value) -> Result<BTreeMap<Str
     };
     for k in obj.keys() {
         if !plan.params.iter().any(|(n, _, _)| n == k) {
-            return Err(type_error("Q010", Pos::default(), format!("'{}' takes no parameter ${k}", plan.name)));
+            return Err(type_error(
+                "Q010",
+                Pos::default(),
+                format!("'{}' takes no parameter ${k}", plan.name),
+            ));
         }
     }
     let mut out = BTreeMap::new();
@@ -953,12 +1145,20 @@ pub fn bind_params(plan: &Plan, json: &serde_json::Value) -> Result<BTreeMap<Str
         match obj.get(name) {
             None | Some(serde_json::Value::Null) => {
                 if !optional {
-                    return Err(type_error("Q014", Pos::default(), format!("missing parameter ${name} ({})", ty.describe())));
+                    return Err(type_error(
+                        "Q014",
+                        Pos::default(),
+                        format!("missing parameter ${name} ({})", ty.describe()),
+                    ));
                 }
             }
             Some(v) => {
                 let val = json_value(ty, v).ok_or_else(|| {
-                    type_error("Q012", Pos::default(), format!("parameter ${name} expects {}, got {v}", ty.describe()))
+                    type_error(
+                        "Q012",
+                        Pos::default(),
+                        format!("parameter ${name} expects {}, got {v}", ty.describe()),
+                    )
                 })?;
                 out.insert(name.clone(), val);
             }
@@ -988,13 +1188,22 @@ fn json_value(ty: &PropType, v: &serde_json::Value) -> Option<Value> {
             serde_json::Value::String(s) => Value::DateTime(ms_from_datetime(s)?),
             other => Value::DateTime(other.as_i64()?),
         },
-        PropType::List(inner) => Value::List(v.as_array()?.iter().map(|x| json_value(inner, x)).collect::<Option<_>>()?),
+        PropType::List(inner) => Value::List(
+            v.as_array()?
+                .iter()
+                .map(|x| json_value(inner, x))
+                .collect::<Option<_>>()?,
+        ),
         PropType::Vector(n) => {
             let a = v.as_array()?;
             if a.len() != *n as usize {
                 return None;
             }
-            Value::Vector(a.iter().map(|x| x.as_f64().map(|f| f as f32)).collect::<Option<_>>()?)
+            Value::Vector(
+                a.iter()
+                    .map(|x| x.as_f64().map(|f| f as f32))
+                    .collect::<Option<_>>()?,
+            )
         }
         PropType::Blob => return None,
     })

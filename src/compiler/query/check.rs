@@ -15,7 +15,9 @@
 use std::collections::BTreeMap;
 
 use super::ast::*;
-use super::ir::{self, Dir, Op, OrderKey, Plan, Pred, RetExpr, ReturnCol, ValExpr, VarInfo, VarKind};
+use super::ir::{
+    self, Dir, Op, OrderKey, Plan, Pred, RetExpr, ReturnCol, ValExpr, VarInfo, VarKind,
+};
 use crate::compiler::catalog::{Catalog, PropType, TypeDef};
 use crate::compiler::lexer::Pos;
 use crate::error::{OmniError, Result};
@@ -37,7 +39,10 @@ pub fn find<'f>(file: &'f QueryFile, name: &str) -> Result<&'f QueryDecl> {
         type_error(
             "Q016",
             Pos::default(),
-            format!("no query named '{name}' (the file has: {})", names.join(", ")),
+            format!(
+                "no query named '{name}' (the file has: {})",
+                names.join(", ")
+            ),
         )
     })
 }
@@ -81,17 +86,23 @@ fn comparable(op: CmpOp, l: &ir::ValType, r: &ir::ValType) -> bool {
     };
     match op {
         CmpOp::Contains => match l {
-            PropType::List(inner) => comparable(CmpOp::Eq, &Known((**inner).clone()), &Known(r.clone())),
+            PropType::List(inner) => {
+                comparable(CmpOp::Eq, &Known((**inner).clone()), &Known(r.clone()))
+            }
             _ => stringy(l) && stringy(r),
         },
         CmpOp::StartsWith => stringy(l) && stringy(r),
         _ => {
             (numeric(l) && numeric(r))
                 || (stringy(l) && stringy(r))
-                || (l == &PropType::Bool && r == &PropType::Bool && matches!(op, CmpOp::Eq | CmpOp::Ne))
+                || (l == &PropType::Bool
+                    && r == &PropType::Bool
+                    && matches!(op, CmpOp::Eq | CmpOp::Ne))
                 || (l == &PropType::Date && r == &PropType::Date)
                 || (l == &PropType::DateTime && r == &PropType::DateTime)
-                || (matches!((l, r), (PropType::List(_), PropType::List(_))) && matches!(op, CmpOp::Eq | CmpOp::Ne) && l == r)
+                || (matches!((l, r), (PropType::List(_), PropType::List(_)))
+                    && matches!(op, CmpOp::Eq | CmpOp::Ne)
+                    && l == r)
         }
     }
 }
@@ -105,11 +116,23 @@ fn lit_value(lit: &Lit, pos: Pos) -> Result<(ir::Value, ir::ValType)> {
         Lit::Bool(b) => (Value::Bool(*b), ValType::Known(PropType::Bool)),
         Lit::Null => (Value::Null, ValType::Any),
         Lit::Date(s) => (
-            Value::Date(days_from_date(s).ok_or_else(|| type_error("Q009", pos, format!("date({s:?}) is not a date like \"2024-05-01\"")))?),
+            Value::Date(days_from_date(s).ok_or_else(|| {
+                type_error(
+                    "Q009",
+                    pos,
+                    format!("date({s:?}) is not a date like \"2024-05-01\""),
+                )
+            })?),
             ValType::Known(PropType::Date),
         ),
         Lit::DateTime(s) => (
-            Value::DateTime(ms_from_datetime(s).ok_or_else(|| type_error("Q009", pos, format!("datetime({s:?}) is not an RFC 3339 date-time")))?),
+            Value::DateTime(ms_from_datetime(s).ok_or_else(|| {
+                type_error(
+                    "Q009",
+                    pos,
+                    format!("datetime({s:?}) is not an RFC 3339 date-time"),
+                )
+            })?),
             ValType::Known(PropType::DateTime),
         ),
         Lit::List(items) => {
@@ -139,13 +162,6 @@ impl<'a> Checker<'a> {
             .ok_or_else(|| type_error("Q013", pos, format!("unknown variable ${name}")))
     }
 
-    fn node_type(&self, var: usize) -> Option<&'a TypeDef> {
-        match &self.vars[var].kind {
-            VarKind::Node(t) => self.catalog.node(t),
-            VarKind::Edge(_) => None,
-        }
-    }
-
     fn var_type(&self, var: usize) -> &'a TypeDef {
         let name = match &self.vars[var].kind {
             VarKind::Node(t) | VarKind::Edge(t) => t,
@@ -165,8 +181,16 @@ impl<'a> Checker<'a> {
         if let Some(&i) = self.names.get(name) {
             return match &self.vars[i].kind {
                 VarKind::Node(t) if t == ty => Ok((i, false)),
-                VarKind::Node(t) => Err(type_error("Q019", pos, format!("${name} is a {t} here, not a {ty}"))),
-                VarKind::Edge(t) => Err(type_error("Q019", pos, format!("${name} is a {t} edge, not a {ty} node"))),
+                VarKind::Node(t) => Err(type_error(
+                    "Q019",
+                    pos,
+                    format!("${name} is a {t} here, not a {ty}"),
+                )),
+                VarKind::Edge(t) => Err(type_error(
+                    "Q019",
+                    pos,
+                    format!("${name} is a {t} edge, not a {ty} node"),
+                )),
             };
         }
         self.vars.push(VarInfo {
@@ -204,12 +228,19 @@ impl<'a> Checker<'a> {
             }
             Expr::Var { var, pos } => {
                 if let Some((ty, _)) = self.params.get(var) {
-                    return Ok((ValExpr::Param { name: var.clone() }, ir::ValType::Known(ty.clone())));
+                    return Ok((
+                        ValExpr::Param { name: var.clone() },
+                        ir::ValType::Known(ty.clone()),
+                    ));
                 }
                 if let Some(&v) = self.names.get(var) {
                     return Ok((ValExpr::Id { var: v }, ir::ValType::Known(PropType::String)));
                 }
-                Err(type_error("Q010", *pos, format!("${var} is neither a declared parameter nor a bound variable")))
+                Err(type_error(
+                    "Q010",
+                    *pos,
+                    format!("${var} is neither a declared parameter nor a bound variable"),
+                ))
             }
             Expr::Lit { lit, pos } => {
                 let (v, t) = lit_value(lit, *pos)?;
@@ -217,7 +248,11 @@ impl<'a> Checker<'a> {
             }
             Expr::Now { .. } => Ok((ValExpr::Now, ir::ValType::Known(PropType::DateTime))),
             Expr::Call { func, pos, .. } => Err(self.unsupported_call(func, *pos, false)),
-            Expr::Alias { name, pos } => Err(type_error("Q013", *pos, format!("'{name}' is not a value here (variables start with $)"))),
+            Expr::Alias { name, pos } => Err(type_error(
+                "Q013",
+                *pos,
+                format!("'{name}' is not a value here (variables start with $)"),
+            )),
         }
     }
 
@@ -226,31 +261,55 @@ impl<'a> Checker<'a> {
             "nearest" | "bm25" | "rrf" | "search" | "fuzzy" | "match_text" => type_error(
                 "Q015",
                 pos,
-                format!("{func}(...) is not supported yet: vector, full-text and hybrid search are not implemented in this version"),
+                format!(
+                    "{func}(...) is not supported yet: vector, full-text and hybrid search are not implemented in this version"
+                ),
             ),
-            "count" | "sum" | "avg" | "min" | "max" if !in_return => {
-                type_error("Q018", pos, format!("{func}(...) is an aggregate: use it in return or order"))
-            }
+            "count" | "sum" | "avg" | "min" | "max" if !in_return => type_error(
+                "Q018",
+                pos,
+                format!("{func}(...) is an aggregate: use it in return or order"),
+            ),
             other => type_error("Q015", pos, format!("unknown function {other}(...)")),
         }
     }
 
     /// Coerce a string constant compared with a date into a date value.
-    fn coerce(&self, side: (ValExpr, ir::ValType), other: &ir::ValType, pos: Pos) -> Result<(ValExpr, ir::ValType)> {
+    fn coerce(
+        &self,
+        side: (ValExpr, ir::ValType),
+        other: &ir::ValType,
+        pos: Pos,
+    ) -> Result<(ValExpr, ir::ValType)> {
         use ir::{ValType::Known, Value};
         match (&side, other) {
             ((ValExpr::Const(Value::Str(s)), _), Known(PropType::Date)) => {
-                let d = days_from_date(s).ok_or_else(|| type_error("Q009", pos, format!("{s:?} is not a date like \"2024-05-01\"")))?;
+                let d = days_from_date(s).ok_or_else(|| {
+                    type_error(
+                        "Q009",
+                        pos,
+                        format!("{s:?} is not a date like \"2024-05-01\""),
+                    )
+                })?;
                 Ok((ValExpr::Const(Value::Date(d)), Known(PropType::Date)))
             }
             ((ValExpr::Const(Value::Str(s)), _), Known(PropType::DateTime)) => {
-                let ms = ms_from_datetime(s).ok_or_else(|| type_error("Q009", pos, format!("{s:?} is not an RFC 3339 date-time")))?;
-                Ok((ValExpr::Const(Value::DateTime(ms)), Known(PropType::DateTime)))
+                let ms = ms_from_datetime(s).ok_or_else(|| {
+                    type_error("Q009", pos, format!("{s:?} is not an RFC 3339 date-time"))
+                })?;
+                Ok((
+                    ValExpr::Const(Value::DateTime(ms)),
+                    Known(PropType::DateTime),
+                ))
             }
-            ((_, Known(PropType::Vector(_))), _) | (_, Known(PropType::Vector(_))) => {
-                Err(type_error("Q009", pos, "vectors cannot be compared (use nearest)"))
-            }
-            ((_, Known(PropType::Blob)), _) => Err(type_error("Q008", pos, "Blob properties cannot be compared")),
+            ((_, Known(PropType::Vector(_))), _) | (_, Known(PropType::Vector(_))) => Err(
+                type_error("Q009", pos, "vectors cannot be compared (use nearest)"),
+            ),
+            ((_, Known(PropType::Blob)), _) => Err(type_error(
+                "Q008",
+                pos,
+                "Blob properties cannot be compared",
+            )),
             _ => Ok(side),
         }
     }
@@ -286,36 +345,84 @@ impl<'a> Checker<'a> {
         let outer_vars = self.vars.len();
         for c in clauses {
             match c {
-                Clause::Binding { var, type_name, props, pos } => {
+                Clause::Binding {
+                    var,
+                    type_name,
+                    props,
+                    pos,
+                } => {
                     if self.catalog.interfaces.iter().any(|i| &i.name == type_name) {
-                        return Err(type_error("Q015", *pos, format!("binding an interface ({type_name}) is not supported yet: bind a node type")));
+                        return Err(type_error(
+                            "Q015",
+                            *pos,
+                            format!(
+                                "binding an interface ({type_name}) is not supported yet: bind a node type"
+                            ),
+                        ));
                     }
                     let Some(t) = self.catalog.node(type_name) else {
-                        let what = if self.catalog.edge(type_name).is_some() { "an edge type; bind nodes, traverse edges" } else { "not a node type of the schema" };
+                        let what = if self.catalog.edge(type_name).is_some() {
+                            "an edge type; bind nodes, traverse edges"
+                        } else {
+                            "not a node type of the schema"
+                        };
                         return Err(type_error("Q001", *pos, format!("{type_name} is {what}")));
                     };
                     let (v, fresh) = self.bind_node(var, &t.name, *pos)?;
                     for (prop, value) in props {
-                        let left = Expr::Prop { var: var.clone(), prop: prop.clone(), pos: *pos };
+                        let left = Expr::Prop {
+                            var: var.clone(),
+                            prop: prop.clone(),
+                            pos: *pos,
+                        };
                         if var == "_" {
-                            return Err(type_error("Q013", *pos, "$_ cannot carry property filters"));
+                            return Err(type_error(
+                                "Q013",
+                                *pos,
+                                "$_ cannot carry property filters",
+                            ));
                         }
                         filters.push((self.pred(&left, CmpOp::Eq, value, *pos)?, *pos));
                     }
                     if fresh {
-                        ops.push(Op::NodeScan { var: v, type_name: t.name.clone(), filters: Vec::new() });
+                        ops.push(Op::NodeScan {
+                            var: v,
+                            type_name: t.name.clone(),
+                            filters: Vec::new(),
+                        });
                     }
                 }
-                Clause::Traverse { from, edge, edge_var, to, min, max, undirected, pos } => {
+                Clause::Traverse {
+                    from,
+                    edge,
+                    edge_var,
+                    to,
+                    min,
+                    max,
+                    undirected,
+                    pos,
+                } => {
                     let Some(e) = edge_by_word(self.catalog, edge) else {
-                        return Err(type_error("Q003", *pos, format!("no edge type is traversed as '{edge}'")));
+                        return Err(type_error(
+                            "Q003",
+                            *pos,
+                            format!("no edge type is traversed as '{edge}'"),
+                        ));
                     };
                     let (ef, et) = e.endpoints().expect("edge");
                     if *undirected && ef != et {
-                        return Err(type_error("Q005", *pos, format!("<{edge}> is undirected, but {} goes {ef} -> {et}", e.name)));
+                        return Err(type_error(
+                            "Q005",
+                            *pos,
+                            format!("<{edge}> is undirected, but {} goes {ef} -> {et}", e.name),
+                        ));
                     }
                     if edge_var.is_some() && (*min, *max) != (1, Some(1)) {
-                        return Err(type_error("Q006", *pos, "an edge binding ($w:edge) cannot have hop bounds"));
+                        return Err(type_error(
+                            "Q006",
+                            *pos,
+                            "an edge binding ($w:edge) cannot have hop bounds",
+                        ));
                     }
                     let check_end = |s: &Self, name: &str, want: &str| -> Result<()> {
                         if name == "_" {
@@ -325,11 +432,22 @@ impl<'a> Checker<'a> {
                             match &s.vars[i].kind {
                                 VarKind::Node(t) if t == want => {}
                                 VarKind::Node(t) => {
-                                    return Err(type_error("Q004", *pos, format!(
-                                        "{} goes {ef} -> {et}, but ${name} is a {t}", e.name
-                                    )));
+                                    return Err(type_error(
+                                        "Q004",
+                                        *pos,
+                                        format!(
+                                            "{} goes {ef} -> {et}, but ${name} is a {t}",
+                                            e.name
+                                        ),
+                                    ));
                                 }
-                                VarKind::Edge(_) => return Err(type_error("Q019", *pos, format!("${name} is an edge"))),
+                                VarKind::Edge(_) => {
+                                    return Err(type_error(
+                                        "Q019",
+                                        *pos,
+                                        format!("${name} is an edge"),
+                                    ));
+                                }
                             }
                         }
                         Ok(())
@@ -339,14 +457,25 @@ impl<'a> Checker<'a> {
                     let from_bound = from != "_" && self.names.contains_key(from);
                     let to_bound = to != "_" && self.names.contains_key(to);
                     // Start from whichever end is bound (prefer `from`).
-                    let (start, end, dir, start_ty, end_ty) = if !from_bound && to_bound && !*undirected {
-                        (to, from, Dir::In, et, ef)
-                    } else {
-                        (from, to, if *undirected { Dir::Both } else { Dir::Out }, ef, et)
-                    };
+                    let (start, end, dir, start_ty, end_ty) =
+                        if !from_bound && to_bound && !*undirected {
+                            (to, from, Dir::In, et, ef)
+                        } else {
+                            (
+                                from,
+                                to,
+                                if *undirected { Dir::Both } else { Dir::Out },
+                                ef,
+                                et,
+                            )
+                        };
                     let (sv, fresh_start) = self.bind_node(start, start_ty, *pos)?;
                     if fresh_start {
-                        ops.push(Op::NodeScan { var: sv, type_name: start_ty.to_string(), filters: Vec::new() });
+                        ops.push(Op::NodeScan {
+                            var: sv,
+                            type_name: start_ty.to_string(),
+                            filters: Vec::new(),
+                        });
                     }
                     let (tv, fresh_end) = self.bind_node(end, end_ty, *pos)?;
                     match edge_var {
@@ -362,9 +491,16 @@ impl<'a> Checker<'a> {
                         }),
                         Some(w) => {
                             if self.names.contains_key(w) {
-                                return Err(type_error("Q019", *pos, format!("${w} is already bound")));
+                                return Err(type_error(
+                                    "Q019",
+                                    *pos,
+                                    format!("${w} is already bound"),
+                                ));
                             }
-                            self.vars.push(VarInfo { name: w.clone(), kind: VarKind::Edge(e.name.clone()) });
+                            self.vars.push(VarInfo {
+                                name: w.clone(),
+                                kind: VarKind::Edge(e.name.clone()),
+                            });
                             let wv = self.vars.len() - 1;
                             self.names.insert(w.clone(), wv);
                             ops.push(Op::ExpandEdge {
@@ -379,10 +515,17 @@ impl<'a> Checker<'a> {
                         }
                     }
                 }
-                Clause::Filter { left, op, right, pos } => {
+                Clause::Filter {
+                    left,
+                    op,
+                    right,
+                    pos,
+                } => {
                     filters.push((self.pred(left, *op, right, *pos)?, *pos));
                 }
-                Clause::TextFilter { func, pos, .. } => return Err(self.unsupported_call(func, *pos, false)),
+                Clause::TextFilter { func, pos, .. } => {
+                    return Err(self.unsupported_call(func, *pos, false));
+                }
                 Clause::Not { clauses, .. } => {
                     let saved = self.names.clone();
                     let inner = self.clauses(clauses)?;
@@ -397,8 +540,17 @@ impl<'a> Checker<'a> {
             let introduced_at = |v: usize| -> Option<usize> {
                 ops.iter().position(|op| match op {
                     Op::NodeScan { var, .. } => *var == v,
-                    Op::Expand { to, to_bound: false, .. } => *to == v,
-                    Op::ExpandEdge { to, edge_var, to_bound, .. } => (*to == v && !to_bound) || *edge_var == v,
+                    Op::Expand {
+                        to,
+                        to_bound: false,
+                        ..
+                    } => *to == v,
+                    Op::ExpandEdge {
+                        to,
+                        edge_var,
+                        to_bound,
+                        ..
+                    } => (*to == v && !to_bound) || *edge_var == v,
                     _ => false,
                 })
             };
@@ -444,13 +596,23 @@ impl<'a> Checker<'a> {
                 let v = self.names[var];
                 match &self.vars[v].kind {
                     VarKind::Node(_) => Ok(RetExpr::Node { var: v }),
-                    VarKind::Edge(t) => Err(type_error("Q007", *pos, format!("${var} is a {t} edge: return its properties ($w.prop), not the edge itself"))),
+                    VarKind::Edge(t) => Err(type_error(
+                        "Q007",
+                        *pos,
+                        format!(
+                            "${var} is a {t} edge: return its properties ($w.prop), not the edge itself"
+                        ),
+                    )),
                 }
             }
             Expr::Prop { pos, .. } => {
                 let (v, t) = self.value(e)?;
                 if t == ir::ValType::Known(PropType::Blob) {
-                    return Err(type_error("Q008", *pos, "Blob properties cannot be returned (use the blob reader)"));
+                    return Err(type_error(
+                        "Q008",
+                        *pos,
+                        "Blob properties cannot be returned (use the blob reader)",
+                    ));
                 }
                 Ok(RetExpr::Val(v))
             }
@@ -462,20 +624,36 @@ impl<'a> Checker<'a> {
                     return Err(self.unsupported_call(func, *pos, true));
                 };
                 let [arg] = args.as_slice() else {
-                    return Err(type_error("Q018", *pos, format!("{func}(...) takes one argument")));
+                    return Err(type_error(
+                        "Q018",
+                        *pos,
+                        format!("{func}(...) takes one argument"),
+                    ));
                 };
                 match arg {
                     Expr::Var { var, pos } if self.names.contains_key(var) => {
                         if agg != ir::AggFunc::Count {
-                            return Err(type_error("Q009", *pos, format!("{func}(${var}) needs a property, not a whole node")));
+                            return Err(type_error(
+                                "Q009",
+                                *pos,
+                                format!("{func}(${var}) needs a property, not a whole node"),
+                            ));
                         }
-                        Ok(RetExpr::Agg { func: agg, arg: None, node_var: Some(self.names[var]) })
+                        Ok(RetExpr::Agg {
+                            func: agg,
+                            arg: None,
+                            node_var: Some(self.names[var]),
+                        })
                     }
                     other => {
                         let (v, t) = self.value(other)?;
                         if let ir::ValType::Known(t) = &t {
                             if t == &PropType::Blob {
-                                return Err(type_error("Q008", *pos, "Blob properties cannot be aggregated"));
+                                return Err(type_error(
+                                    "Q008",
+                                    *pos,
+                                    "Blob properties cannot be aggregated",
+                                ));
                             }
                             let ok = match agg {
                                 ir::AggFunc::Count => true,
@@ -483,10 +661,18 @@ impl<'a> Checker<'a> {
                                 ir::AggFunc::Min | ir::AggFunc::Max => t.is_scalar(),
                             };
                             if !ok {
-                                return Err(type_error("Q009", *pos, format!("{func}(...) does not apply to {}", t.describe())));
+                                return Err(type_error(
+                                    "Q009",
+                                    *pos,
+                                    format!("{func}(...) does not apply to {}", t.describe()),
+                                ));
                             }
                         }
-                        Ok(RetExpr::Agg { func: agg, arg: Some(v), node_var: None })
+                        Ok(RetExpr::Agg {
+                            func: agg,
+                            arg: Some(v),
+                            node_var: None,
+                        })
                     }
                 }
             }
@@ -494,7 +680,13 @@ impl<'a> Checker<'a> {
                 .iter()
                 .find(|r| r.name == *name)
                 .map(|r| r.expr.clone())
-                .ok_or_else(|| type_error("Q013", *pos, format!("'{name}' is not an earlier return alias"))),
+                .ok_or_else(|| {
+                    type_error(
+                        "Q013",
+                        *pos,
+                        format!("'{name}' is not an earlier return alias"),
+                    )
+                }),
             other => Ok(RetExpr::Val(self.value(other)?.0)),
         }
     }
@@ -503,12 +695,23 @@ impl<'a> Checker<'a> {
 /// Type-check and lower one read query.
 pub fn check(catalog: &Catalog, q: &QueryDecl) -> Result<Plan> {
     let Body::Read(r) = &q.body else {
-        return Err(type_error("Q020", q.pos, format!("'{}' is a mutation; run it with mutate", q.name)));
+        return Err(type_error(
+            "Q020",
+            q.pos,
+            format!("'{}' is a mutation; run it with mutate", q.name),
+        ));
     };
     let mut params = BTreeMap::new();
     for p in &q.params {
-        if params.insert(p.name.clone(), (p.ty.clone(), p.optional)).is_some() {
-            return Err(type_error("Q010", p.pos, format!("parameter ${} is declared twice", p.name)));
+        if params
+            .insert(p.name.clone(), (p.ty.clone(), p.optional))
+            .is_some()
+        {
+            return Err(type_error(
+                "Q010",
+                p.pos,
+                format!("parameter ${} is declared twice", p.name),
+            ));
         }
     }
     let mut c = Checker {
@@ -524,7 +727,11 @@ pub fn check(catalog: &Catalog, q: &QueryDecl) -> Result<Plan> {
             && (func == "nearest" || func == "rrf")
             && r.limit.is_none()
         {
-            return Err(type_error("Q011", *pos, format!("ordering by {func}(...) needs a limit")));
+            return Err(type_error(
+                "Q011",
+                *pos,
+                format!("ordering by {func}(...) needs a limit"),
+            ));
         }
     }
     let mut returns: Vec<ReturnCol> = Vec::new();
@@ -536,7 +743,9 @@ pub fn check(catalog: &Catalog, q: &QueryDecl) -> Result<Plan> {
             visible: true,
         });
     }
-    let aggregate = returns.iter().any(|r| matches!(r.expr, RetExpr::Agg { .. }));
+    let aggregate = returns
+        .iter()
+        .any(|r| matches!(r.expr, RetExpr::Agg { .. }));
     let mut order = Vec::new();
     for o in &r.order {
         let pos = o.expr.pos();
@@ -549,22 +758,44 @@ pub fn check(catalog: &Catalog, q: &QueryDecl) -> Result<Plan> {
             None => {
                 let expr = match c.ret_expr(&o.expr, &returns) {
                     Ok(e) => e,
-                    Err(OmniError::Type { code: "Q013", .. }) if matches!(o.expr, Expr::Alias { .. }) => {
-                        return Err(type_error("Q017", pos, "order names neither a return alias nor an expression"));
+                    Err(OmniError::Type { code: "Q013", .. })
+                        if matches!(o.expr, Expr::Alias { .. }) =>
+                    {
+                        return Err(type_error(
+                            "Q017",
+                            pos,
+                            "order names neither a return alias nor an expression",
+                        ));
                     }
-                    Err(OmniError::Type { code: "Q007", message, .. }) => return Err(type_error("Q007", pos, message)),
+                    Err(OmniError::Type {
+                        code: "Q007",
+                        message,
+                        ..
+                    }) => return Err(type_error("Q007", pos, message)),
                     Err(e) => return Err(e),
                 };
                 if let RetExpr::Node { .. } = expr {
-                    return Err(type_error("Q017", pos, "order by a property, not a whole node"));
+                    return Err(type_error(
+                        "Q017",
+                        pos,
+                        "order by a property, not a whole node",
+                    ));
                 }
                 match returns.iter().position(|r| r.expr == expr) {
                     Some(i) => i,
                     None => {
                         if aggregate && !matches!(expr, RetExpr::Agg { .. }) {
-                            return Err(type_error("Q018", pos, "in an aggregate query, order by a group key or an aggregate"));
+                            return Err(type_error(
+                                "Q018",
+                                pos,
+                                "in an aggregate query, order by a group key or an aggregate",
+                            ));
                         }
-                        returns.push(ReturnCol { name: format!("__order{}", returns.len()), expr, visible: false });
+                        returns.push(ReturnCol {
+                            name: format!("__order{}", returns.len()),
+                            expr,
+                            visible: false,
+                        });
                         returns.len() - 1
                     }
                 }
@@ -616,7 +847,9 @@ mod tests {
         )
         .unwrap();
         assert!(matches!(&p.ops[0], Op::NodeScan { filters, .. } if filters.len() == 1));
-        assert!(matches!(&p.ops[1], Op::Expand { to_filters, dir: Dir::Out, .. } if to_filters.len() == 1));
+        assert!(
+            matches!(&p.ops[1], Op::Expand { to_filters, dir: Dir::Out, .. } if to_filters.len() == 1)
+        );
         assert!(matches!(&p.ops[2], Op::Filter(_)));
         assert_eq!(p.edge_types(), vec!["Knows"]);
     }
@@ -629,28 +862,77 @@ mod tests {
 
     #[test]
     fn anti_join_sees_outer_variables() {
-        let p = plan("query q() { match { $p: Person\n not { $p knows $_ } } return { count($p) } }").unwrap();
+        let p =
+            plan("query q() { match { $p: Person\n not { $p knows $_ } } return { count($p) } }")
+                .unwrap();
         assert!(matches!(&p.ops[1], Op::AntiJoin(inner) if inner.len() == 1));
         assert!(p.aggregate);
     }
 
     #[test]
     fn type_errors_have_stable_codes() {
-        assert_eq!(code("query q() { match { $p: Robot } return { $p } }"), "Q001");
-        assert_eq!(code("query q() { match { $p: Person } return { $p.height } }"), "Q002");
-        assert_eq!(code("query q() { match { $p: Person\n $p likes $f } return { $f } }"), "Q003");
-        assert_eq!(code("query q() { match { $c: Company\n $c knows $f } return { $f } }"), "Q004");
-        assert_eq!(code("query q() { match { $p: Person\n $p <worksAt> $c } return { $c } }"), "Q005");
-        assert_eq!(code("query q() { match { $p: Person\n $p $w:knows{1,2} $f } return { $f } }"), "Q006");
-        assert_eq!(code("query q() { match { $p: Person\n $p $w:knows $f } return { $w } }"), "Q007");
-        assert_eq!(code("query q() { match { $p: Person } return { $p.photo } }"), "Q008");
-        assert_eq!(code("query q() { match { $p: Person\n $p.age = \"x\" } return { $p } }"), "Q009");
-        assert_eq!(code("query q() { match { $p: Person\n $p.name = $nope } return { $p } }"), "Q010");
-        assert_eq!(code("query q($v: Vector(2)) { match { $p: Person } return { $p } order { nearest($p.name, $v) } }"), "Q011");
-        assert_eq!(code("query q() { match { $p: Person\n search($p.name, \"x\") } return { $p } }"), "Q015");
-        assert_eq!(code("query q() { match { $p: Person } return { $x.name } }"), "Q013");
-        assert_eq!(code("query q() { match { $p: Person } return { $p.name } order { nope } }"), "Q017");
-        assert_eq!(code("query q() { match { $p: Person\n $c: Company\n $p knows $c } return { $p } }"), "Q004");
+        assert_eq!(
+            code("query q() { match { $p: Robot } return { $p } }"),
+            "Q001"
+        );
+        assert_eq!(
+            code("query q() { match { $p: Person } return { $p.height } }"),
+            "Q002"
+        );
+        assert_eq!(
+            code("query q() { match { $p: Person\n $p likes $f } return { $f } }"),
+            "Q003"
+        );
+        assert_eq!(
+            code("query q() { match { $c: Company\n $c knows $f } return { $f } }"),
+            "Q004"
+        );
+        assert_eq!(
+            code("query q() { match { $p: Person\n $p <worksAt> $c } return { $c } }"),
+            "Q005"
+        );
+        assert_eq!(
+            code("query q() { match { $p: Person\n $p $w:knows{1,2} $f } return { $f } }"),
+            "Q006"
+        );
+        assert_eq!(
+            code("query q() { match { $p: Person\n $p $w:knows $f } return { $w } }"),
+            "Q007"
+        );
+        assert_eq!(
+            code("query q() { match { $p: Person } return { $p.photo } }"),
+            "Q008"
+        );
+        assert_eq!(
+            code("query q() { match { $p: Person\n $p.age = \"x\" } return { $p } }"),
+            "Q009"
+        );
+        assert_eq!(
+            code("query q() { match { $p: Person\n $p.name = $nope } return { $p } }"),
+            "Q010"
+        );
+        assert_eq!(
+            code(
+                "query q($v: Vector(2)) { match { $p: Person } return { $p } order { nearest($p.name, $v) } }"
+            ),
+            "Q011"
+        );
+        assert_eq!(
+            code("query q() { match { $p: Person\n search($p.name, \"x\") } return { $p } }"),
+            "Q015"
+        );
+        assert_eq!(
+            code("query q() { match { $p: Person } return { $x.name } }"),
+            "Q013"
+        );
+        assert_eq!(
+            code("query q() { match { $p: Person } return { $p.name } order { nope } }"),
+            "Q017"
+        );
+        assert_eq!(
+            code("query q() { match { $p: Person\n $c: Company\n $p knows $c } return { $p } }"),
+            "Q004"
+        );
         assert_eq!(code("query q() { insert Person { name: \"x\" } }"), "Q020");
     }
 

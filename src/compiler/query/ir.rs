@@ -45,10 +45,18 @@ pub enum ValType {
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum ValExpr {
-    Prop { var: usize, prop: String, ty: PropType },
+    Prop {
+        var: usize,
+        prop: String,
+        ty: PropType,
+    },
     /// A node's or edge's id.
-    Id { var: usize },
-    Param { name: String },
+    Id {
+        var: usize,
+    },
+    Param {
+        name: String,
+    },
     Const(Value),
     Now,
 }
@@ -73,7 +81,10 @@ pub struct Pred {
 impl Pred {
     /// Variables the predicate reads.
     pub fn vars(&self) -> Vec<usize> {
-        let mut v: Vec<usize> = [self.left.var(), self.right.var()].into_iter().flatten().collect();
+        let mut v: Vec<usize> = [self.left.var(), self.right.var()]
+            .into_iter()
+            .flatten()
+            .collect();
         v.dedup();
         v
     }
@@ -90,7 +101,11 @@ pub enum Dir {
 pub enum Op {
     /// Introduce `var` by scanning its type's table (filters pushed down).
     /// On a non-empty frame this is a cross product.
-    NodeScan { var: usize, type_name: String, filters: Vec<Pred> },
+    NodeScan {
+        var: usize,
+        type_name: String,
+        filters: Vec<Pred>,
+    },
     /// Follow `edge` from `from` to `to` with reachability semantics over
     /// `min..=max` hops (`max` None: unbounded). If `to` is already bound the
     /// step keeps rows whose `to` is reached.
@@ -133,8 +148,14 @@ pub enum AggFunc {
 pub enum RetExpr {
     Val(ValExpr),
     /// A whole node, as an object of its properties.
-    Node { var: usize },
-    Agg { func: AggFunc, arg: Option<ValExpr>, node_var: Option<usize> },
+    Node {
+        var: usize,
+    },
+    Agg {
+        func: AggFunc,
+        arg: Option<ValExpr>,
+        node_var: Option<usize>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -1,4 +1,6 @@
 //! The query language (`.gq`): syntax tree and parser.
 
 pub mod ast;
+pub mod check;
+pub mod ir;
 pub mod parser;
