@@ -263,7 +263,10 @@ impl Ctx<'_> {
         let t0 = Instant::now();
         let src = self.scan_strings(e, "src").await?;
         let dst = self.scan_strings(e, "dst").await?;
-        let g = tokio::task::block_in_place(|| GraphIndex::build(&src, &dst, &from_ids, &to_ids));
+        let g =
+            tokio::task::spawn_blocking(move || GraphIndex::build(&src, &dst, &from_ids, &to_ids))
+                .await
+                .map_err(|e| OmniError::Storage(format!("graph index build failed: {e}")))?;
         let micros = t0.elapsed().as_micros() as u64;
         let s = &self.cache.stats;
         s.graph_builds.fetch_add(1, AtomicOrdering::Relaxed);
@@ -640,7 +643,16 @@ impl Ctx<'_> {
                         Some(t) => t.clone(),
                         None => {
                             reached.clear();
-                            bfs.reach(&g, *dir, src, *min, *max, &mut reached);
+                            if var_type(plan, *from) == to_type {
+                                bfs.reach(&g, *dir, src, *min, *max, &mut reached);
+                            } else if *min <= 1 && max.is_none_or(|m| m >= 1) {
+                                // Between two node types only one hop exists,
+                                // and the ends live in different id spaces.
+                                let adj = if *dir == Dir::In { &g.inn } else { &g.out };
+                                reached.extend(adj.range(src).map(|i| adj.targets[i]));
+                                reached.sort_unstable();
+                                reached.dedup();
+                            }
                             let t = self
                                 .filter_candidates(&to_type, to_filters, reached.clone())
                                 .await?;

@@ -7,6 +7,8 @@ mod bad_input;
 mod branches;
 mod chaos;
 mod concurrency;
+mod differential;
 mod export;
 mod load;
+mod query;
 mod recovery;

@@ -1,0 +1,351 @@
+//! Differential test of the query engine: random graphs and random queries
+//! of every supported shape, each answered by the engine and by a naive
+//! evaluator written here from the language's definition. The two must agree
+//! on every row (in order, where the query orders).
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use omnigraph::{LoadMode, Omnigraph, Target};
+use serde_json::{Value, json};
+
+const SCHEMA: &str =
+    "node Person { name: String @key\n age: I32? }\nedge Knows: Person -> Person { w: I32? }";
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+struct Graph {
+    names: Vec<String>,
+    ages: Vec<Option<i64>>,
+    /// (src, dst, w) in load order.
+    edges: Vec<(usize, usize, Option<i64>)>,
+}
+
+impl Graph {
+    fn random(rng: &mut Rng) -> Self {
+        let n = 3 + rng.below(12) as usize;
+        let names = (0..n).map(|i| format!("n{i:02}")).collect();
+        let ages = (0..n)
+            .map(|_| {
+                if rng.below(5) == 0 {
+                    None
+                } else {
+                    Some(rng.below(6) as i64 * 10)
+                }
+            })
+            .collect();
+        let m = rng.below(3 * n as u64) as usize;
+        let edges = (0..m)
+            .map(|_| {
+                let s = rng.below(n as u64) as usize;
+                let d = rng.below(n as u64) as usize; // self loops and parallel edges allowed
+                let w = if rng.below(4) == 0 {
+                    None
+                } else {
+                    Some(rng.below(5) as i64)
+                };
+                (s, d, w)
+            })
+            .collect();
+        Self { names, ages, edges }
+    }
+
+    fn jsonl(&self) -> String {
+        let mut s = String::new();
+        for (i, n) in self.names.iter().enumerate() {
+            let age = self.ages[i].map_or("null".to_string(), |a| a.to_string());
+            s.push_str(&format!(
+                "{{\"type\":\"Person\",\"data\":{{\"name\":\"{n}\",\"age\":{age}}}}}\n"
+            ));
+        }
+        for (k, (a, b, w)) in self.edges.iter().enumerate() {
+            let w = w.map_or("null".to_string(), |w| w.to_string());
+            s.push_str(&format!(
+                "{{\"edge\":\"Knows\",\"from\":\"{}\",\"to\":\"{}\",\"data\":{{\"id\":\"e{k:03}\",\"w\":{w}}}}}\n",
+                self.names[*a], self.names[*b]
+            ));
+        }
+        s
+    }
+
+    fn adj(&self, dir: &str, n: usize) -> Vec<usize> {
+        let mut out = BTreeSet::new();
+        for (a, b, _) in &self.edges {
+            if (dir == "out" || dir == "both") && *a == n {
+                out.insert(*b);
+            }
+            if (dir == "in" || dir == "both") && *b == n {
+                out.insert(*a);
+            }
+        }
+        out.into_iter().collect()
+    }
+
+    /// Nodes first reached at a hop in min..=max (start visited at hop 0).
+    fn reach(&self, dir: &str, start: usize, min: u32, max: Option<u32>) -> BTreeSet<usize> {
+        let mut dist = BTreeMap::from([(start, 0u32)]);
+        let mut q = VecDeque::from([start]);
+        while let Some(n) = q.pop_front() {
+            let d = dist[&n];
+            if max.is_some_and(|m| d >= m) {
+                continue;
+            }
+            for t in self.adj(dir, n) {
+                if let std::collections::btree_map::Entry::Vacant(e) = dist.entry(t) {
+                    e.insert(d + 1);
+                    q.push_back(t);
+                }
+            }
+        }
+        dist.into_iter()
+            .filter(|(_, d)| *d >= min && max.is_none_or(|m| *d <= m))
+            .map(|(n, _)| n)
+            .collect()
+    }
+
+    fn age(&self, n: usize) -> Value {
+        self.ages[n].map_or(Value::Null, |a| json!(a))
+    }
+}
+
+/// A query in .gq form, its expected rows, and whether order matters.
+struct Case {
+    gq: String,
+    expected: Vec<Vec<Value>>,
+    ordered: bool,
+}
+
+fn sort_key(v: &Value) -> (u8, i64, String) {
+    match v {
+        Value::Null => (0, 0, String::new()),
+        Value::Number(n) => (1, n.as_i64().unwrap_or(0), String::new()),
+        Value::String(s) => (2, 0, s.clone()),
+        other => (3, 0, other.to_string()),
+    }
+}
+
+fn case(g: &Graph, rng: &mut Rng) -> Case {
+    let n = g.names.len();
+    let start = rng.below(n as u64) as usize;
+    let sname = &g.names[start];
+    match rng.below(8) {
+        0 => {
+            // Variable-length reachability from one person.
+            let min = rng.below(3) as u32;
+            let max = if rng.below(3) == 0 {
+                None
+            } else {
+                Some(min.max(1) + rng.below(3) as u32)
+            };
+            let bounds = match max {
+                Some(m) => format!("{{{min},{m}}}"),
+                None => format!("{{{min},}}"),
+            };
+            let dir = if rng.below(3) == 0 { "both" } else { "out" };
+            let pat = if dir == "both" {
+                format!("<knows>{bounds}")
+            } else {
+                format!("knows{bounds}")
+            };
+            let expected = g
+                .reach(dir, start, min, max)
+                .into_iter()
+                .map(|x| vec![json!(g.names[x])])
+                .collect();
+            Case {
+                gq: format!(
+                    "query q() {{ match {{ $p: Person {{ name: \"{sname}\" }}\n $p {pat} $x }} return {{ $x.name }} order {{ $x.name }} }}"
+                ),
+                expected,
+                ordered: true,
+            }
+        }
+        1 => {
+            // One hop with a filter on the destination, all sources.
+            let k = rng.below(6) as i64 * 10;
+            let mut expected = Vec::new();
+            for p in 0..n {
+                for f in g.reach("out", p, 1, Some(1)) {
+                    if g.ages[f].is_some_and(|a| a > k) {
+                        expected.push(vec![json!(g.names[p]), json!(g.names[f])]);
+                    }
+                }
+            }
+            Case {
+                gq: format!(
+                    "query q() {{ match {{ $p: Person\n $p knows $f\n $f.age > {k} }} return {{ $p.name, $f.name }} }}"
+                ),
+                expected,
+                ordered: false,
+            }
+        }
+        2 => {
+            // Anti-join: people who know nobody (or nobody older than k).
+            let k = rng.below(6) as i64 * 10;
+            let expected = (0..n)
+                .filter(|&p| {
+                    !g.reach("out", p, 1, Some(1))
+                        .iter()
+                        .any(|&f| g.ages[f].is_some_and(|a| a >= k))
+                })
+                .map(|p| vec![json!(g.names[p])])
+                .collect();
+            Case {
+                gq: format!(
+                    "query q() {{ match {{ $p: Person\n not {{ $p knows $f\n $f.age >= {k} }} }} return {{ $p.name }} }}"
+                ),
+                expected,
+                ordered: false,
+            }
+        }
+        3 => {
+            // Edge binding: one row per edge, parallel edges included.
+            let mut expected: Vec<Vec<Value>> = g
+                .edges
+                .iter()
+                .enumerate()
+                .filter(|(_, (a, _, _))| *a == start)
+                .map(|(k, (_, b, w))| {
+                    vec![
+                        json!(g.names[*b]),
+                        w.map_or(Value::Null, |w| json!(w)),
+                        json!(format!("e{k:03}")),
+                    ]
+                })
+                .collect();
+            // order { $e.w desc }, then ties by the ids of $p, $f, $e (binding order).
+            expected.sort_by(|x, y| {
+                let o = sort_key(&y[1]).cmp(&sort_key(&x[1]));
+                o.then_with(|| x[0].as_str().cmp(&y[0].as_str()))
+                    .then_with(|| x[2].as_str().cmp(&y[2].as_str()))
+            });
+            Case {
+                gq: format!(
+                    "query q() {{ match {{ $p: Person {{ name: \"{sname}\" }}\n $p $e:knows $f }} return {{ $f.name, $e.w, $e.id }} order {{ $e.w desc }} }}"
+                ),
+                expected,
+                ordered: true,
+            }
+        }
+        4 => {
+            // Group by source: out-degree (distinct neighbours), ordered.
+            let mut expected: Vec<Vec<Value>> = (0..n)
+                .filter_map(|p| {
+                    let c = g.reach("out", p, 1, Some(1)).len();
+                    (c > 0).then(|| vec![json!(g.names[p]), json!(c)])
+                })
+                .collect();
+            expected.sort_by(|x, y| {
+                y[1].as_i64()
+                    .cmp(&x[1].as_i64())
+                    .then_with(|| x[0].as_str().cmp(&y[0].as_str()))
+            });
+            Case {
+                gq: "query q() { match { $p: Person\n $p knows $f } return { $p.name, count($f) as n } order { n desc, $p.name } }".into(),
+                expected,
+                ordered: true,
+            }
+        }
+        5 => {
+            // Order with NULLs and a limit; ties broken by id.
+            let desc = rng.below(2) == 0;
+            let limit = 1 + rng.below(n as u64) as usize;
+            let mut all: Vec<usize> = (0..n).collect();
+            all.sort_by(|&x, &y| {
+                let (a, b) = (sort_key(&g.age(x)), sort_key(&g.age(y)));
+                let o = if desc { b.cmp(&a) } else { a.cmp(&b) };
+                o.then_with(|| g.names[x].cmp(&g.names[y]))
+            });
+            let expected = all
+                .into_iter()
+                .take(limit)
+                .map(|p| vec![json!(g.names[p]), g.age(p)])
+                .collect();
+            let dir = if desc { "desc" } else { "asc" };
+            Case {
+                gq: format!(
+                    "query q() {{ match {{ $p: Person }} return {{ $p.name, $p.age }} order {{ $p.age {dir} }} limit {limit} }}"
+                ),
+                expected,
+                ordered: true,
+            }
+        }
+        6 => {
+            // Two bound ends: does p reach f within two hops?
+            let mut expected = Vec::new();
+            for p in 0..n {
+                let r = g.reach("out", p, 1, Some(2));
+                for f in 0..n {
+                    if r.contains(&f) && g.ages[p] == g.ages[f] && g.ages[p].is_some() {
+                        expected.push(vec![json!(g.names[p]), json!(g.names[f])]);
+                    }
+                }
+            }
+            Case {
+                gq: "query q() { match { $p: Person\n $f: Person\n $p.age = $f.age\n $p knows{1,2} $f } return { $p.name, $f.name } }".into(),
+                expected,
+                ordered: false,
+            }
+        }
+        _ => {
+            // Aggregates over everything.
+            let ages: Vec<i64> = g.ages.iter().flatten().copied().collect();
+            let avg = if ages.is_empty() {
+                Value::Null
+            } else {
+                json!(ages.iter().sum::<i64>() as f64 / ages.len() as f64)
+            };
+            let max = ages.iter().max().map_or(Value::Null, |m| json!(m));
+            Case {
+                gq: "query q() { match { $p: Person } return { count($p) as n, count($p.age) as c, avg($p.age) as a, max($p.age) as m } }".into(),
+                expected: vec![vec![json!(n), json!(ages.len()), avg, max]],
+                ordered: true,
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn engine_agrees_with_a_naive_evaluator() {
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut checked = 0;
+    for round in 0..12 {
+        let g = Graph::random(&mut rng);
+        let dir = tempfile::tempdir().unwrap();
+        let uri = dir.path().join("d").to_string_lossy().to_string();
+        let db = Omnigraph::init(&uri, SCHEMA).await.unwrap();
+        db.load("main", &g.jsonl(), LoadMode::Overwrite)
+            .await
+            .unwrap();
+        for _ in 0..25 {
+            let c = case(&g, &mut rng);
+            let r = db
+                .query(&Target::main(), &c.gq, "q", &Value::Null)
+                .await
+                .unwrap_or_else(|e| panic!("{}: {e}", c.gq));
+            let mut got: Vec<Vec<Value>> = omnigraph::exec::output::rows(&r)
+                .into_iter()
+                .map(|row| r.columns.iter().map(|col| row[col].clone()).collect())
+                .collect();
+            let mut want = c.expected;
+            if !c.ordered {
+                let key = |r: &Vec<Value>| r.iter().map(sort_key).collect::<Vec<_>>();
+                got.sort_by_key(key);
+                want.sort_by_key(key);
+            }
+            assert_eq!(got, want, "round {round}: {}\ngraph: {}", c.gq, g.jsonl());
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 12 * 25);
+}

@@ -1,0 +1,337 @@
+//! Read queries end to end: semantics, scoped reads and time travel,
+//! snapshot isolation under a concurrent writer, graph-index reuse, errors.
+
+use omnigraph::{LoadMode, OmniError, Omnigraph, Target};
+use serde_json::{Value, json};
+
+use crate::common::*;
+
+async fn rows(
+    g: &Omnigraph,
+    target: &Target,
+    src: &str,
+    params: Value,
+) -> Vec<serde_json::Map<String, Value>> {
+    let file = omnigraph::compiler::query::parser::parse(src).unwrap();
+    let name = file.queries[0].name.clone();
+    let r = g.query(target, src, &name, &params).await.unwrap();
+    omnigraph::exec::output::rows(&r)
+}
+
+fn col(rows: &[serde_json::Map<String, Value>], c: &str) -> Vec<Value> {
+    rows.iter().map(|r| r[c].clone()).collect()
+}
+
+const GRAPH: &str = r#"{"type":"Person","data":{"name":"a","age":30}}
+{"type":"Person","data":{"name":"b","age":40}}
+{"type":"Person","data":{"name":"c"}}
+{"type":"Person","data":{"name":"d","age":40}}
+{"type":"Company","data":{"name":"acme"}}
+{"edge":"Knows","from":"a","to":"b","data":{"since":"2020-01-01"}}
+{"edge":"Knows","from":"a","to":"b","data":{"since":"2021-01-01"}}
+{"edge":"Knows","from":"b","to":"c"}
+{"edge":"Knows","from":"c","to":"a"}
+{"edge":"Knows","from":"c","to":"d"}
+{"edge":"WorksAt","from":"a","to":"acme"}
+{"edge":"WorksAt","from":"d","to":"acme"}
+"#;
+
+async fn graph() -> TestGraph {
+    let t = new_graph().await;
+    t.g.load("main", GRAPH, LoadMode::Overwrite).await.unwrap();
+    t
+}
+
+#[tokio::test]
+async fn traversal_semantics() {
+    let t = graph().await;
+    let m = Target::main();
+    // One hop collapses parallel edges (reachability, set semantics).
+    let r = rows(
+        &t.g,
+        &m,
+        "query q() { match { $p: Person { name: \"a\" }\n $p knows $f } return { $f.name } }",
+        Value::Null,
+    )
+    .await;
+    assert_eq!(col(&r, "f.name"), vec![json!("b")]);
+    // Each destination once, at its first hop; the start is visited at hop 0.
+    let r = rows(&t.g, &m, "query q() { match { $p: Person { name: \"a\" }\n $p knows{1,3} $x } return { $x.name } order { $x.name } }", Value::Null).await;
+    assert_eq!(col(&r, "x.name"), vec![json!("b"), json!("c"), json!("d")]);
+    let r = rows(
+        &t.g,
+        &m,
+        "query q() { match { $p: Person { name: \"a\" }\n $p knows{2,2} $x } return { $x.name } }",
+        Value::Null,
+    )
+    .await;
+    assert_eq!(col(&r, "x.name"), vec![json!("c")]);
+    let r = rows(&t.g, &m, "query q() { match { $p: Person { name: \"a\" }\n $p knows{2,} $x } return { count($x) as n } }", Value::Null).await;
+    assert_eq!(col(&r, "n"), vec![json!(2)]);
+    // Undirected: either direction.
+    let r = rows(&t.g, &m, "query q() { match { $p: Person { name: \"a\" }\n $p <knows> $f } return { $f.name } order { $f.name } }", Value::Null).await;
+    assert_eq!(col(&r, "f.name"), vec![json!("b"), json!("c")]);
+    // Edge binding keeps parallel edges, and edge properties can be filtered.
+    let r = rows(&t.g, &m, "query q() { match { $p: Person { name: \"a\" }\n $p $w:knows $f } return { $f.name, $w.since } order { $w.since } }", Value::Null).await;
+    assert_eq!(
+        col(&r, "w.since"),
+        vec![json!("2020-01-01"), json!("2021-01-01")]
+    );
+    let r = rows(&t.g, &m, "query q() { match { $p: Person\n $p $w:knows $f\n $w.since > date(\"2020-06-01\") } return { $p.name } }", Value::Null).await;
+    assert_eq!(col(&r, "p.name"), vec![json!("a")]);
+    // Traversal into a bound variable, and backwards from a bound target.
+    let r = rows(
+        &t.g,
+        &m,
+        "query q() { match { $c: Company\n $p worksAt $c } return { $p.name } order { $p.name } }",
+        Value::Null,
+    )
+    .await;
+    assert_eq!(col(&r, "p.name"), vec![json!("a"), json!("d")]);
+    // Anti-join.
+    let r = rows(
+        &t.g,
+        &m,
+        "query q() { match { $p: Person\n not { $p knows $_ } } return { $p.name } }",
+        Value::Null,
+    )
+    .await;
+    assert_eq!(col(&r, "p.name"), vec![json!("d")]);
+}
+
+#[tokio::test]
+async fn aggregates_order_nulls_and_limit() {
+    let t = graph().await;
+    let m = Target::main();
+    let r = rows(&t.g, &m, "query q() { match { $p: Person } return { $p.age as age, count($p) as n } order { n desc, age } }", Value::Null).await;
+    assert_eq!(col(&r, "age"), vec![json!(40), Value::Null, json!(30)]);
+    assert_eq!(col(&r, "n"), vec![json!(2), json!(1), json!(1)]);
+    let r = rows(&t.g, &m, "query q() { match { $p: Person } return { sum($p.age) as s, avg($p.age) as a, min($p.name) as lo, max($p.age) as hi } }", Value::Null).await;
+    assert_eq!(r[0]["s"], json!(110));
+    assert!((r[0]["a"].as_f64().unwrap() - 110.0 / 3.0).abs() < 1e-9);
+    assert_eq!(
+        (r[0]["lo"].clone(), r[0]["hi"].clone()),
+        (json!("a"), json!(40))
+    );
+    // NULL sorts smallest: first ascending, last descending; ties by id.
+    let r = rows(
+        &t.g,
+        &m,
+        "query q() { match { $p: Person } return { $p.name, $p.age } order { $p.age } }",
+        Value::Null,
+    )
+    .await;
+    assert_eq!(
+        col(&r, "p.name"),
+        vec![json!("c"), json!("a"), json!("b"), json!("d")]
+    );
+    let r = rows(
+        &t.g,
+        &m,
+        "query q() { match { $p: Person } return { $p.name } order { $p.age desc } limit 3 }",
+        Value::Null,
+    )
+    .await;
+    assert_eq!(col(&r, "p.name"), vec![json!("b"), json!("d"), json!("a")]);
+    // Aggregates over nothing: one row.
+    let r = rows(
+        &t.g,
+        &m,
+        "query q() { match { $p: Person { name: \"zz\" } } return { count($p) as n } }",
+        Value::Null,
+    )
+    .await;
+    assert_eq!(col(&r, "n"), vec![json!(0)]);
+}
+
+#[tokio::test]
+async fn parameters_and_optional_filters() {
+    let t = graph().await;
+    let q = "query q($min: I32?, $names: [String]?) { match { $p: Person\n $p.age >= $min } return { $p.name } order { $p.name } }";
+    let r = rows(&t.g, &Target::main(), q, json!({"min": 35})).await;
+    assert_eq!(col(&r, "p.name"), vec![json!("b"), json!("d")]);
+    // An absent optional parameter drops its filter.
+    let r = rows(&t.g, &Target::main(), q, json!({})).await;
+    assert_eq!(r.len(), 4);
+    let q =
+        "query q($n: String) { match { $p: Person\n $p.name starts_with $n } return { $p.name } }";
+    let r = rows(&t.g, &Target::main(), q, json!({"n": "c"})).await;
+    assert_eq!(col(&r, "p.name"), vec![json!("c")]);
+}
+
+#[tokio::test]
+async fn reads_are_scoped_to_a_branch_commit_or_version() {
+    let t = graph().await;
+    let first = t.g.snapshot(&Target::main()).await.unwrap();
+    t.g.branch_create("f", "main").await.unwrap();
+    t.g.load(
+        "f",
+        "{\"type\":\"Person\",\"data\":{\"name\":\"e\"}}",
+        LoadMode::Append,
+    )
+    .await
+    .unwrap();
+    t.g.load(
+        "main",
+        "{\"type\":\"Person\",\"data\":{\"name\":\"z\"}}",
+        LoadMode::Append,
+    )
+    .await
+    .unwrap();
+    let q = "query q() { match { $p: Person } return { count($p) as n } }";
+    let n = |r: Vec<serde_json::Map<String, Value>>| r[0]["n"].clone();
+    assert_eq!(
+        n(rows(&t.g, &Target::main(), q, Value::Null).await),
+        json!(5)
+    );
+    assert_eq!(
+        n(rows(&t.g, &Target::Branch("f".into()), q, Value::Null).await),
+        json!(5)
+    );
+    assert_eq!(
+        n(rows(
+            &t.g,
+            &Target::Commit(first.head_commit.clone()),
+            q,
+            Value::Null
+        )
+        .await),
+        json!(4)
+    );
+    let at =
+        t.g.run_query_at(first.manifest_version, "main", q, "q", &Value::Null)
+            .await
+            .unwrap();
+    assert_eq!(at.manifest_version, first.manifest_version);
+    assert_eq!(omnigraph::exec::output::rows(&at)[0]["n"], json!(4));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_reads_one_snapshot_while_a_writer_commits() {
+    let t = graph().await;
+    let base =
+        t.g.snapshot(&Target::main())
+            .await
+            .unwrap()
+            .manifest_version;
+    let writer = {
+        let g = t.g.clone();
+        tokio::spawn(async move {
+            for i in 0..15 {
+                g.load(
+                    "main",
+                    &format!("{{\"type\":\"Person\",\"data\":{{\"name\":\"w{i}\"}}}}"),
+                    LoadMode::Append,
+                )
+                .await
+                .unwrap();
+            }
+        })
+    };
+    // Every commit adds exactly one Person, so a consistent snapshot at
+    // graph version v has 4 + (v - base) of them.
+    let q = "query q() { match { $p: Person\n $p.name != \"nobody\" } return { count($p) as n } }";
+    let mut seen = 0;
+    while !writer.is_finished() || seen == 0 {
+        let r =
+            t.g.query(&Target::main(), q, "q", &Value::Null)
+                .await
+                .unwrap();
+        let n = omnigraph::exec::output::rows(&r)[0]["n"].as_i64().unwrap();
+        assert_eq!(
+            n as u64,
+            4 + (r.manifest_version - base),
+            "count does not match its snapshot"
+        );
+        seen += 1;
+    }
+    writer.await.unwrap();
+    assert!(seen > 0);
+}
+
+#[tokio::test]
+async fn the_graph_index_is_built_once_and_shared_across_snapshots() {
+    let t = graph().await;
+    let q = "query q() { match { $p: Person { name: \"a\" }\n $p knows{1,2} $x } return { count($x) as n } }";
+    let builds = |g: &Omnigraph| g.cache_stats()["graph_index_builds"].as_u64().unwrap();
+    rows(&t.g, &Target::main(), q, Value::Null).await;
+    assert_eq!(builds(&t.g), 1);
+    rows(&t.g, &Target::main(), q, Value::Null).await;
+    assert_eq!(builds(&t.g), 1, "the second query reuses the index");
+    // A branch whose tables are still main's reuses it too.
+    t.g.branch_create("f", "main").await.unwrap();
+    rows(&t.g, &Target::Branch("f".into()), q, Value::Null).await;
+    assert_eq!(builds(&t.g), 1);
+    // Only the traversed edge type is indexed (WorksAt is never built).
+    assert_eq!(t.g.cache_stats()["graph_index_edges_built"], json!(5));
+    // A write to the edge table makes a new physical version: one more build.
+    t.g.load(
+        "main",
+        "{\"edge\":\"Knows\",\"from\":\"d\",\"to\":\"a\"}",
+        LoadMode::Append,
+    )
+    .await
+    .unwrap();
+    rows(&t.g, &Target::main(), q, Value::Null).await;
+    assert_eq!(builds(&t.g), 2);
+}
+
+#[tokio::test]
+async fn bad_queries_get_typed_errors() {
+    let t = graph().await;
+    let m = Target::main();
+    let err = |src: &'static str, name: &'static str, params: Value| {
+        let g = t.g.clone();
+        let m = m.clone();
+        async move { g.query(&m, src, name, &params).await.unwrap_err() }
+    };
+    assert!(matches!(
+        err("query q( { }", "q", Value::Null).await,
+        OmniError::Parse { line: 1, .. }
+    ));
+    let code = |e: OmniError| match e {
+        OmniError::Type { code, .. } => code,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        code(
+            err(
+                "query q() { match { $p: Robot } return { $p } }",
+                "q",
+                Value::Null
+            )
+            .await
+        ),
+        "Q001"
+    );
+    assert_eq!(
+        code(
+            err(
+                "query q() { match { $p: Person } return { $p } }",
+                "other",
+                Value::Null
+            )
+            .await
+        ),
+        "Q016"
+    );
+    let q = "query q($n: String) { match { $p: Person { name: $n } } return { $p.name } }";
+    assert_eq!(code(err(q, "q", json!({})).await), "Q014");
+    assert_eq!(code(err(q, "q", json!({"n": 5})).await), "Q012");
+    assert_eq!(code(err(q, "q", json!({"n": "a", "x": 1})).await), "Q010");
+    let q = "query q() { match { $p: Person } return { $p.name } }";
+    assert!(matches!(
+        t.g.query(&Target::Branch("nope".into()), q, "q", &Value::Null)
+            .await,
+        Err(OmniError::NotFound(_))
+    ));
+    assert!(matches!(
+        t.g.query(&Target::Commit("NOPE".into()), q, "q", &Value::Null)
+            .await,
+        Err(OmniError::NotFound(_))
+    ));
+    assert!(matches!(
+        t.g.run_query_at(999, "main", q, "q", &Value::Null).await,
+        Err(OmniError::NotFound(_))
+    ));
+}
