@@ -3,6 +3,8 @@
 //! ```text
 //! omnigraph-bench load DIR [--repeats N]     # overwrite load of DIR/social.jsonl (gen_social.py)
 //! omnigraph-bench append [--n 300]           # 1-row append latency on a graph with 10 types
+//! omnigraph-bench queries DIR --graph URI [--repeats 10] [--reference FILE]
+//!                                             # q1..q6 warm (loads DIR into URI first if URI is empty)
 //! ```
 
 use std::time::Instant;
@@ -53,7 +55,8 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i]
 }
 
-const SOCIAL_SCHEMA: &str = "node Person { handle: String @key\n name: String\n age: I32?\n city: String }\nedge Knows: Person -> Person { since: I32 }\n";
+const SOCIAL_SCHEMA: &str = include_str!("../../bench/social.pg");
+const QUERIES: &str = include_str!("../../bench/queries.gq");
 
 async fn load(dir: &str, repeats: usize) {
     let file = format!("{dir}/social.jsonl");
@@ -134,6 +137,127 @@ async fn append(n: usize) {
     );
 }
 
+fn sha12(mut handles: Vec<String>) -> String {
+    use sha2::{Digest, Sha256};
+    handles.sort();
+    let d = Sha256::digest(handles.join("\n").as_bytes());
+    d.iter().take(6).map(|b| format!("{b:02x}")).collect()
+}
+
+/// The answer of one query variant in the reference file's shape.
+fn normalise(q: &str, r: &omnigraph::QueryResult) -> serde_json::Value {
+    use serde_json::{Value, json};
+    let rows: Vec<Vec<Value>> = omnigraph::exec::output::rows(r)
+        .into_iter()
+        .map(|row| r.columns.iter().map(|c| row[c].clone()).collect())
+        .collect();
+    match q {
+        "q1" => rows.first().map_or(Value::Null, |r| json!(r)),
+        "q2" => {
+            let hs: Vec<String> = rows
+                .iter()
+                .map(|r| r[0].as_str().unwrap_or_default().to_string())
+                .collect();
+            json!({"count": hs.len(), "sha256_12": sha12(hs)})
+        }
+        "q3" | "q4" | "q5" => rows[0][0].clone(),
+        _ => json!(
+            rows.iter()
+                .map(|r| json!([
+                    r[0],
+                    r[1],
+                    r[2].as_f64().map(|f| (f * 10_000.0).round() / 10_000.0)
+                ]))
+                .collect::<Vec<_>>()
+        ),
+    }
+}
+
+async fn queries(dir: &str, uri: &str, repeats: usize, reference: Option<&str>) {
+    let meta: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(format!("{dir}/meta.json")).expect("meta.json"),
+    )
+    .expect("json");
+    let g = match Omnigraph::open(uri).await {
+        Ok(g) => g,
+        Err(_) => {
+            let g = Omnigraph::init(uri, SOCIAL_SCHEMA).await.expect("init");
+            let file = std::fs::File::open(format!("{dir}/social.jsonl")).expect("social.jsonl");
+            let t0 = Instant::now();
+            g.load_from(
+                "main",
+                None,
+                std::io::BufReader::new(file),
+                LoadMode::Overwrite,
+                |_| {},
+            )
+            .await
+            .expect("load");
+            eprintln!("loaded {dir} in {:.1} s", t0.elapsed().as_secs_f64());
+            g
+        }
+    };
+    let reference: Option<serde_json::Value> = reference.map(|p| {
+        serde_json::from_str(&std::fs::read_to_string(p).expect("reference")).expect("json")
+    });
+    let hub = meta["start"]["hub"].as_str().expect("hub").to_string();
+    let median = meta["start"]["median"]
+        .as_str()
+        .expect("median")
+        .to_string();
+    let variants: Vec<(&str, &str, serde_json::Value)> = vec![
+        ("q1", "q1_hub", serde_json::json!({"h": hub})),
+        ("q1", "q1_median", serde_json::json!({"h": median})),
+        ("q2", "q2_hub", serde_json::json!({"h": hub})),
+        ("q2", "q2_median", serde_json::json!({"h": median})),
+        ("q3", "q3_hub_bfs", serde_json::json!({"h": hub})),
+        ("q3", "q3_median_bfs", serde_json::json!({"h": median})),
+        ("q4", "q4_hub_bfs", serde_json::json!({"h": hub})),
+        ("q4", "q4_median_bfs", serde_json::json!({"h": median})),
+        ("q5", "q5", serde_json::Value::Null),
+        ("q6", "q6", serde_json::Value::Null),
+    ];
+    println!("| variant | first run ms | warm median ms | warm min ms | answer |");
+    println!("|---|---|---|---|---|");
+    let target = omnigraph::Target::main();
+    for (q, variant, params) in variants {
+        let t0 = Instant::now();
+        let first = g.query(&target, QUERIES, q, &params).await.expect("query");
+        let first_ms = t0.elapsed().as_secs_f64() * 1000.0;
+        let mut ms = Vec::new();
+        for _ in 0..repeats {
+            let t0 = Instant::now();
+            let r = g.query(&target, QUERIES, q, &params).await.expect("query");
+            ms.push(t0.elapsed().as_secs_f64() * 1000.0);
+            std::hint::black_box(r);
+        }
+        ms.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
+        let got = normalise(q, &first);
+        let verdict = match reference.as_ref().map(|r| r[variant].clone()) {
+            Some(want) if want == got => "matches reference".to_string(),
+            Some(want) => format!("MISMATCH: got {got}, reference {want}"),
+            None => got.to_string(),
+        };
+        println!(
+            "| {variant} | {first_ms:.1} | {:.2} | {:.2} | {verdict} |",
+            percentile(&ms, 0.5),
+            ms[0]
+        );
+    }
+    let stats = g.cache_stats();
+    let edges = stats["graph_index_edges_built"].as_f64().unwrap_or(0.0);
+    let build_ms = stats["graph_index_build_ms"].as_f64().unwrap_or(0.0);
+    println!();
+    println!(
+        "graph index: {} build(s), {} reuse(s), {edges} edges in {build_ms:.0} ms ({:.1} M edges/s); runtime cache {:.0} MiB; peak RSS {:.0} MiB",
+        stats["graph_index_builds"],
+        stats["graph_index_hits"],
+        edges / build_ms.max(1e-9) / 1000.0,
+        stats["bytes"].as_f64().unwrap_or(0.0) / (1 << 20) as f64,
+        peak_rss_mib()
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let flag = |name: &str, default: usize| -> usize {
@@ -153,8 +277,28 @@ fn main() {
             rt.block_on(load(dir, flag("--repeats", 1)));
         }
         Some("append") => rt.block_on(append(flag("--n", 300))),
+        Some("queries") => {
+            let dir = args
+                .get(2)
+                .expect("usage: omnigraph-bench queries DIR --graph URI");
+            let opt = |name: &str| {
+                args.iter()
+                    .position(|a| a == name)
+                    .and_then(|i| args.get(i + 1))
+                    .cloned()
+            };
+            let uri = opt("--graph").expect("--graph URI");
+            rt.block_on(queries(
+                dir,
+                &uri,
+                flag("--repeats", 10),
+                opt("--reference").as_deref(),
+            ));
+        }
         _ => {
-            eprintln!("usage: omnigraph-bench (load DIR [--repeats N] | append [--n N])");
+            eprintln!(
+                "usage: omnigraph-bench (load DIR [--repeats N] | append [--n N] | queries DIR --graph URI [--repeats N] [--reference FILE])"
+            );
             std::process::exit(2);
         }
     }

@@ -638,6 +638,33 @@ impl Ctx<'_> {
                 let mut bfs = Bfs::new(n);
                 let mut reached = Vec::new();
                 let mut by_source: HashMap<u32, Vec<u32>> = HashMap::new();
+                if (*min, *max) == (1, Some(1)) && !*to_bound && to_filters.is_empty() {
+                    // One hop, nothing to check: read the adjacency directly.
+                    let adj = if *dir == Dir::In { &g.inn } else { &g.out };
+                    let mut scratch = Vec::new();
+                    for (r, &src) in froms.iter().enumerate() {
+                        scratch.clear();
+                        scratch.extend(adj.range(src).map(|i| adj.targets[i]));
+                        if *dir == Dir::Both {
+                            scratch.extend(g.inn.range(src).map(|i| g.inn.targets[i]));
+                        }
+                        if scratch.len() > 1 {
+                            scratch.sort_unstable();
+                            scratch.dedup();
+                        }
+                        let same_type = var_type(plan, *from) == to_type;
+                        for &t in &scratch {
+                            if same_type && t == src {
+                                continue; // the start is visited at hop 0
+                            }
+                            keep_rows.push(r);
+                            new_to.push(t);
+                        }
+                    }
+                    let mut out = frame.take_rows(&keep_rows);
+                    out.cols[*to] = Some(new_to);
+                    return Ok(out);
+                }
                 for (r, &src) in froms.iter().enumerate() {
                     let targets = match by_source.get(&src) {
                         Some(t) => t.clone(),
@@ -741,6 +768,30 @@ impl Ctx<'_> {
                 drop((l, r));
                 Ok(frame.take_rows(&keep))
             }
+            Op::AntiJoin(inner) if anti_degree_test(inner).is_some() => {
+                // `not { $p edge $_ }`: a row survives iff $p has no neighbour.
+                let (from, edge, dir, min) = anti_degree_test(inner).expect("checked");
+                let g = self.graph(edge).await?;
+                let froms = frame.cols[from].as_ref().expect("bound");
+                let e = self.def(edge);
+                let (ef, et) = e.endpoints().expect("edge");
+                let same = ef == et;
+                let keep: Vec<usize> = (0..frame.rows)
+                    .filter(|&r| {
+                        let n = froms[r];
+                        min > 0
+                            && match dir {
+                                Dir::Out => !has_neighbour(&g.out, n, same),
+                                Dir::In => !has_neighbour(&g.inn, n, same),
+                                Dir::Both => {
+                                    !has_neighbour(&g.out, n, same)
+                                        && !has_neighbour(&g.inn, n, same)
+                                }
+                            }
+                    })
+                    .collect();
+                Ok(frame.take_rows(&keep))
+            }
             Op::AntiJoin(inner) => {
                 // Run the inner pattern on all rows at once, remembering each
                 // row's origin; keep the rows that produced nothing.
@@ -798,6 +849,30 @@ impl Ctx<'_> {
             RetExpr::Agg { .. } => unreachable!("aggregates are computed per group"),
         })
     }
+}
+
+/// An anti-join whose inner pattern is one step to a fresh, unfiltered
+/// variable only asks whether the source has a neighbour.
+fn anti_degree_test<'p>(inner: &'p [Op]) -> Option<(usize, &'p str, Dir, u32)> {
+    match inner {
+        [
+            Op::Expand {
+                from,
+                edge,
+                dir,
+                to_bound: false,
+                min,
+                to_filters,
+                ..
+            },
+        ] if to_filters.is_empty() && *min <= 1 => Some((*from, edge.as_str(), *dir, *min)),
+        _ => None,
+    }
+}
+
+/// Has `n` a neighbour (other than itself, when both ends share a type)?
+fn has_neighbour(adj: &super::graph::Adjacency, n: u32, same_type: bool) -> bool {
+    adj.range(n).any(|i| !same_type || adj.targets[i] != n)
 }
 
 /// A constant repeated `n` times.

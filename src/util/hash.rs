@@ -44,9 +44,17 @@ impl Hasher for FxHasher {
         self.add(i as u64);
     }
 
+    /// The multiply leaves the low bits weak (they depend only on the low
+    /// bits of the input); tables index by low bits, so mix the high bits
+    /// down (MurmurHash3's finaliser).
     #[inline]
     fn finish(&self) -> u64 {
-        self.hash
+        let mut h = self.hash;
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        h ^ (h >> 33)
     }
 }
 
@@ -57,6 +65,22 @@ pub type FxHashMap<K, V> = HashMap<K, V, FxBuild>;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn low_bits_spread_for_similar_keys() {
+        // Keys like "p0".."p9999" must not pile into few low-bit buckets.
+        let mut buckets = [0u32; 256];
+        for i in 0..10_000 {
+            let mut h = FxHasher::default();
+            h.write(format!("p{i}").as_bytes());
+            buckets[(h.finish() & 255) as usize] += 1;
+        }
+        let max = *buckets.iter().max().unwrap();
+        assert!(
+            max < 80,
+            "a bucket got {max} of 10000 keys (expected about 39)"
+        );
+    }
 
     #[test]
     fn distinct_strings_hash_apart() {
