@@ -853,7 +853,7 @@ impl Ctx<'_> {
 
 /// An anti-join whose inner pattern is one step to a fresh, unfiltered
 /// variable only asks whether the source has a neighbour.
-fn anti_degree_test<'p>(inner: &'p [Op]) -> Option<(usize, &'p str, Dir, u32)> {
+fn anti_degree_test(inner: &[Op]) -> Option<(usize, &str, Dir, u32)> {
     match inner {
         [
             Op::Expand {
