@@ -59,6 +59,9 @@ pub enum OmniError {
     Invalid { at: Location, message: String },
     #[error("key conflict: {type_name} with id {id:?} already exists")]
     KeyConflict { type_name: String, id: String },
+    /// A conditional write's branch head was not the expected commit.
+    #[error("precondition failed: the branch head is {actual}, not the expected {expected}")]
+    PreconditionFailed { expected: String, actual: String },
     #[error(
         "read set changed: the branch moved while the write was prepared; read again and retry"
     )]
@@ -117,6 +120,7 @@ impl OmniError {
             Self::Type { .. } => "TypeError",
             Self::Invalid { .. } => "InvalidData",
             Self::KeyConflict { .. } => "KeyConflict",
+            Self::PreconditionFailed { .. } => "PreconditionFailed",
             Self::ReadSetChanged => "ReadSetChanged",
             Self::Contended { .. } => "Contended",
             Self::RecoveryRequired { .. } => "RecoveryRequired",

@@ -21,6 +21,7 @@ use crate::storage::substrate::{LanceSubstrate, PrepareWork};
 use crate::storage::{GraphStorage, Snapshot, Target};
 use crate::util::ulid::new_ulid;
 use crate::write::load::{LoadMode, prepare_input};
+use crate::write::mutate::{self, MutationResult, MutationWork};
 use omnigraph_actors::host::Host;
 use omnigraph_actors::{Bugs, OpId, OpKind, Outcome, RecoveryReport};
 
@@ -371,6 +372,56 @@ impl Omnigraph {
             out.push(rec);
         }
         Ok(out)
+    }
+
+    /// Run the mutation `name` from `source` on `branch` as one commit.
+    pub async fn mutate(
+        &self,
+        branch: &str,
+        source: &str,
+        name: &str,
+        params: &serde_json::Value,
+    ) -> Result<MutationResult> {
+        self.mutate_if(branch, source, name, params, None).await
+    }
+
+    /// A conditional mutation: it runs only if the branch head is still
+    /// `expected_head`; otherwise `PreconditionFailed` and nothing is written
+    /// (never retried internally).
+    pub async fn mutate_if(
+        &self,
+        branch: &str,
+        source: &str,
+        name: &str,
+        params: &serde_json::Value,
+        expected_head: Option<&str>,
+    ) -> Result<MutationResult> {
+        let file = parser::parse(source)?;
+        let decl = check::find(&file, name)?;
+        let plan = mutate::check(&self.inner.graph.catalog, decl)?;
+        let values = run::bind(&plan.name, &plan.params, params)?;
+        let work = Arc::new(MutationWork::new(
+            plan,
+            values,
+            expected_head.map(str::to_string),
+        ));
+        let (commit, version, summary) = self
+            .run(
+                OpKind::Write {
+                    branch: branch.to_string(),
+                },
+                "mutation",
+                Some(work),
+            )
+            .await?;
+        let (nodes, edges) = mutate::counts(&summary);
+        Ok(MutationResult {
+            branch: branch.to_string(),
+            commit: commit.unwrap_or_default(),
+            manifest_version: version,
+            nodes,
+            edges,
+        })
     }
 
     /// Run the read query `name` from `source` (a `.gq` text) against one

@@ -22,3 +22,4 @@ pub use handle::{BranchInfo, LoadReport, Omnigraph, Options, SnapshotInfo, Table
 pub use storage::Target;
 pub use storage::manifest::CommitRecord;
 pub use write::load::LoadMode;
+pub use write::mutate::MutationResult;

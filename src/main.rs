@@ -129,6 +129,27 @@ enum Cmd {
         #[arg(long, hide = true)]
         stats: bool,
     },
+    /// Run a mutation (insert / update / delete) as one commit.
+    Mutate {
+        #[arg(long = "store", value_name = "URI")]
+        store: Option<String>,
+        /// `[URI] [NAME]`, as for query.
+        #[arg(value_name = "URI_OR_NAME", num_args = 0..=2)]
+        positional: Vec<String>,
+        #[arg(long = "query", value_name = "FILE")]
+        query_file: Option<PathBuf>,
+        #[arg(short = 'e', long = "execute", value_name = "GQ")]
+        execute: Option<String>,
+        #[arg(long, value_name = "JSON")]
+        params: Option<String>,
+        #[arg(long, default_value = "main")]
+        branch: String,
+        /// Only if the branch head is still this commit (exit code 4 if not).
+        #[arg(long = "if-commit", value_name = "COMMIT")]
+        if_commit: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Commit history.
     Commit {
         #[command(subcommand)]
@@ -218,6 +239,61 @@ fn target(
     }
 }
 
+/// The graph, the query source and its name, and the parameters of a
+/// `query` or `mutate` invocation.
+fn query_inputs(
+    store: Option<String>,
+    positional: &[String],
+    query_file: Option<PathBuf>,
+    execute: Option<String>,
+    params: Option<String>,
+) -> Result<(String, String, String, serde_json::Value), OmniError> {
+    let (uri, name) = match (store, positional) {
+        (Some(s), []) => (s, None),
+        (Some(s), [n]) => (s, Some(n.clone())),
+        (None, [u]) => (u.clone(), None),
+        (None, [u, n]) => (u.clone(), Some(n.clone())),
+        _ => {
+            return Err(OmniError::BadRequest(
+                "usage: omnigraph query|mutate (--store URI | URI) (--query FILE | -e GQ) [NAME]"
+                    .into(),
+            ));
+        }
+    };
+    let source = match (query_file, execute) {
+        (Some(f), None) => std::fs::read_to_string(&f)
+            .map_err(|e| OmniError::BadRequest(format!("cannot read {}: {e}", f.display())))?,
+        (None, Some(src)) => src,
+        _ => {
+            return Err(OmniError::BadRequest(
+                "give --query FILE or -e 'query ...'".into(),
+            ));
+        }
+    };
+    let name = match name {
+        Some(n) => n,
+        None => {
+            let file = omnigraph::compiler::query::parser::parse(&source)?;
+            match file.queries.as_slice() {
+                [one] => one.name.clone(),
+                many => {
+                    let names: Vec<&str> = many.iter().map(|q| q.name.as_str()).collect();
+                    return Err(OmniError::BadRequest(format!(
+                        "which query? name one of: {}",
+                        names.join(", ")
+                    )));
+                }
+            }
+        }
+    };
+    let params: serde_json::Value = match params {
+        Some(p) => serde_json::from_str(&p)
+            .map_err(|e| OmniError::BadRequest(format!("--params is not JSON: {e}")))?,
+        None => serde_json::Value::Null,
+    };
+    Ok((uri, source, name, params))
+}
+
 fn print_json<T: Serialize>(v: &T) {
     println!("{}", serde_json::to_string_pretty(v).expect("serialisable"));
 }
@@ -228,7 +304,9 @@ fn exit_code(e: &OmniError) -> i32 {
         | OmniError::Schema { .. }
         | OmniError::Type { .. }
         | OmniError::BadRequest(_) => 2,
-        OmniError::ReadSetChanged | OmniError::Contended { .. } => 4,
+        OmniError::ReadSetChanged
+        | OmniError::Contended { .. }
+        | OmniError::PreconditionFailed { .. } => 4,
         _ => 1,
     }
 }
@@ -386,49 +464,8 @@ async fn run(cmd: Cmd) -> Result<(), OmniError> {
             format,
             stats,
         } => {
-            let (uri, name) =
-                match (store, positional.as_slice()) {
-                    (Some(s), []) => (s, None),
-                    (Some(s), [n]) => (s, Some(n.clone())),
-                    (None, [u]) => (u.clone(), None),
-                    (None, [u, n]) => (u.clone(), Some(n.clone())),
-                    _ => return Err(OmniError::BadRequest(
-                        "usage: omnigraph query (--store URI | URI) (--query FILE | -e GQ) [NAME]"
-                            .into(),
-                    )),
-                };
-            let source = match (query_file, execute) {
-                (Some(f), None) => std::fs::read_to_string(&f).map_err(|e| {
-                    OmniError::BadRequest(format!("cannot read {}: {e}", f.display()))
-                })?,
-                (None, Some(src)) => src,
-                _ => {
-                    return Err(OmniError::BadRequest(
-                        "give --query FILE or -e 'query ...'".into(),
-                    ));
-                }
-            };
-            let name = match name {
-                Some(n) => n,
-                None => {
-                    let file = omnigraph::compiler::query::parser::parse(&source)?;
-                    match file.queries.as_slice() {
-                        [one] => one.name.clone(),
-                        many => {
-                            let names: Vec<&str> = many.iter().map(|q| q.name.as_str()).collect();
-                            return Err(OmniError::BadRequest(format!(
-                                "which query? name one of: {}",
-                                names.join(", ")
-                            )));
-                        }
-                    }
-                }
-            };
-            let params: serde_json::Value = match params {
-                Some(p) => serde_json::from_str(&p)
-                    .map_err(|e| OmniError::BadRequest(format!("--params is not JSON: {e}")))?,
-                None => serde_json::Value::Null,
-            };
+            let (uri, source, name, params) =
+                query_inputs(store, &positional, query_file, execute, params)?;
             let g = Omnigraph::open(&uri).await?;
             let result = g
                 .query(&target(branch, snapshot, version)?, &source, &name, &params)
@@ -443,6 +480,39 @@ async fn run(cmd: Cmd) -> Result<(), OmniError> {
             }
             if stats {
                 eprintln!("{}", g.cache_stats());
+            }
+        }
+        Cmd::Mutate {
+            store,
+            positional,
+            query_file,
+            execute,
+            params,
+            branch,
+            if_commit,
+            json,
+        } => {
+            let (uri, source, name, params) =
+                query_inputs(store, &positional, query_file, execute, params)?;
+            let g = Omnigraph::open(&uri).await?;
+            let r = g
+                .mutate_if(&branch, &source, &name, &params, if_commit.as_deref())
+                .await?;
+            if json {
+                print_json(&r);
+            } else {
+                println!(
+                    "mutation {name} on {}: commit {} at graph version {}",
+                    r.branch, r.commit, r.manifest_version
+                );
+                let mut rows = Vec::new();
+                for (t, n) in &r.nodes {
+                    rows.push(vec![t.clone(), "node".into(), n.to_string()]);
+                }
+                for (t, n) in &r.edges {
+                    rows.push(vec![t.clone(), "edge".into(), n.to_string()]);
+                }
+                cli_table::table(&["type", "kind", "rows affected"], &rows);
             }
         }
         Cmd::Commit {

@@ -395,7 +395,14 @@ fn pushdown(ctx: &Ctx, p: &Pred) -> Option<DfExpr> {
         }
         _ => return None,
     };
-    let scalar = match (ty, &value) {
+    prop_filter(prop, ty, op, &value)
+}
+
+/// `prop op value` as a typed DataFusion expression for Lance to evaluate
+/// (caller text never becomes SQL). `None` when Lance cannot evaluate it
+/// exactly (`contains`, `starts_with`, mismatched types): filter in memory.
+pub fn prop_filter(prop: &str, ty: &PropType, op: CmpOp, value: &Value) -> Option<DfExpr> {
+    let scalar = match (ty, value) {
         (PropType::String | PropType::Enum(_), Value::Str(s)) => ScalarValue::Utf8(Some(s.clone())),
         (PropType::I32, Value::Int(i)) => ScalarValue::Int32(Some(i32::try_from(*i).ok()?)),
         (PropType::I64, Value::Int(i)) => ScalarValue::Int64(Some(*i)),
@@ -409,7 +416,7 @@ fn pushdown(ctx: &Ctx, p: &Pred) -> Option<DfExpr> {
         (PropType::DateTime, Value::DateTime(ms)) => ScalarValue::Date64(Some(*ms)),
         _ => return None,
     };
-    let c = col(prop.as_str());
+    let c = col(prop);
     let v = lit(scalar);
     Some(match op {
         CmpOp::Eq => c.eq(v),
@@ -1209,8 +1216,18 @@ pub async fn run(ctx: &Ctx<'_>, plan: &Plan) -> Result<QueryResult> {
     })
 }
 
-/// Parameter JSON -> typed values, checked against the declarations.
+/// Parameter JSON -> typed values, checked against the plan's declarations.
 pub fn bind_params(plan: &Plan, json: &serde_json::Value) -> Result<BTreeMap<String, Value>> {
+    bind(&plan.name, &plan.params, json)
+}
+
+/// Parameter JSON -> typed values, checked against declarations
+/// `(name, type, optional)` of the query `query`.
+pub fn bind(
+    query: &str,
+    params: &[(String, PropType, bool)],
+    json: &serde_json::Value,
+) -> Result<BTreeMap<String, Value>> {
     use crate::compiler::lexer::Pos;
     use crate::compiler::query::check::type_error;
     let obj = match json {
@@ -1219,16 +1236,16 @@ pub fn bind_params(plan: &Plan, json: &serde_json::Value) -> Result<BTreeMap<Str
         _ => return Err(OmniError::BadRequest("parameters are a JSON object".into())),
     };
     for k in obj.keys() {
-        if !plan.params.iter().any(|(n, _, _)| n == k) {
+        if !params.iter().any(|(n, _, _)| n == k) {
             return Err(type_error(
                 "Q010",
                 Pos::default(),
-                format!("'{}' takes no parameter ${k}", plan.name),
+                format!("'{query}' takes no parameter ${k}"),
             ));
         }
     }
     let mut out = BTreeMap::new();
-    for (name, ty, optional) in &plan.params {
+    for (name, ty, optional) in params {
         match obj.get(name) {
             None | Some(serde_json::Value::Null) => {
                 if !optional {

@@ -49,6 +49,15 @@ pub async fn upsert(ds: Arc<Dataset>, batches: Vec<RecordBatch>) -> Result<Trans
     Ok(staged.transaction)
 }
 
+/// Delete the rows with these ids.
+pub async fn delete_ids(ds: Arc<Dataset>, ids: &[String]) -> Result<Transaction> {
+    let list = ids.iter().map(|s| lit(s.clone())).collect();
+    let staged = lance::dataset::DeleteBuilder::from_expr(ds, col(ID).in_list(list, false))
+        .execute_uncommitted()
+        .await?;
+    Ok(staged.transaction)
+}
+
 /// Which of `ids` exist in the table.
 pub async fn existing_ids(ds: &Dataset, ids: &[&str]) -> Result<HashSet<String>> {
     let mut found = HashSet::new();

@@ -6,3 +6,4 @@ pub mod columns;
 pub mod ids;
 pub mod jsonl;
 pub mod load;
+pub mod mutate;

@@ -10,5 +10,6 @@ mod concurrency;
 mod differential;
 mod export;
 mod load;
+mod mutate;
 mod query;
 mod recovery;

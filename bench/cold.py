@@ -1,0 +1,34 @@
+#!/usr/bin/env python3
+"""Cold query timings: one `omnigraph query` process per run (the OS page
+cache stays warm; the process, its runtime cache and graph index start empty).
+Usage: cold.py OMNIGRAPH_BIN GRAPH META_JSON [--repeats 3]"""
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+binary, graph, meta_path = sys.argv[1:4]
+repeats = int(sys.argv[sys.argv.index("--repeats") + 1]) if "--repeats" in sys.argv else 3
+meta = json.load(open(meta_path))
+hub, median = meta["start"]["hub"], meta["start"]["median"]
+gq = os.path.join(os.path.dirname(os.path.abspath(__file__)), "queries.gq")
+variants = [
+    ("q1", "q1_hub", {"h": hub}), ("q1", "q1_median", {"h": median}),
+    ("q2", "q2_hub", {"h": hub}), ("q2", "q2_median", {"h": median}),
+    ("q3", "q3_hub", {"h": hub}), ("q4", "q4_hub", {"h": hub}),
+    ("q5", "q5", None), ("q6", "q6", None),
+]
+print("| variant | cold median ms | runs |")
+print("|---|---|---|")
+for q, name, params in variants:
+    cmd = [binary, "query", "--store", graph, "--query", gq, q, "--format", "json"]
+    if params:
+        cmd += ["--params", json.dumps(params)]
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        times.append((time.perf_counter() - t) * 1000)
+    print(f"| {name} | {statistics.median(times):.0f} | {', '.join(f'{x:.0f}' for x in times)} |")

@@ -1,0 +1,1002 @@
+//! Mutations: `insert`, `update ... set ... where`, `delete ... where`.
+//! Checked before any I/O ([`check`]); then, in the protocol's prepare step,
+//! every statement accumulates into one in-memory change set that later
+//! statements read (pending rows shadow committed ones). The change set is
+//! validated against committed + pending state (keys, endpoints, `@unique`,
+//! `@card`, limits) and staged as one transaction per touched table.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use futures::TryStreamExt;
+use serde::Serialize;
+
+use super::cell::Cell;
+use super::columns::{TableBuilder, TypeRules, Val};
+use super::ids;
+use super::load::{MAX_KEYED_BYTES, MAX_KEYED_ROWS};
+use crate::compiler::catalog::{Catalog, DST, ID, PropType, SRC, TypeDef, TypeKind};
+use crate::compiler::lexer::Pos;
+use crate::compiler::query::ast::{Body, CmpOp, Expr, Lit, QueryDecl, Statement};
+use crate::compiler::query::check::type_error;
+use crate::compiler::query::ir::Value;
+use crate::error::{Location, OmniError, Result};
+use crate::exec::export::cell_json;
+use crate::storage::stage;
+use crate::storage::substrate::{BoxFut, PrepareCx, PrepareWork, Prepared};
+use omnigraph_actors::WriteClass;
+
+/// A value in a statement: a literal, a parameter or `now()`.
+#[derive(Clone, Debug, PartialEq)]
+enum Src {
+    Const(Value),
+    Param(String),
+    Now,
+}
+
+#[derive(Clone, Debug)]
+struct Filter {
+    prop: String,
+    op: CmpOp,
+    value: Src,
+}
+
+#[derive(Clone, Debug)]
+enum Stmt {
+    Insert {
+        ty: String,
+        values: BTreeMap<String, Src>,
+    },
+    Update {
+        ty: String,
+        set: BTreeMap<String, Src>,
+        filter: Option<Filter>,
+    },
+    Delete {
+        ty: String,
+        filter: Filter,
+    },
+}
+
+/// A checked mutation.
+#[derive(Clone, Debug)]
+pub struct MutationPlan {
+    pub name: String,
+    pub params: Vec<(String, PropType, bool)>,
+    stmts: Vec<Stmt>,
+    /// Updates and deletes read what they change: a moved branch is
+    /// `ReadSetChanged`, never a silent retry.
+    strict: bool,
+}
+
+/// What a mutation did.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct MutationResult {
+    pub branch: String,
+    pub commit: String,
+    pub manifest_version: u64,
+    /// Rows inserted, updated or deleted, per type.
+    pub nodes: BTreeMap<String, usize>,
+    pub edges: BTreeMap<String, usize>,
+}
+
+fn src_of(e: &Expr, params: &BTreeMap<String, (PropType, bool)>) -> Result<Src> {
+    match e {
+        Expr::Lit { lit, pos } => Ok(Src::Const(lit_value(lit, *pos)?)),
+        Expr::Now { .. } => Ok(Src::Now),
+        Expr::Var { var, pos } => {
+            if params.contains_key(var) {
+                Ok(Src::Param(var.clone()))
+            } else {
+                Err(type_error(
+                    "Q010",
+                    *pos,
+                    format!("${var} is not a declared parameter"),
+                ))
+            }
+        }
+        Expr::Call { func, pos, args } if func == "date" || func == "datetime" => {
+            let _ = args;
+            Err(type_error(
+                "Q009",
+                *pos,
+                format!("{func}(...) takes a string literal"),
+            ))
+        }
+        other => Err(type_error(
+            "Q009",
+            other.pos(),
+            "expected a literal, a $parameter or now()",
+        )),
+    }
+}
+
+fn lit_value(lit: &Lit, pos: Pos) -> Result<Value> {
+    use crate::write::columns::{days_from_date, ms_from_datetime};
+    Ok(match lit {
+        Lit::Str(s) => Value::Str(s.clone()),
+        Lit::Int(i) => Value::Int(*i),
+        Lit::Float(f) => Value::Float(*f),
+        Lit::Bool(b) => Value::Bool(*b),
+        Lit::Null => Value::Null,
+        Lit::Date(s) => Value::Date(
+            days_from_date(s)
+                .ok_or_else(|| type_error("Q009", pos, format!("{s:?} is not a date")))?,
+        ),
+        Lit::DateTime(s) => Value::DateTime(
+            ms_from_datetime(s)
+                .ok_or_else(|| type_error("Q009", pos, format!("{s:?} is not a date-time")))?,
+        ),
+        Lit::List(items) => Value::List(
+            items
+                .iter()
+                .map(|l| lit_value(l, pos))
+                .collect::<Result<_>>()?,
+        ),
+    })
+}
+
+/// Check a mutation against the catalog before any I/O.
+pub fn check(catalog: &Catalog, q: &QueryDecl) -> Result<MutationPlan> {
+    let Body::Mutation(stmts) = &q.body else {
+        return Err(type_error(
+            "Q020",
+            q.pos,
+            format!("'{}' is a read query; run it with query", q.name),
+        ));
+    };
+    let params: BTreeMap<String, (PropType, bool)> = q
+        .params
+        .iter()
+        .map(|p| (p.name.clone(), (p.ty.clone(), p.optional)))
+        .collect();
+    let constructive = stmts
+        .iter()
+        .any(|s| matches!(s, Statement::Insert { .. } | Statement::Update { .. }));
+    let destructive = stmts.iter().any(|s| matches!(s, Statement::Delete { .. }));
+    if constructive && destructive {
+        return Err(OmniError::BadRequest(format!(
+            "mutation '{}' mixes inserts/updates and deletes; split into separate mutations: (1) inserts and updates, then (2) deletes",
+            q.name
+        )));
+    }
+    let ty_of = |name: &str, pos: Pos| -> Result<&TypeDef> {
+        catalog
+            .get(name)
+            .ok_or_else(|| type_error("Q001", pos, format!("{name} is not a type of the schema")))
+    };
+    let prop_ok = |t: &TypeDef, p: &str, pos: Pos| -> Result<()> {
+        if t.property(p).is_some() || p == ID || (t.is_edge() && (p == "from" || p == "to")) {
+            Ok(())
+        } else {
+            Err(type_error(
+                "Q002",
+                pos,
+                format!("{} has no property '{p}'", t.name),
+            ))
+        }
+    };
+    let filter = |t: &TypeDef, f: &crate::compiler::query::ast::Predicate| -> Result<Filter> {
+        if f.prop != ID && t.property(&f.prop).is_none() {
+            return Err(type_error(
+                "Q002",
+                f.pos,
+                format!("{} has no property '{}'", t.name, f.prop),
+            ));
+        }
+        Ok(Filter {
+            prop: f.prop.clone(),
+            op: f.op,
+            value: src_of(&f.value, &params)?,
+        })
+    };
+    let mut out = Vec::new();
+    let mut strict = destructive;
+    for s in stmts {
+        out.push(match s {
+            Statement::Insert {
+                type_name,
+                values,
+                pos,
+            } => {
+                let t = ty_of(type_name, *pos)?;
+                let mut map = BTreeMap::new();
+                for a in values {
+                    prop_ok(t, &a.prop, a.pos)?;
+                    if map
+                        .insert(a.prop.clone(), src_of(&a.value, &params)?)
+                        .is_some()
+                    {
+                        return Err(type_error(
+                            "Q002",
+                            a.pos,
+                            format!("'{}' is given twice", a.prop),
+                        ));
+                    }
+                }
+                if t.is_edge() && !(map.contains_key("from") && map.contains_key("to")) {
+                    return Err(type_error(
+                        "Q002",
+                        *pos,
+                        format!("inserting a {} edge needs from: and to:", t.name),
+                    ));
+                }
+                Stmt::Insert {
+                    ty: t.name.clone(),
+                    values: map,
+                }
+            }
+            Statement::Update {
+                type_name,
+                set,
+                filter: f,
+                pos,
+            } => {
+                strict = true;
+                let t = ty_of(type_name, *pos)?;
+                let mut map = BTreeMap::new();
+                for a in set {
+                    prop_ok(t, &a.prop, a.pos)?;
+                    if a.prop == ID || a.prop == "from" || a.prop == "to" || t.key.contains(&a.prop)
+                    {
+                        return Err(type_error(
+                            "Q022",
+                            a.pos,
+                            format!(
+                                "{}.{} identifies the row and cannot be changed by update",
+                                t.name, a.prop
+                            ),
+                        ));
+                    }
+                    map.insert(a.prop.clone(), src_of(&a.value, &params)?);
+                }
+                if t.properties.iter().any(|p| p.ty == PropType::Blob) {
+                    return Err(type_error(
+                        "Q015",
+                        *pos,
+                        format!(
+                            "updating {} (a type with Blob properties) is not supported yet",
+                            t.name
+                        ),
+                    ));
+                }
+                let filter = f.as_ref().map(|f| filter(t, f)).transpose()?;
+                Stmt::Update {
+                    ty: t.name.clone(),
+                    set: map,
+                    filter,
+                }
+            }
+            Statement::Delete {
+                type_name,
+                filter: f,
+                pos,
+            } => {
+                let t = ty_of(type_name, *pos)?;
+                Stmt::Delete {
+                    ty: t.name.clone(),
+                    filter: filter(t, f)?,
+                }
+            }
+        });
+    }
+    Ok(MutationPlan {
+        name: q.name.clone(),
+        params: params.into_iter().map(|(n, (t, o))| (n, t, o)).collect(),
+        stmts: out,
+        strict,
+    })
+}
+
+fn value_cell(v: &Value) -> Cell<'static> {
+    match v {
+        Value::Null => Cell::Null,
+        Value::Bool(b) => Cell::Bool(*b),
+        Value::Int(i) => Cell::Int(*i),
+        Value::UInt(u) => Cell::UInt(*u),
+        Value::Float(f) => Cell::Float(*f),
+        Value::Str(s) => Cell::Str(s.clone().into()),
+        Value::Date(d) => Cell::Int(*d as i64),
+        Value::DateTime(ms) => Cell::Int(*ms),
+        Value::List(items) => Cell::List(items.iter().map(value_cell).collect()),
+        Value::Vector(xs) => Cell::List(xs.iter().map(|x| Cell::Float(*x as f64)).collect()),
+    }
+}
+
+fn json_cell(v: &serde_json::Value) -> Cell<'static> {
+    match v {
+        serde_json::Value::Null => Cell::Null,
+        serde_json::Value::Bool(b) => Cell::Bool(*b),
+        serde_json::Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => Cell::Int(i),
+            (None, Some(u)) => Cell::UInt(u),
+            _ => Cell::Float(n.as_f64().unwrap_or(0.0)),
+        },
+        serde_json::Value::String(s) => Cell::Str(s.clone().into()),
+        serde_json::Value::Array(items) => Cell::List(items.iter().map(json_cell).collect()),
+        serde_json::Value::Object(_) => Cell::Null,
+    }
+}
+
+/// One full row of a type, as validated values.
+#[derive(Clone, Debug)]
+struct Row {
+    id: String,
+    ends: Option<(String, String)>,
+    vals: Vec<Val<'static>>,
+}
+
+fn owned(v: Val<'_>) -> Val<'static> {
+    match v {
+        Val::Str(s) => Val::Str(s.into_owned().into()),
+        Val::List(items) => Val::List(items.into_iter().map(owned).collect()),
+        Val::Null => Val::Null,
+        Val::Bool(b) => Val::Bool(b),
+        Val::Int(i) => Val::Int(i),
+        Val::UInt(u) => Val::UInt(u),
+        Val::Float(f) => Val::Float(f),
+        Val::Date(d) => Val::Date(d),
+        Val::DateTime(d) => Val::DateTime(d),
+        Val::Vector(v) => Val::Vector(v),
+        Val::Bytes(b) => Val::Bytes(b),
+    }
+}
+
+/// The pending changes to one type.
+#[derive(Default)]
+struct TypeChanges {
+    /// Rows written (inserted or updated), by id.
+    upserts: BTreeMap<String, Row>,
+    /// Ids inserted strictly (must not exist).
+    strict: BTreeSet<String>,
+    deleted: BTreeSet<String>,
+}
+
+pub struct MutationWork {
+    plan: MutationPlan,
+    params: BTreeMap<String, Value>,
+    if_commit: Option<String>,
+}
+
+impl MutationWork {
+    pub fn new(
+        plan: MutationPlan,
+        params: BTreeMap<String, Value>,
+        if_commit: Option<String>,
+    ) -> Self {
+        Self {
+            plan,
+            params,
+            if_commit,
+        }
+    }
+
+    fn value(&self, s: &Src) -> Value {
+        match s {
+            Src::Const(v) => v.clone(),
+            Src::Param(p) => self.params.get(p).cloned().unwrap_or(Value::Null),
+            Src::Now => Value::DateTime(chrono::Utc::now().timestamp_millis()),
+        }
+    }
+}
+
+fn loc(ty: &str, prop: Option<&str>, value: Option<String>) -> Location {
+    Location {
+        line: None,
+        type_name: Some(ty.to_string()),
+        property: prop.map(str::to_string),
+        value,
+    }
+}
+
+/// Does a row's value satisfy `prop op value`?
+fn row_matches(rules: &TypeRules, row: &Row, f: &Filter, v: &Value) -> bool {
+    let val: Val = if f.prop == ID {
+        Val::Str(row.id.clone().into())
+    } else {
+        match rules.prop_index(&f.prop) {
+            Some(i) => row.vals[i].clone(),
+            None => return false,
+        }
+    };
+    compare(&val, f.op, v)
+}
+
+fn compare(a: &Val, op: CmpOp, b: &Value) -> bool {
+    use std::cmp::Ordering;
+    let num = |v: &Val| -> Option<f64> {
+        match v {
+            Val::Int(i) => Some(*i as f64),
+            Val::UInt(u) => Some(*u as f64),
+            Val::Float(f) => Some(*f),
+            Val::Date(d) => Some(*d as f64),
+            Val::DateTime(d) => Some(*d as f64),
+            _ => None,
+        }
+    };
+    let bnum = match b {
+        Value::Int(i) => Some(*i as f64),
+        Value::UInt(u) => Some(*u as f64),
+        Value::Float(f) => Some(*f),
+        Value::Date(d) => Some(*d as f64),
+        Value::DateTime(d) => Some(*d as f64),
+        _ => None,
+    };
+    let ord = match (a, b) {
+        (Val::Str(x), Value::Str(y)) => match op {
+            CmpOp::Contains => return x.contains(y.as_str()),
+            CmpOp::StartsWith => return x.starts_with(y.as_str()),
+            _ => Some(x.as_ref().cmp(y.as_str())),
+        },
+        (Val::Bool(x), Value::Bool(y)) => Some(x.cmp(y)),
+        (Val::List(items), v) if op == CmpOp::Contains => {
+            return items.iter().any(|i| compare(i, CmpOp::Eq, v));
+        }
+        _ => match (num(a), bnum) {
+            (Some(x), Some(y)) => x.partial_cmp(&y),
+            _ => None,
+        },
+    };
+    let Some(o) = ord else { return false };
+    match op {
+        CmpOp::Eq => o == Ordering::Equal,
+        CmpOp::Ne => o != Ordering::Equal,
+        CmpOp::Lt => o == Ordering::Less,
+        CmpOp::Le => o != Ordering::Greater,
+        CmpOp::Gt => o == Ordering::Greater,
+        CmpOp::Ge => o != Ordering::Less,
+        CmpOp::Contains | CmpOp::StartsWith => false,
+    }
+}
+
+/// The change set being built, with what it has read of the snapshot.
+struct Staging<'c> {
+    cx: &'c PrepareCx,
+    changes: BTreeMap<String, TypeChanges>,
+    rules: BTreeMap<String, Arc<TypeRules>>,
+}
+
+impl<'c> Staging<'c> {
+    fn rules(&mut self, ty: &str) -> Result<Arc<TypeRules>> {
+        if let Some(r) = self.rules.get(ty) {
+            return Ok(r.clone());
+        }
+        let def = self.cx.catalog().get(ty).expect("checked type");
+        let r = Arc::new(TypeRules::new(def)?);
+        self.rules.insert(ty.to_string(), r.clone());
+        Ok(r)
+    }
+
+    fn def(&self, ty: &str) -> &'c TypeDef {
+        self.cx.catalog().get(ty).expect("checked type")
+    }
+
+    fn pending(&mut self, ty: &str) -> &mut TypeChanges {
+        self.changes.entry(ty.to_string()).or_default()
+    }
+
+    fn budget(&self, ty: &str) -> Result<()> {
+        let n = self
+            .changes
+            .get(ty)
+            .map_or(0, |c| c.upserts.len() + c.deleted.len());
+        if n > MAX_KEYED_ROWS {
+            return Err(OmniError::ResourceLimitExceeded {
+                what: format!("more than {MAX_KEYED_ROWS} rows of {ty} staged in one commit"),
+                limit: format!("{MAX_KEYED_ROWS} rows per table"),
+            });
+        }
+        Ok(())
+    }
+
+    /// Committed rows of `ty` that match (all of them when no filter),
+    /// read whole and validated into rows.
+    async fn committed(&mut self, ty: &str, filter: Option<(&Filter, &Value)>) -> Result<Vec<Row>> {
+        let def = self.def(ty);
+        let rules = self.rules(ty)?;
+        let ds = self.cx.read(def).await?;
+        let mut scan = ds.scan();
+        let mut cols: Vec<&str> = vec![ID];
+        if def.is_edge() {
+            cols.extend([SRC, DST]);
+        }
+        cols.extend(
+            def.properties
+                .iter()
+                .filter(|p| p.ty != PropType::Blob)
+                .map(|p| p.name.as_str()),
+        );
+        scan.project(&cols)?;
+        let pushed = filter.and_then(|(f, v)| {
+            let ty = if f.prop == ID {
+                PropType::String
+            } else {
+                def.property(&f.prop)?.ty.clone()
+            };
+            crate::exec::run::prop_filter(&f.prop, &ty, f.op, v)
+        });
+        if let Some(e) = pushed {
+            scan.filter_expr(e);
+        }
+        let batches: Vec<RecordBatch> = scan.try_into_stream().await?.try_collect().await?;
+        let mut out = Vec::new();
+        for b in &batches {
+            let ids = stage::string_column(b, ID)?;
+            for i in 0..b.num_rows() {
+                let cells: Vec<Option<Cell>> = def
+                    .properties
+                    .iter()
+                    .map(|p| {
+                        b.column_by_name(&p.name)
+                            .map(|c| json_cell(&cell_json(c, i)))
+                    })
+                    .collect();
+                let builder = TableBuilder::new(rules.clone(), 0);
+                let vals = builder
+                    .validate(cells, None)?
+                    .into_iter()
+                    .map(owned)
+                    .collect();
+                let ends = if def.is_edge() {
+                    Some((
+                        stage::string_column(b, SRC)?.value(i).to_string(),
+                        stage::string_column(b, DST)?.value(i).to_string(),
+                    ))
+                } else {
+                    None
+                };
+                let row = Row {
+                    id: ids.value(i).to_string(),
+                    ends,
+                    vals,
+                };
+                if filter.is_none_or(|(f, v)| row_matches(&rules, &row, f, v)) {
+                    out.push(row);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Rows of `ty` as this mutation sees them: pending shadow committed,
+    /// deleted ones are gone.
+    async fn visible(&mut self, ty: &str, filter: Option<(&Filter, &Value)>) -> Result<Vec<Row>> {
+        let rules = self.rules(ty)?;
+        let mut rows: BTreeMap<String, Row> = BTreeMap::new();
+        for r in self.committed(ty, filter).await? {
+            rows.insert(r.id.clone(), r);
+        }
+        if let Some(c) = self.changes.get(ty) {
+            for id in &c.deleted {
+                rows.remove(id);
+            }
+            for (id, r) in &c.upserts {
+                rows.remove(id);
+                if filter.is_none_or(|(f, v)| row_matches(&rules, r, f, v)) {
+                    rows.insert(id.clone(), r.clone());
+                }
+            }
+        }
+        Ok(rows.into_values().collect())
+    }
+}
+
+impl MutationWork {
+    async fn insert(
+        &self,
+        s: &mut Staging<'_>,
+        ty: &str,
+        values: &BTreeMap<String, Src>,
+    ) -> Result<()> {
+        let def = s.def(ty);
+        let rules = s.rules(ty)?;
+        let cells: Vec<Option<Cell>> = rules
+            .props
+            .iter()
+            .map(|p| values.get(&p.def.name).map(|v| value_cell(&self.value(v))))
+            .collect();
+        let builder = TableBuilder::new(rules.clone(), 0);
+        let vals: Vec<Val<'static>> = builder
+            .validate(cells, None)?
+            .into_iter()
+            .map(owned)
+            .collect();
+        let given = values.get(ID).map(|v| self.value(v));
+        let id = if !def.key.is_empty() {
+            let parts: Vec<String> = def
+                .key
+                .iter()
+                .filter_map(|k| rules.prop_index(k))
+                .map(|i| ids::key_part(&vals[i]).unwrap_or_default())
+                .collect();
+            ids::derive_id(&parts)
+        } else {
+            match given {
+                Some(Value::Str(s)) => s,
+                Some(other) => {
+                    return Err(OmniError::invalid(
+                        loc(ty, Some("id"), Some(format!("{other:?}"))),
+                        "an id is a string",
+                    ));
+                }
+                None => crate::util::ulid::new_ulid(),
+            }
+        };
+        let ends = match def.endpoints() {
+            Some(_) => {
+                let end = |k: &str| -> Result<String> {
+                    let v = self.value(&values[k]);
+                    ids::endpoint_id(&value_cell(&v)).ok_or_else(|| {
+                        OmniError::invalid(
+                            loc(ty, Some(k), Some(format!("{v:?}"))),
+                            "an endpoint is a node id",
+                        )
+                    })
+                };
+                Some((end("from")?, end("to")?))
+            }
+            None => None,
+        };
+        let keyed = !def.key.is_empty();
+        let c = s.pending(ty);
+        if !keyed {
+            // A strict insert: the id must be new to the change set too.
+            if c.upserts.contains_key(&id) || !c.strict.insert(id.clone()) {
+                return Err(OmniError::KeyConflict {
+                    type_name: ty.to_string(),
+                    id,
+                });
+            }
+        }
+        c.deleted.remove(&id);
+        c.upserts.insert(id.clone(), Row { id, ends, vals });
+        s.budget(ty)
+    }
+
+    async fn update(
+        &self,
+        s: &mut Staging<'_>,
+        ty: &str,
+        set: &BTreeMap<String, Src>,
+        filter: Option<&Filter>,
+    ) -> Result<()> {
+        let rules = s.rules(ty)?;
+        let fv = filter.map(|f| (f, self.value(&f.value)));
+        let matches = s.visible(ty, fv.as_ref().map(|(f, v)| (*f, v))).await?;
+        // Stream the matches against the remaining budget.
+        let room = MAX_KEYED_ROWS.saturating_sub(s.changes.get(ty).map_or(0, |c| c.upserts.len()));
+        if matches.len() > room {
+            return Err(OmniError::ResourceLimitExceeded {
+                what: format!("update of {ty} matches {} rows", matches.len()),
+                limit: format!("{MAX_KEYED_ROWS} rows per table"),
+            });
+        }
+        let mut new_vals = Vec::new();
+        for (prop, v) in set {
+            let i = rules.prop_index(prop).expect("checked property");
+            let val = rules.props[i]
+                .validate(Some(value_cell(&self.value(v))))
+                .map_err(|(m, value)| OmniError::invalid(loc(ty, Some(prop), value), m))?;
+            new_vals.push((i, owned(val)));
+        }
+        let c = s.pending(ty);
+        for mut row in matches {
+            for (i, v) in &new_vals {
+                row.vals[*i] = v.clone();
+            }
+            c.upserts.insert(row.id.clone(), row);
+        }
+        Ok(())
+    }
+
+    async fn delete(&self, s: &mut Staging<'_>, ty: &str, filter: &Filter) -> Result<()> {
+        let v = self.value(&filter.value);
+        let matches = s.visible(ty, Some((filter, &v))).await?;
+        let ids: Vec<String> = matches.into_iter().map(|r| r.id).collect();
+        self.delete_ids(s, ty, ids).await
+    }
+
+    async fn delete_ids(&self, s: &mut Staging<'_>, ty: &str, ids: Vec<String>) -> Result<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let c = s.pending(ty);
+        for id in &ids {
+            c.upserts.remove(id);
+            c.deleted.insert(id.clone());
+        }
+        s.budget(ty)?;
+        // Deleting a node deletes its incident edges in the same commit.
+        if s.def(ty).is_edge() {
+            return Ok(());
+        }
+        let gone: BTreeSet<&String> = ids.iter().collect();
+        let edges: Vec<String> =
+            s.cx.catalog()
+                .edges()
+                .filter(|e| e.endpoints().is_some_and(|(f, t)| f == ty || t == ty))
+                .map(|e| e.name.clone())
+                .collect();
+        for e in edges {
+            let incident: Vec<String> = s
+                .visible(&e, None)
+                .await?
+                .into_iter()
+                .filter(|r| {
+                    r.ends
+                        .as_ref()
+                        .is_some_and(|(a, b)| gone.contains(a) || gone.contains(b))
+                })
+                .map(|r| r.id)
+                .collect();
+            let c = s.pending(&e);
+            for id in incident {
+                c.deleted.insert(id);
+            }
+            s.budget(&e)?;
+        }
+        Ok(())
+    }
+
+    /// Validate the whole change set against committed + pending state.
+    async fn validate(&self, s: &mut Staging<'_>) -> Result<()> {
+        let types: Vec<String> = s.changes.keys().cloned().collect();
+        for ty in &types {
+            let def = s.def(ty);
+            // Strict inserts must not find their id committed.
+            let strict: Vec<String> = s.changes[ty].strict.iter().cloned().collect();
+            if !strict.is_empty() {
+                let ds = s.cx.read(def).await?;
+                let probe: Vec<&str> = strict.iter().map(String::as_str).collect();
+                let found = stage::existing_ids(&ds, &probe).await?;
+                if let Some(id) = strict.iter().find(|id| found.contains(*id)) {
+                    return Err(OmniError::KeyConflict {
+                        type_name: ty.clone(),
+                        id: id.clone(),
+                    });
+                }
+            }
+            // Edge endpoints exist (committed and not deleted, or pending).
+            if let TypeKind::Edge { from, to, card } = &def.kind {
+                let rows: Vec<Row> = s.changes[ty].upserts.values().cloned().collect();
+                for (end, node) in [(0, from), (1, to)] {
+                    let wanted: BTreeSet<String> = rows
+                        .iter()
+                        .filter_map(|r| {
+                            r.ends
+                                .as_ref()
+                                .map(|e| if end == 0 { e.0.clone() } else { e.1.clone() })
+                        })
+                        .collect();
+                    let missing = self.missing_nodes(s, node, &wanted).await?;
+                    if let Some(m) = missing.first() {
+                        let which = if end == 0 { "from" } else { "to" };
+                        return Err(OmniError::invalid(
+                            loc(ty, Some(which), Some(format!("{m:?}"))),
+                            format!("edge endpoint: no {node} with this id exists"),
+                        ));
+                    }
+                }
+                if card.min > 0 || card.max.is_some() {
+                    self.check_card(s, ty, *card).await?;
+                }
+            }
+            // @unique over committed + pending.
+            for cols in &def.uniques {
+                self.check_unique(s, ty, cols).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn missing_nodes(
+        &self,
+        s: &mut Staging<'_>,
+        node: &str,
+        wanted: &BTreeSet<String>,
+    ) -> Result<Vec<String>> {
+        let pending = s.changes.get(node);
+        let mut unresolved: Vec<String> = wanted
+            .iter()
+            .filter(|id| !pending.is_some_and(|c| c.upserts.contains_key(*id)))
+            .cloned()
+            .collect();
+        if unresolved.is_empty() {
+            return Ok(unresolved);
+        }
+        let ds = s.cx.read(s.def(node)).await?;
+        let probe: Vec<&str> = unresolved.iter().map(String::as_str).collect();
+        let found = stage::existing_ids(&ds, &probe).await?;
+        let deleted = s
+            .changes
+            .get(node)
+            .map(|c| c.deleted.clone())
+            .unwrap_or_default();
+        unresolved.retain(|id| !found.contains(id) || deleted.contains(id));
+        Ok(unresolved)
+    }
+
+    async fn check_card(
+        &self,
+        s: &mut Staging<'_>,
+        ty: &str,
+        card: crate::compiler::catalog::Cardinality,
+    ) -> Result<()> {
+        let c = &s.changes[ty];
+        let mut sources: BTreeSet<String> = c
+            .upserts
+            .values()
+            .filter_map(|r| r.ends.as_ref().map(|e| e.0.clone()))
+            .collect();
+        let deleted = c.deleted.clone();
+        let committed = s.committed(ty, None).await?;
+        for r in &committed {
+            if deleted.contains(&r.id) {
+                sources.insert(r.ends.as_ref().expect("edge").0.clone());
+            }
+        }
+        let visible = s.visible(ty, None).await?;
+        // A source that is itself being deleted has no edges left to count.
+        let from = s.def(ty).endpoints().expect("edge").0.to_string();
+        let gone = s
+            .changes
+            .get(&from)
+            .map(|c| c.deleted.clone())
+            .unwrap_or_default();
+        for src in sources.iter().filter(|x| !gone.contains(*x)) {
+            let n = visible
+                .iter()
+                .filter(|r| r.ends.as_ref().is_some_and(|e| &e.0 == src))
+                .count() as u64;
+            if n < card.min || card.max.is_some_and(|m| n > m) {
+                let max = card.max.map_or("*".to_string(), |m| m.to_string());
+                return Err(OmniError::invalid(
+                    loc(ty, Some("from"), Some(format!("{src:?}"))),
+                    format!(
+                        "@card({}..{max}) violated: this source would have {n} {ty} edges",
+                        card.min
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    async fn check_unique(&self, s: &mut Staging<'_>, ty: &str, cols: &[String]) -> Result<()> {
+        let rules = s.rules(ty)?;
+        let idx: Vec<usize> = cols.iter().filter_map(|c| rules.prop_index(c)).collect();
+        let key = |r: &Row| -> Option<String> {
+            let parts: Vec<String> = idx.iter().map(|&i| format!("{:?}", r.vals[i])).collect();
+            // NULLs never collide.
+            (!idx.iter().any(|&i| r.vals[i] == Val::Null)).then(|| parts.join("\u{1}"))
+        };
+        if s.changes[ty].upserts.is_empty() {
+            return Ok(());
+        }
+        let mut seen: BTreeMap<String, String> = BTreeMap::new();
+        for r in s.visible(ty, None).await? {
+            if let Some(k) = key(&r)
+                && let Some(other) = seen.insert(k, r.id.clone())
+            {
+                let shown: Vec<String> = idx.iter().map(|&i| format!("{:?}", r.vals[i])).collect();
+                return Err(OmniError::invalid(
+                    loc(ty, Some(&cols.join(", ")), Some(shown.join(", "))),
+                    format!("violates @unique: rows {other:?} and {:?} share it", r.id),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What one table gets: upserted rows, or deleted ids (a mutation never
+/// does both to one table).
+enum Staged {
+    Rows(RecordBatch),
+    Deletes(Vec<String>),
+}
+
+impl PrepareWork for MutationWork {
+    fn prepare<'a>(&'a self, cx: &'a mut PrepareCx) -> BoxFut<'a, Result<Prepared>> {
+        Box::pin(async move {
+            if let Some(expected) = &self.if_commit
+                && cx.snapshot.record.head != *expected
+            {
+                return Err(OmniError::PreconditionFailed {
+                    expected: expected.clone(),
+                    actual: cx.snapshot.record.head.clone(),
+                });
+            }
+            let mut s = Staging {
+                cx,
+                changes: BTreeMap::new(),
+                rules: BTreeMap::new(),
+            };
+            for stmt in &self.plan.stmts {
+                match stmt {
+                    Stmt::Insert { ty, values } => self.insert(&mut s, ty, values).await?,
+                    Stmt::Update { ty, set, filter } => {
+                        self.update(&mut s, ty, set, filter.as_ref()).await?
+                    }
+                    Stmt::Delete { ty, filter } => self.delete(&mut s, ty, filter).await?,
+                }
+            }
+            self.validate(&mut s).await?;
+            // One staged transaction per touched table.
+            let mut nodes = BTreeMap::new();
+            let mut edges = BTreeMap::new();
+            let mut staged = Vec::new();
+            for (ty, c) in &s.changes {
+                if c.upserts.is_empty() && c.deleted.is_empty() {
+                    continue;
+                }
+                let def = s.def(ty);
+                let count = c.upserts.len() + c.deleted.len();
+                if def.is_edge() {
+                    edges.insert(ty.clone(), count);
+                } else {
+                    nodes.insert(ty.clone(), count);
+                }
+                let input = if !c.upserts.is_empty() {
+                    let mut b = TableBuilder::new(s.rules[ty].clone(), c.upserts.len());
+                    for r in c.upserts.values() {
+                        b.push(
+                            &r.id,
+                            r.ends.as_ref().map(|(a, d)| (a.as_str(), d.as_str())),
+                            r.vals.clone(),
+                            0,
+                            true,
+                        );
+                    }
+                    let (batch, _) = b.finish()?;
+                    if batch.get_array_memory_size() > MAX_KEYED_BYTES {
+                        return Err(OmniError::ResourceLimitExceeded {
+                            what: format!(
+                                "{} bytes of {ty} staged in one commit",
+                                batch.get_array_memory_size()
+                            ),
+                            limit: format!("{} MiB per table", MAX_KEYED_BYTES >> 20),
+                        });
+                    }
+                    Staged::Rows(batch)
+                } else {
+                    Staged::Deletes(c.deleted.iter().cloned().collect())
+                };
+                staged.push((def.clone(), input));
+            }
+            for (def, input) in staged {
+                let target = cx.target(&def).await?;
+                let txn = match input {
+                    Staged::Rows(batch) => stage::upsert(target.clone(), vec![batch]).await?,
+                    Staged::Deletes(ids) => stage::delete_ids(target.clone(), &ids).await?,
+                };
+                cx.stage(&def, target, txn)?;
+            }
+            let class = if self.plan.strict || self.if_commit.is_some() {
+                WriteClass::Strict
+            } else {
+                WriteClass::Retryable
+            };
+            Ok(Prepared {
+                class,
+                summary: serde_json::json!({ "mutation": self.plan.name, "nodes": nodes, "edges": edges }),
+            })
+        })
+    }
+}
+
+/// Counts of affected rows from a mutation's commit summary.
+pub fn counts(summary: &serde_json::Value) -> (BTreeMap<String, usize>, BTreeMap<String, usize>) {
+    let read = |k: &str| -> BTreeMap<String, usize> {
+        summary[k]
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .map(|(t, n)| (t.clone(), n.as_u64().unwrap_or(0) as usize))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    (read("nodes"), read("edges"))
+}
