@@ -3,6 +3,7 @@
 //! ```text
 //! omnigraph-bench load DIR [--repeats N]     # overwrite load of DIR/social.jsonl (gen_social.py)
 //! omnigraph-bench append [--n 300]           # 1-row append latency on a graph with 10 types
+//! omnigraph-bench mutations [--n 300]        # mutation latency, writer scaling, latency vs history
 //! omnigraph-bench queries DIR --graph URI [--repeats 10] [--reference FILE]
 //!                                             # q1..q6 warm (loads DIR into URI first if URI is empty)
 //! ```
@@ -135,6 +136,121 @@ async fn append(n: usize) {
         percentile(&sorted, 0.99),
         sorted[sorted.len() - 1]
     );
+}
+
+const MUTATION: &str =
+    "query add($n: String) { insert Person { handle: $n, name: $n, city: \"x\" } }";
+
+async fn timed_mutations(g: &Omnigraph, branch: &str, prefix: &str, n: usize) -> Vec<f64> {
+    let mut ms = Vec::with_capacity(n);
+    for k in 0..n {
+        let t0 = Instant::now();
+        g.mutate(
+            branch,
+            MUTATION,
+            "add",
+            &serde_json::json!({"n": format!("{prefix}{k}")}),
+        )
+        .await
+        .expect("mutation");
+        ms.push(t0.elapsed().as_secs_f64() * 1000.0);
+    }
+    ms.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
+    ms
+}
+
+async fn throughput(
+    g: &Omnigraph,
+    writers: usize,
+    branches: &[&str],
+    per: usize,
+    tag: &str,
+) -> f64 {
+    let t0 = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..writers {
+        let g = g.clone();
+        let branch = branches[w % branches.len()].to_string();
+        let tag = format!("{tag}-{w}-");
+        tasks.push(tokio::spawn(async move {
+            for k in 0..per {
+                g.mutate(
+                    &branch,
+                    MUTATION,
+                    "add",
+                    &serde_json::json!({"n": format!("{tag}{k}")}),
+                )
+                .await
+                .expect("mutation");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("writer");
+    }
+    (writers * per) as f64 / t0.elapsed().as_secs_f64()
+}
+
+async fn mutations(n: usize, history: usize) {
+    let tmp = Scratch::new("mut.omni");
+    let uri = tmp.uri();
+    let g = Omnigraph::init(&uri, SOCIAL_SCHEMA).await.expect("init");
+    g.mutate("main", MUTATION, "add", &serde_json::json!({"n": "warm"}))
+        .await
+        .expect("warm");
+    let ms = timed_mutations(&g, "main", "lat", n).await;
+    println!(
+        "| single-row mutation, embedded | median {:.2} ms | p99 {:.2} ms | n = {n} |",
+        percentile(&ms, 0.5),
+        percentile(&ms, 0.99)
+    );
+    println!();
+    println!("| writers | branches | mutations/s |");
+    println!("|---|---|---|");
+    for w in [1, 4, 16] {
+        let per = (n / w).max(8);
+        let rate = throughput(&g, w, &["main"], per, &format!("t{w}")).await;
+        println!("| {w} | 1 | {rate:.0} |");
+    }
+    for b in ["b1", "b2", "b3"] {
+        g.branch_create(b, "main").await.expect("branch");
+    }
+    let one = throughput(&g, 4, &["main"], n / 4, "one").await;
+    let four = throughput(&g, 4, &["main", "b1", "b2", "b3"], n / 4, "four").await;
+    println!("| 4 | 1 (again, same run) | {one:.0} |");
+    println!("| 4 | 4 | {four:.0} |");
+    println!("4 writers on 4 branches vs on 1 branch: {:.2}x", four / one);
+    println!();
+    println!("| commits on the branch before | median ms | p99 ms |");
+    println!("|---|---|---|");
+    let fresh = Scratch::new("hist.omni");
+    let h = Omnigraph::init(&fresh.uri(), SOCIAL_SCHEMA)
+        .await
+        .expect("init");
+    let mut done = 0usize;
+    for mark in [10usize, 1_000, 10_000]
+        .into_iter()
+        .filter(|m| *m <= history)
+    {
+        while done < mark {
+            h.mutate(
+                "main",
+                MUTATION,
+                "add",
+                &serde_json::json!({"n": format!("h{done}")}),
+            )
+            .await
+            .expect("mutation");
+            done += 1;
+        }
+        let ms = timed_mutations(&h, "main", &format!("at{mark}-"), 30).await;
+        done += 30;
+        println!(
+            "| {mark} | {:.2} | {:.2} |",
+            percentile(&ms, 0.5),
+            percentile(&ms, 0.99)
+        );
+    }
 }
 
 fn sha12(mut handles: Vec<String>) -> String {
@@ -277,6 +393,7 @@ fn main() {
             rt.block_on(load(dir, flag("--repeats", 1)));
         }
         Some("append") => rt.block_on(append(flag("--n", 300))),
+        Some("mutations") => rt.block_on(mutations(flag("--n", 300), flag("--history", 10_000))),
         Some("queries") => {
             let dir = args
                 .get(2)
