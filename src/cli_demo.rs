@@ -31,6 +31,25 @@ pub const DATA: &str = r#"{"type": "Person", "data": {"name": "Alice", "age": 34
 {"edge": "WorksAt", "from": "Alice", "to": "Acme", "data": {"role": "engineer"}}
 "#;
 
+pub const QUERIES: &str = r#"
+query friends_of($name: String) {
+    match { $p: Person { name: $name }
+            $p knows{1,2} $f }
+    return { $f.name, $f.age as age }
+    order { age desc }
+}
+query by_status() {
+    match { $p: Person }
+    return { $p.status, count($p) as people, avg($p.age) as avg_age }
+    order { people desc }
+}
+query onboard($name: String, $org: String) {
+    insert Person { name: $name, age: 30, status: "active" }
+    insert Company { name: $org }
+    insert WorksAt { from: $name, to: $org, role: "new hire" }
+}
+"#;
+
 const FEATURE: &str = r#"{"type": "Person", "data": {"name": "Dan", "age": 29, "status": "active"}}
 {"edge": "Knows", "from": "Dan", "to": "Alice"}
 "#;
@@ -75,6 +94,43 @@ pub async fn run(dir: Option<PathBuf>) -> Result<(), OmniError> {
         Err(e) => println!("error[{}]: {e}", e.kind()),
         Ok(_) => println!("unexpectedly accepted"),
     }
+
+    step("query: who Alice reaches in one or two hops");
+    println!("{}", QUERIES.trim());
+    cli_table::print_result(
+        &g.query(
+            &Target::main(),
+            QUERIES,
+            "friends_of",
+            &serde_json::json!({"name": "Alice"}),
+        )
+        .await?,
+    );
+
+    step("query: people per status (an aggregate)");
+    cli_table::print_result(
+        &g.query(
+            &Target::main(),
+            QUERIES,
+            "by_status",
+            &serde_json::Value::Null,
+        )
+        .await?,
+    );
+
+    step("mutation: onboard Mina at Initech (three inserts, one commit)");
+    let m = g
+        .mutate(
+            "main",
+            QUERIES,
+            "onboard",
+            &serde_json::json!({"name": "Mina", "org": "Initech"}),
+        )
+        .await?;
+    println!(
+        "commit {} at graph version {}: nodes {:?}, edges {:?}",
+        m.commit, m.manifest_version, m.nodes, m.edges
+    );
 
     step("branch feature/dan from main, and append on it");
     g.branch_create("feature/dan", "main").await?;
