@@ -48,6 +48,23 @@ pub enum PropType {
 }
 
 impl PropType {
+    /// A scalar type by its name in the languages (`String`, `I32`, ...).
+    pub fn scalar_named(name: &str) -> Option<Self> {
+        Some(match name {
+            "String" => PropType::String,
+            "Bool" => PropType::Bool,
+            "I32" => PropType::I32,
+            "I64" => PropType::I64,
+            "U32" => PropType::U32,
+            "U64" => PropType::U64,
+            "F32" => PropType::F32,
+            "F64" => PropType::F64,
+            "Date" => PropType::Date,
+            "DateTime" => PropType::DateTime,
+            _ => return None,
+        })
+    }
+
     pub fn is_numeric(&self) -> bool {
         matches!(
             self,

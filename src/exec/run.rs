@@ -146,18 +146,7 @@ fn holds(op: CmpOp, l: &S, r: &S) -> bool {
             _ => false,
         },
         CmpOp::StartsWith => matches!((l, r), (S::Str(a), S::Str(b)) if a.starts_with(b)),
-        _ => match cmp_s(l, r) {
-            None => false,
-            Some(o) => match op {
-                CmpOp::Eq => o == Ordering::Equal,
-                CmpOp::Ne => o != Ordering::Equal,
-                CmpOp::Lt => o == Ordering::Less,
-                CmpOp::Le => o != Ordering::Greater,
-                CmpOp::Gt => o == Ordering::Greater,
-                CmpOp::Ge => o != Ordering::Less,
-                CmpOp::Contains | CmpOp::StartsWith => unreachable!(),
-            },
-        },
+        _ => cmp_s(l, r).is_some_and(|o| op.accepts(o)),
     }
 }
 

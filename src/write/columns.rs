@@ -31,6 +31,25 @@ pub enum Val<'a> {
     Bytes(Vec<u8>),
 }
 
+impl Val<'_> {
+    /// The same value, owning its strings.
+    pub fn into_owned(self) -> Val<'static> {
+        match self {
+            Val::Str(s) => Val::Str(Cow::Owned(s.into_owned())),
+            Val::List(items) => Val::List(items.into_iter().map(Val::into_owned).collect()),
+            Val::Null => Val::Null,
+            Val::Bool(b) => Val::Bool(b),
+            Val::Int(i) => Val::Int(i),
+            Val::UInt(u) => Val::UInt(u),
+            Val::Float(f) => Val::Float(f),
+            Val::Date(d) => Val::Date(d),
+            Val::DateTime(d) => Val::DateTime(d),
+            Val::Vector(v) => Val::Vector(v),
+            Val::Bytes(b) => Val::Bytes(b),
+        }
+    }
+}
+
 /// The checks of one property, compiled once per load.
 pub struct PropRule {
     pub def: PropDef,
@@ -281,22 +300,6 @@ enum Col {
     Blob(Vec<Option<Vec<u8>>>),
 }
 
-fn owned(v: Val<'_>) -> Val<'static> {
-    match v {
-        Val::Str(s) => Val::Str(Cow::Owned(s.into_owned())),
-        Val::List(items) => Val::List(items.into_iter().map(owned).collect()),
-        Val::Null => Val::Null,
-        Val::Bool(b) => Val::Bool(b),
-        Val::Int(i) => Val::Int(i),
-        Val::UInt(u) => Val::UInt(u),
-        Val::Float(f) => Val::Float(f),
-        Val::Date(d) => Val::Date(d),
-        Val::DateTime(d) => Val::DateTime(d),
-        Val::Vector(v) => Val::Vector(v),
-        Val::Bytes(b) => Val::Bytes(b),
-    }
-}
-
 impl Col {
     fn new(ty: &PropType, cap: usize) -> Self {
         match ty {
@@ -357,7 +360,7 @@ impl Col {
                 }
             },
             (Col::List(rows), Val::List(items)) => {
-                rows.push(Some(items.into_iter().map(owned).collect()))
+                rows.push(Some(items.into_iter().map(Val::into_owned).collect()))
             }
             (Col::List(rows), _) => rows.push(None),
             (Col::Blob(rows), Val::Bytes(b)) => rows.push(Some(b)),

@@ -327,22 +327,6 @@ struct Row {
     vals: Vec<Val<'static>>,
 }
 
-fn owned(v: Val<'_>) -> Val<'static> {
-    match v {
-        Val::Str(s) => Val::Str(s.into_owned().into()),
-        Val::List(items) => Val::List(items.into_iter().map(owned).collect()),
-        Val::Null => Val::Null,
-        Val::Bool(b) => Val::Bool(b),
-        Val::Int(i) => Val::Int(i),
-        Val::UInt(u) => Val::UInt(u),
-        Val::Float(f) => Val::Float(f),
-        Val::Date(d) => Val::Date(d),
-        Val::DateTime(d) => Val::DateTime(d),
-        Val::Vector(v) => Val::Vector(v),
-        Val::Bytes(b) => Val::Bytes(b),
-    }
-}
-
 /// The pending changes to one type.
 #[derive(Default)]
 struct TypeChanges {
@@ -404,7 +388,6 @@ fn row_matches(rules: &TypeRules, row: &Row, f: &Filter, v: &Value) -> bool {
 }
 
 fn compare(a: &Val, op: CmpOp, b: &Value) -> bool {
-    use std::cmp::Ordering;
     let num = |v: &Val| -> Option<f64> {
         match v {
             Val::Int(i) => Some(*i as f64),
@@ -438,16 +421,7 @@ fn compare(a: &Val, op: CmpOp, b: &Value) -> bool {
             _ => None,
         },
     };
-    let Some(o) = ord else { return false };
-    match op {
-        CmpOp::Eq => o == Ordering::Equal,
-        CmpOp::Ne => o != Ordering::Equal,
-        CmpOp::Lt => o == Ordering::Less,
-        CmpOp::Le => o != Ordering::Greater,
-        CmpOp::Gt => o == Ordering::Greater,
-        CmpOp::Ge => o != Ordering::Less,
-        CmpOp::Contains | CmpOp::StartsWith => false,
-    }
+    ord.is_some_and(|o| op.accepts(o))
 }
 
 /// The change set being built, with what it has read of the snapshot.
@@ -536,7 +510,7 @@ impl<'c> Staging<'c> {
                 let vals = builder
                     .validate(cells, None)?
                     .into_iter()
-                    .map(owned)
+                    .map(Val::into_owned)
                     .collect();
                 let ends = if def.is_edge() {
                     Some((
@@ -600,7 +574,7 @@ impl MutationWork {
         let vals: Vec<Val<'static>> = builder
             .validate(cells, None)?
             .into_iter()
-            .map(owned)
+            .map(Val::into_owned)
             .collect();
         let given = values.get(ID).map(|v| self.value(v));
         let id = if !def.key.is_empty() {
@@ -678,7 +652,7 @@ impl MutationWork {
             let val = rules.props[i]
                 .validate(Some(value_cell(&self.value(v))))
                 .map_err(|(m, value)| OmniError::invalid(loc(ty, Some(prop), value), m))?;
-            new_vals.push((i, owned(val)));
+            new_vals.push((i, val.into_owned()));
         }
         let c = s.pending(ty);
         for mut row in matches {

@@ -89,6 +89,21 @@ pub enum CmpOp {
 }
 
 impl CmpOp {
+    /// Does a comparison that came out `o` satisfy this operator?
+    /// (`contains` and `starts_with` are not orderings: never.)
+    pub fn accepts(self, o: std::cmp::Ordering) -> bool {
+        use std::cmp::Ordering::*;
+        match self {
+            CmpOp::Eq => o == Equal,
+            CmpOp::Ne => o != Equal,
+            CmpOp::Lt => o == Less,
+            CmpOp::Le => o != Greater,
+            CmpOp::Gt => o == Greater,
+            CmpOp::Ge => o != Less,
+            CmpOp::Contains | CmpOp::StartsWith => false,
+        }
+    }
+
     pub fn text(self) -> &'static str {
         match self {
             CmpOp::Eq => "=",

@@ -110,17 +110,10 @@ impl Parser<'_> {
             return Ok(PropType::List(Box::new(inner)));
         }
         let (name, pos) = self.c.expect_ident("a parameter type")?;
+        if let Some(t) = PropType::scalar_named(&name) {
+            return Ok(t);
+        }
         Ok(match name.as_str() {
-            "String" => PropType::String,
-            "Bool" => PropType::Bool,
-            "I32" => PropType::I32,
-            "I64" => PropType::I64,
-            "U32" => PropType::U32,
-            "U64" => PropType::U64,
-            "F32" => PropType::F32,
-            "F64" => PropType::F64,
-            "Date" => PropType::Date,
-            "DateTime" => PropType::DateTime,
             "Vector" => {
                 self.c.expect(&Tok::LParen, "'(' after Vector")?;
                 let n = match self.c.bump().tok {
