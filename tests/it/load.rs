@@ -164,3 +164,31 @@ async fn memory_graphs_work_within_one_handle() {
     assert_eq!(count(&g, "b", "Person").await, 4);
     assert_eq!(count(&g, "main", "Person").await, 3);
 }
+
+#[tokio::test]
+async fn an_object_store_graph_reopens_through_lances_store_layer() {
+    // shared-memory:// is a process-global object store: everything goes
+    // through object_store (conditional create included), not the local disk.
+    let uri = format!(
+        "shared-memory://omnigraph-test/{}",
+        omnigraph::util::ulid::new_ulid()
+    );
+    let g = omnigraph::Omnigraph::init(&uri, SCHEMA).await.unwrap();
+    g.load("main", PEOPLE, LoadMode::Overwrite).await.unwrap();
+    g.branch_create("b", "main").await.unwrap();
+    g.load(
+        "b",
+        "{\"type\":\"Person\",\"data\":{\"name\":\"Dan\"}}",
+        LoadMode::Append,
+    )
+    .await
+    .unwrap();
+    let before = fingerprint(&g).await;
+    drop(g);
+    let g = omnigraph::Omnigraph::open(&uri).await.unwrap();
+    assert_eq!(before, fingerprint(&g).await);
+    assert!(matches!(
+        omnigraph::Omnigraph::init(&uri, SCHEMA).await,
+        Err(omnigraph::OmniError::AlreadyExists(_))
+    ));
+}
