@@ -186,6 +186,10 @@ pub enum Io {
     DropBranchStorage {
         branch: String,
     },
+    /// Make `schema` the accepted schema (under the exclusive schema gate).
+    ApplySchema {
+        schema: String,
+    },
 }
 
 /// The completion of an [`Io`] request.

@@ -29,6 +29,11 @@ pub enum OpKind {
     DeleteBranch {
         name: String,
     },
+    /// Accept a new schema: takes the schema gate exclusively, so no data
+    /// write holds it (shared) meanwhile and every later write rechecks.
+    ApplySchema {
+        schema: String,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -48,6 +53,7 @@ enum State {
     /// Waiting for recovery to acknowledge a stuck intent.
     Stuck,
     DroppingStorage(ReqId),
+    ApplyingSchema(ReqId),
     Done,
 }
 
@@ -106,6 +112,7 @@ impl Writer {
         match &self.kind {
             OpKind::Write { branch } => branch,
             OpKind::CreateBranch { name, .. } | OpKind::DeleteBranch { name } => name,
+            OpKind::ApplySchema { .. } => "",
         }
     }
 
@@ -207,6 +214,16 @@ impl Writer {
 
     /// All gates held: what to do next depends on the operation.
     fn on_all_granted(&mut self) -> Vec<Effect> {
+        if let OpKind::ApplySchema { schema } = self.kind.clone() {
+            if let GateView::Unavailable(e) = self.views[0].clone() {
+                let mut fx = self.release_all();
+                fx.extend(self.finish(Outcome::StorageFailed(e)));
+                return fx;
+            }
+            let (req, fx) = self.io(Io::ApplySchema { schema });
+            self.state = State::ApplyingSchema(req);
+            return vec![fx];
+        }
         if let Some(GateView::Unavailable(e)) = self
             .views
             .iter()
@@ -257,6 +274,7 @@ impl Writer {
                 }
                 Some(h) => self.publish(Some(h), Change::DeleteBranch),
             },
+            OpKind::ApplySchema { .. } => unreachable!("handled before the branch view"),
         }
     }
 
@@ -530,6 +548,12 @@ impl Machine for Writer {
         match &self.kind {
             OpKind::CreateBranch { .. } => self.start_capture(),
             OpKind::Write { .. } | OpKind::DeleteBranch { .. } => self.start_admit(),
+            OpKind::ApplySchema { .. } => {
+                self.gates = vec![(Addr::Schema, GateMode::Exclusive)];
+                self.views.clear();
+                self.state = State::Acquiring;
+                self.acquire_next()
+            }
         }
     }
 
@@ -554,7 +578,9 @@ impl Machine for Writer {
                 }
                 OpKind::Write { .. } => self.start_capture(),
                 OpKind::DeleteBranch { .. } => self.start_acquire(Vec::new()),
-                OpKind::CreateBranch { .. } => self.unexpected("admission".into()),
+                OpKind::CreateBranch { .. } | OpKind::ApplySchema { .. } => {
+                    self.unexpected("admission".into())
+                }
             },
             (State::Capturing, Msg::HeadReply { head, .. }) => match head {
                 Err(e) => self.finish(Outcome::StorageFailed(e)),
@@ -725,6 +751,18 @@ impl Machine for Writer {
                     out
                 }
             },
+            (State::ApplyingSchema(r), IoOut::Done(result)) if r == req => {
+                let outcome = match result {
+                    Ok(()) => Outcome::Committed {
+                        commit: None,
+                        version: 0,
+                    },
+                    Err(e) => Outcome::StorageFailed(e),
+                };
+                let mut fx = self.release_all();
+                fx.extend(self.finish(outcome));
+                fx
+            }
             (State::DroppingStorage(r), IoOut::Done(result)) if r == req => {
                 if let Err(e) = result {
                     warn!(op = %self.op, e, "could not reclaim a deleted branch's storage");

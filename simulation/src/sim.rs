@@ -442,6 +442,14 @@ impl Sim {
             return false;
         }
         self.tick += 1;
+        if self.rng.chance(1, 8) {
+            // A reader takes a snapshot of some graph version right now.
+            let v = 1 + self.rng.below(self.world.manifests.len()) as u64;
+            self.log(format!("reader snapshot at graph version {v}"));
+            if let Some((inv, detail)) = self.world.visible_violation(v) {
+                self.fail(inv, format!("reader: {detail}"));
+            }
+        }
         if self.cfg.crashes && self.crashes < MAX_CRASHES && self.rng.chance(1, 300) {
             self.crash();
             return true;

@@ -1,6 +1,7 @@
 //! Seeded workloads: writers with strict inserts, upserts, updates and
 //! deletes over several tables, on one branch and on several; branch create
-//! and delete. Small id pools make conflicts common.
+//! and delete; schema applies (the schema gate, exclusively). Small id pools
+//! make conflicts common.
 
 use omnigraph_actors::{OpId, OpKind};
 
@@ -50,6 +51,14 @@ pub fn generate(rng: &mut Rng) -> Vec<Planned> {
                     branch: branch.to_string(),
                 },
                 stmts,
+            }
+        } else if roll == 19 && rng.chance(1, 2) {
+            Planned {
+                op,
+                kind: OpKind::ApplySchema {
+                    schema: format!("schema-{}", i + 2),
+                },
+                stmts: Vec::new(),
             }
         } else if roll < 18 {
             let name = pick(rng, BRANCHES).to_string();

@@ -132,6 +132,8 @@ pub struct World {
     pub tables: BTreeMap<(String, String), History>,
     pub sidecars: BTreeMap<OpId, Intent>,
     pub commits: BTreeMap<CommitId, CommitRec>,
+    /// The accepted schema's identity.
+    pub schema: String,
     // Process memory.
     staged: BTreeMap<OpId, BTreeMap<String, Staged>>,
     deleted: BTreeMap<String, u64>,
@@ -147,7 +149,10 @@ pub const TABLES: &[&str] = &["node:A", "node:B", "edge:E"];
 
 impl World {
     pub fn new() -> Self {
-        let mut w = World::default();
+        let mut w = World {
+            schema: SCHEMA_ID.to_string(),
+            ..World::default()
+        };
         let mut refs = BTreeMap::new();
         for t in TABLES {
             w.tables.insert(
@@ -242,7 +247,7 @@ impl World {
     pub fn exec(&mut self, io: &Io, fault: Fault) -> IoOut {
         match io {
             Io::ReadSchemaId => IoOut::SchemaId(match fault {
-                Fault::None => Ok(SCHEMA_ID.into()),
+                Fault::None => Ok(self.schema.clone()),
                 _ => Err("injected read failure".into()),
             }),
             Io::ReadHead { branch } => IoOut::Head(match fault {
@@ -295,6 +300,12 @@ impl World {
                 _ => Err("injected read failure".into()),
             }),
             Io::Publish { req } => IoOut::Published(self.publish(req, fault)),
+            Io::ApplySchema { schema } => {
+                if fault != Fault::FailClean {
+                    self.schema = schema.clone();
+                }
+                IoOut::Done(fail_unless(fault))
+            }
             Io::DropBranchStorage { branch } => {
                 if fault == Fault::FailClean {
                     return IoOut::Done(Err("injected failure".into()));
@@ -415,7 +426,7 @@ impl World {
         self.effects.insert(commit.clone(), changes);
         Ok(Plan {
             commit,
-            schema: SCHEMA_ID.into(),
+            schema: self.schema.clone(),
             class: if strict {
                 WriteClass::Strict
             } else {
@@ -630,10 +641,19 @@ impl World {
 /// the violated invariant's name and what was seen.
 impl World {
     /// Atomic visibility: every table a branch names at `version` equals what
-    /// its commit history says (each commit entirely or not at all).
+    /// its commit history says (each commit entirely or not at all). A
+    /// deleted branch's storage is reclaimed, so only branches still alive
+    /// (in the same incarnation) can be read in the past.
     pub fn visible_violation(&self, version: u64) -> Option<(&'static str, String)> {
         let m = &self.manifests[version as usize - 1];
+        let live = &self.latest().branches;
         for (name, rec) in &m.branches {
+            if live
+                .get(name)
+                .is_none_or(|l| l.incarnation != rec.incarnation)
+            {
+                continue;
+            }
             let Some(expected) = self.expected(&rec.head) else {
                 return Some((
                     "graph versions and commit parents form a consistent history",

@@ -568,6 +568,10 @@ impl LanceSubstrate {
             Io::DropBranchStorage { branch } => {
                 IoOut::Done(s(self.drop_branch_storage(&branch).await))
             }
+            // The handle offers no schema change yet, so nothing sends this.
+            Io::ApplySchema { .. } => IoOut::Done(Err(
+                "schema evolution is not available in this version".into(),
+            )),
         }
     }
 
@@ -583,7 +587,8 @@ impl LanceSubstrate {
             Io::Discard { .. }
             | Io::WriteSidecar { .. }
             | Io::DeleteSidecar { .. }
-            | Io::DropBranchStorage { .. } => IoOut::Done(Err(e)),
+            | Io::DropBranchStorage { .. }
+            | Io::ApplySchema { .. } => IoOut::Done(Err(e)),
             Io::ListSidecars => IoOut::Sidecars(Err(e)),
             Io::CommitTable { .. } => IoOut::TableCommit(CommitResult::Unknown(e)),
             Io::RestoreTable { .. } => IoOut::TableRestore(Err(e)),
