@@ -20,6 +20,7 @@ use crate::storage::manifest::{CommitRecord, MAIN, validate_branch_name};
 use crate::storage::substrate::{LanceSubstrate, PrepareWork};
 use crate::storage::{GraphStorage, Snapshot, Target};
 use crate::util::ulid::new_ulid;
+use crate::write::compact::{COMPACT_AT_FRAGMENTS, CompactWork};
 use crate::write::load::{LoadMode, prepare_input};
 use crate::write::mutate::{self, MutationResult, MutationWork};
 use omnigraph_actors::host::Host;
@@ -69,6 +70,8 @@ pub struct TableInfo {
     pub name: String,
     pub kind: String,
     pub rows: usize,
+    /// Lance fragments (files) holding the rows.
+    pub fragments: usize,
     pub table_version: u64,
     /// The Lance branch holding this state (`null`: Lance's main line).
     pub lance_branch: Option<String>,
@@ -257,6 +260,7 @@ impl Omnigraph {
                 Some(work),
             )
             .await?;
+        self.compact_if_fragmented(branch).await;
         Ok(LoadReport {
             branch: branch.to_string(),
             branch_created,
@@ -266,6 +270,53 @@ impl Omnigraph {
             commit: commit.unwrap_or_default(),
             manifest_version: version,
         })
+    }
+
+    /// Compact the branch's own tables that have grown many small fragments.
+    /// The write that called this is already durable, so a failure here is
+    /// only logged.
+    async fn compact_if_fragmented(&self, branch: &str) {
+        let types = match self.fragmented_tables(branch).await {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(branch, error = %e, "could not check fragmentation");
+                return;
+            }
+        };
+        if types.is_empty() {
+            return;
+        }
+        tracing::info!(branch, ?types, "compacting");
+        let work = Arc::new(CompactWork { types });
+        if let Err(e) = self
+            .run(
+                OpKind::Write {
+                    branch: branch.to_string(),
+                },
+                "compact",
+                Some(work),
+            )
+            .await
+        {
+            tracing::warn!(branch, error = %e, "compaction did not run");
+        }
+    }
+
+    async fn fragmented_tables(&self, branch: &str) -> Result<Vec<String>> {
+        let snap = self.resolve(&Target::Branch(branch.to_string())).await?;
+        let own = snap.record.own_lance_branch(branch);
+        let mut out = Vec::new();
+        for t in &self.inner.graph.catalog.types {
+            let r = snap.table(t)?;
+            if r.lance_branch != own {
+                continue;
+            }
+            let ds = self.inner.graph.tables.open(r).await?;
+            if ds.get_fragments().len() >= COMPACT_AT_FRAGMENTS {
+                out.push(t.name.clone());
+            }
+        }
+        Ok(out)
     }
 
     pub async fn branch_create(&self, name: &str, from: &str) -> Result<BranchInfo> {
@@ -340,6 +391,7 @@ impl Omnigraph {
                 name: t.name.clone(),
                 kind: if t.is_edge() { "edge" } else { "node" }.into(),
                 rows: ds.count_rows(None).await?,
+                fragments: ds.get_fragments().len(),
                 table_version: r.version,
                 lance_branch: r.lance_branch.clone(),
             });
@@ -415,6 +467,7 @@ impl Omnigraph {
             )
             .await?;
         let (nodes, edges) = mutate::counts(&summary);
+        self.compact_if_fragmented(branch).await;
         Ok(MutationResult {
             branch: branch.to_string(),
             commit: commit.unwrap_or_default(),

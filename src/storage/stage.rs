@@ -49,6 +49,37 @@ pub async fn upsert(ds: Arc<Dataset>, batches: Vec<RecordBatch>) -> Result<Trans
     Ok(staged.transaction)
 }
 
+/// Rewrite a table's small fragments into few large ones, as a staged
+/// transaction (`None` when there is nothing worth rewriting). The new files
+/// are invisible until the transaction is committed.
+pub async fn compaction(ds: Arc<Dataset>) -> Result<Option<Transaction>> {
+    use lance::dataset::optimize::{CompactionOptions, plan_compaction};
+    use lance::dataset::transaction::{Operation, RewriteGroup};
+    let plan = plan_compaction(&ds, &CompactionOptions::default()).await?;
+    if plan.num_tasks() == 0 {
+        return Ok(None);
+    }
+    let mut groups = Vec::new();
+    for task in plan.compaction_tasks() {
+        let done = task.execute(&ds).await?;
+        if done.row_addrs.is_some() {
+            // Row addresses would need remapping (not the case with stable
+            // row ids and no indexes); leave such tables alone.
+            return Ok(None);
+        }
+        groups.push(RewriteGroup {
+            old_fragments: done.original_fragments,
+            new_fragments: done.new_fragments,
+        });
+    }
+    let op = Operation::Rewrite {
+        groups,
+        rewritten_indices: Vec::new(),
+        frag_reuse_index: None,
+    };
+    Ok(Some(Transaction::new(plan.read_version(), op, None)))
+}
+
 /// Delete the rows with these ids.
 pub async fn delete_ids(ds: Arc<Dataset>, ids: &[String]) -> Result<Transaction> {
     let list = ids.iter().map(|s| lit(s.clone())).collect();

@@ -3,6 +3,7 @@
 
 pub mod cell;
 pub mod columns;
+pub mod compact;
 pub mod ids;
 pub mod jsonl;
 pub mod load;
