@@ -44,6 +44,10 @@ pub enum Key {
         from: Phys,
         to: Phys,
     },
+    /// Marks an edge table version whose edges were once read by probing a
+    /// few sources instead of building its index; the next traversal of it
+    /// builds the index, since a repeated workload pays for it quickly.
+    Probed(Phys),
 }
 
 struct Entry {
@@ -65,6 +69,7 @@ struct Inner {
 pub struct CacheStats {
     pub graph_builds: AtomicU64,
     pub graph_hits: AtomicU64,
+    pub edge_probes: AtomicU64,
     pub graph_build_edges: AtomicU64,
     pub graph_build_micros: AtomicU64,
     pub column_loads: AtomicU64,
@@ -77,6 +82,7 @@ impl CacheStats {
         serde_json::json!({
             "graph_index_builds": g(&self.graph_builds),
             "graph_index_hits": g(&self.graph_hits),
+            "edge_probes": g(&self.edge_probes),
             "graph_index_edges_built": g(&self.graph_build_edges),
             "graph_index_build_ms": g(&self.graph_build_micros) as f64 / 1000.0,
             "column_loads": g(&self.column_loads),

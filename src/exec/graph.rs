@@ -1,72 +1,12 @@
-//! Derived, in-memory structures for traversal: a node table's dense id
-//! mapping ([`NodeIds`]: row position <-> id) and an edge type's adjacency in
-//! both directions ([`GraphIndex`]: CSR out, CSC in, with the edge row of
-//! every entry). Both are built from one table version and never change.
+//! An edge type's adjacency in both directions ([`GraphIndex`]: CSR out, CSC
+//! in, with the edge row of every entry), over the dense numbering of its
+//! endpoint tables ([`IdIndex`]). Built from one table version; never changes.
 
-use std::hash::Hasher;
 use std::sync::Arc;
 
 use arrow_array::{Array, StringArray};
 
-use crate::util::hash::FxHasher;
-
-const EMPTY: u32 = u32::MAX;
-
-fn hash(s: &str) -> u64 {
-    let mut h = FxHasher::default();
-    h.write(s.as_bytes());
-    h.finish()
-}
-
-/// A node table's ids in scan order (the dense index of a node is its
-/// position) with an open-addressing hash index from id to position.
-pub struct NodeIds {
-    pub ids: StringArray,
-    slots: Vec<u32>,
-    mask: usize,
-}
-
-impl NodeIds {
-    pub fn new(ids: StringArray) -> Self {
-        let cap = (ids.len() * 2).next_power_of_two().max(16);
-        let mut slots = vec![EMPTY; cap];
-        let mask = cap - 1;
-        for i in 0..ids.len() {
-            let mut s = hash(ids.value(i)) as usize & mask;
-            while slots[s] != EMPTY {
-                s = (s + 1) & mask;
-            }
-            slots[s] = i as u32;
-        }
-        Self { ids, slots, mask }
-    }
-
-    pub fn len(&self) -> usize {
-        self.ids.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.ids.is_empty()
-    }
-
-    pub fn get(&self, id: &str) -> Option<u32> {
-        let mut s = hash(id) as usize & self.mask;
-        loop {
-            let i = self.slots[s];
-            if i == EMPTY {
-                return None;
-            }
-            if self.ids.value(i as usize) == id {
-                return Some(i);
-            }
-            s = (s + 1) & self.mask;
-        }
-    }
-
-    pub fn bytes(&self) -> usize {
-        self.ids.get_array_memory_size() + self.slots.len() * 4
-    }
-}
+use crate::util::idindex::{ABSENT, IdIndex};
 
 /// One direction of adjacency: for node `n`, entries `offsets[n]..offsets[n+1]`
 /// of `targets` (dense node index) and `edges` (edge row).
@@ -132,8 +72,8 @@ impl GraphIndex {
     pub fn build(
         src: &[StringArray],
         dst: &[StringArray],
-        from: &Arc<NodeIds>,
-        to: &Arc<NodeIds>,
+        from: &Arc<IdIndex>,
+        to: &Arc<IdIndex>,
     ) -> Self {
         let total: usize = src.iter().map(|a| a.len()).sum();
         let mut starts = Vec::with_capacity(src.len());
@@ -142,16 +82,17 @@ impl GraphIndex {
             starts.push(acc);
             acc += a.len();
         }
-        let mut pairs = vec![(EMPTY, EMPTY); total];
+        let mut pairs = vec![(ABSENT, ABSENT); total];
         let work = |range: std::ops::Range<usize>, out: &mut [(u32, u32)], base: usize| {
+            let (mut s_at, mut d_at) = (Vec::new(), Vec::new());
             for b in range {
-                let (s, d) = (&src[b], &dst[b]);
-                for i in 0..s.len() {
-                    let at = starts[b] + i - base;
-                    out[at] = (
-                        from.get(s.value(i)).unwrap_or(EMPTY),
-                        to.get(d.value(i)).unwrap_or(EMPTY),
-                    );
+                s_at.clear();
+                d_at.clear();
+                from.lookup_all(&src[b], &mut s_at);
+                to.lookup_all(&dst[b], &mut d_at);
+                let at = starts[b] - base;
+                for (i, pair) in s_at.iter().zip(&d_at).enumerate() {
+                    out[at + i] = (*pair.0, *pair.1);
                 }
             }
         };
@@ -169,14 +110,14 @@ impl GraphIndex {
         }
         let skipped = pairs
             .iter()
-            .filter(|(a, b)| *a == EMPTY || *b == EMPTY)
+            .filter(|(a, b)| *a == ABSENT || *b == ABSENT)
             .count();
         // Dangling edges cannot be followed; keep their rows out of adjacency
         // by pointing them nowhere (node count + 1 bucket is never read).
         let out_pairs: Vec<(u32, u32)> = pairs
             .iter()
             .map(|&(a, b)| {
-                if a == EMPTY || b == EMPTY {
+                if a == ABSENT || b == ABSENT {
                     (from.len() as u32, 0)
                 } else {
                     (a, b)
@@ -186,7 +127,7 @@ impl GraphIndex {
         let in_pairs: Vec<(u32, u32)> = pairs
             .iter()
             .map(|&(a, b)| {
-                if a == EMPTY || b == EMPTY {
+                if a == ABSENT || b == ABSENT {
                     (to.len() as u32, 0)
                 } else {
                     (b, a)
@@ -212,7 +153,7 @@ mod tests {
 
     #[test]
     fn ids_and_adjacency() {
-        let nodes = Arc::new(NodeIds::new(StringArray::from(vec!["a", "b", "c"])));
+        let nodes = Arc::new(IdIndex::new(StringArray::from(vec!["a", "b", "c"])));
         assert_eq!(nodes.get("c"), Some(2));
         assert_eq!(nodes.get("z"), None);
         let src = vec![

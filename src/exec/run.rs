@@ -20,12 +20,13 @@ use datafusion::scalar::ScalarValue;
 use futures::TryStreamExt;
 
 use super::cache::{Key, Phys, RuntimeCache};
-use super::graph::{GraphIndex, NodeIds};
+use super::graph::GraphIndex;
 use crate::compiler::catalog::{ID, PropType, TypeDef};
 use crate::compiler::query::ast::CmpOp;
 use crate::compiler::query::ir::{AggFunc, Dir, Op, Plan, Pred, RetExpr, ValExpr, Value, VarKind};
 use crate::error::{OmniError, Result};
 use crate::storage::{GraphStorage, Snapshot, stage};
+use crate::util::idindex::IdIndex;
 
 /// What a query returned, with the snapshot it read.
 #[derive(Debug)]
@@ -182,14 +183,14 @@ impl Ctx<'_> {
         Ok(Phys::of(self.g.store.uri(), self.snap.table(t)?))
     }
 
-    pub async fn node_ids(&self, type_name: &str) -> Result<Arc<NodeIds>> {
+    pub async fn node_ids(&self, type_name: &str) -> Result<Arc<IdIndex>> {
         let t = self.def(type_name);
         let key = Key::Ids(self.phys(t)?);
-        if let Some(v) = self.cache.get::<NodeIds>(&key) {
+        if let Some(v) = self.cache.get::<IdIndex>(&key) {
             return Ok(v);
         }
         let ids = concat_strings(self.scan_strings(t, ID).await?)?;
-        let v = Arc::new(NodeIds::new(ids));
+        let v = Arc::new(IdIndex::new(ids));
         self.cache.put(key, v.clone(), v.bytes());
         Ok(v)
     }
@@ -231,14 +232,75 @@ impl Ctx<'_> {
         Ok(arr)
     }
 
-    pub async fn graph(&self, edge: &str) -> Result<Arc<GraphIndex>> {
+    fn graph_key(&self, edge: &str) -> Result<Key> {
         let e = self.def(edge);
         let (from, to) = e.endpoints().expect("edge");
-        let key = Key::Graph {
+        Ok(Key::Graph {
             edge: self.phys(e)?,
             from: self.phys(self.def(from))?,
             to: self.phys(self.def(to))?,
+        })
+    }
+
+    /// The adjacency one hop from `sources` needs. Until an edge type has
+    /// an index, a first traversal from a few sources reads only the edges
+    /// that touch them (a filtered scan), which is far cheaper than building
+    /// the whole index in a one-shot process; the result is exact for those
+    /// sources in `dir` and is not cached.
+    async fn one_hop_graph(
+        &self,
+        edge: &str,
+        dir: Dir,
+        sources: &[u32],
+    ) -> Result<Arc<GraphIndex>> {
+        let key = self.graph_key(edge)?;
+        let probe = Key::Probed(self.phys(self.def(edge))?);
+        let mut distinct = sources.to_vec();
+        distinct.sort_unstable();
+        distinct.dedup();
+        if distinct.len() > PROBE_SOURCES_MAX
+            || self.cache.get::<GraphIndex>(&key).is_some()
+            || self.cache.get::<()>(&probe).is_some()
+        {
+            return self.graph(edge).await;
+        }
+        self.cache.put(probe, Arc::new(()), 64);
+        let e = self.def(edge);
+        let (from, to) = e.endpoints().expect("edge");
+        let from_ids = self.node_ids(from).await?;
+        let to_ids = self.node_ids(to).await?;
+        let (by_src, by_dst) = match dir {
+            Dir::Out => (true, false),
+            Dir::In => (false, true),
+            Dir::Both => (true, true),
         };
+        let mut names: Vec<&str> = Vec::new();
+        if by_src {
+            names.extend(distinct.iter().map(|&n| from_ids.ids.value(n as usize)));
+        }
+        if by_dst {
+            names.extend(distinct.iter().map(|&n| to_ids.ids.value(n as usize)));
+        }
+        names.sort_unstable();
+        names.dedup();
+        let ds = self.g.read_table(self.snap, e).await?;
+        let (src, dst) = stage::edges_touching(&ds, &names, by_src, by_dst).await?;
+        self.cache
+            .stats
+            .edge_probes
+            .fetch_add(1, AtomicOrdering::Relaxed);
+        tracing::debug!(
+            edge,
+            sources = distinct.len(),
+            "edges read by probing sources"
+        );
+        Ok(Arc::new(GraphIndex::build(&src, &dst, &from_ids, &to_ids)))
+    }
+
+    pub async fn graph(&self, edge: &str) -> Result<Arc<GraphIndex>> {
+        let e = self.def(edge);
+        let (from, to) = e.endpoints().expect("edge");
+        let key = self.graph_key(edge)?;
         if let Some(g) = self.cache.get::<GraphIndex>(&key) {
             self.cache
                 .stats
@@ -351,6 +413,10 @@ impl Ctx<'_> {
         })
     }
 }
+
+/// A traversal from at most this many distinct sources may probe the edge
+/// table instead of building its index (see [`Ctx::one_hop_graph`]).
+const PROBE_SOURCES_MAX: usize = 64;
 
 fn var_type(plan: &Plan, var: usize) -> &str {
     match &plan.vars[var].kind {
@@ -621,14 +687,18 @@ impl Ctx<'_> {
                 max,
                 to_filters,
             } => {
-                let g = self.graph(edge).await?;
+                let froms = frame.cols[*from].clone().expect("from is bound");
+                let g = if (*min, *max) == (1, Some(1)) {
+                    self.one_hop_graph(edge, *dir, &froms).await?
+                } else {
+                    self.graph(edge).await?
+                };
                 let to_type = var_type(plan, *to).to_string();
                 let n = self
                     .node_ids(&to_type)
                     .await?
                     .len()
                     .max(self.node_ids(var_type(plan, *from)).await?.len());
-                let froms = frame.cols[*from].clone().expect("from is bound");
                 let mut keep_rows = Vec::new();
                 let mut new_to = Vec::new();
                 let mut bfs = Bfs::new(n);

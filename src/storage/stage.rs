@@ -120,6 +120,37 @@ pub async fn scan_strings(ds: &Dataset, column: &str) -> Result<Vec<StringArray>
     Ok(out)
 }
 
+/// The `src` and `dst` of every edge whose `src` (when `by_src`) or `dst`
+/// (when `by_dst`) is one of `ids`: the edges that touch a few nodes, read
+/// without building a whole adjacency.
+pub async fn edges_touching(
+    ds: &Dataset,
+    ids: &[&str],
+    by_src: bool,
+    by_dst: bool,
+) -> Result<(Vec<StringArray>, Vec<StringArray>)> {
+    let (mut src, mut dst) = (Vec::new(), Vec::new());
+    for chunk in ids.chunks(PROBE_CHUNK) {
+        let list: Vec<_> = chunk.iter().map(|s| lit(s.to_string())).collect();
+        let on = |c: &str| col(c).in_list(list.clone(), false);
+        let filter = match (by_src, by_dst) {
+            (true, true) => on("src").or(on("dst")),
+            (true, false) => on("src"),
+            (false, true) => on("dst"),
+            (false, false) => return Ok((src, dst)),
+        };
+        let mut scan = ds.scan();
+        scan.project(&["src", "dst"])?;
+        scan.filter_expr(filter);
+        let mut stream = scan.try_into_stream().await?;
+        while let Some(batch) = stream.try_next().await? {
+            src.push(string_column(&batch, "src")?.clone());
+            dst.push(string_column(&batch, "dst")?.clone());
+        }
+    }
+    Ok((src, dst))
+}
+
 pub fn string_column<'b>(batch: &'b RecordBatch, name: &str) -> Result<&'b StringArray> {
     batch
         .column_by_name(name)

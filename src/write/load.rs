@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use arrow_array::cast::AsArray;
 use arrow_array::{Array, BooleanArray, RecordBatch, StringArray};
 use serde::Serialize;
 
@@ -19,6 +20,7 @@ use crate::error::{Location, OmniError, Result};
 use crate::storage::stage;
 use crate::storage::substrate::{BoxFut, PrepareCx, PrepareWork, Prepared};
 use crate::util::hash::{FxHashMap, FxHashSet};
+use crate::util::idindex::{ABSENT, IdIndex};
 use omnigraph_actors::WriteClass;
 
 /// Rows one keyed write (append, merge) may stage per table in one commit.
@@ -160,14 +162,19 @@ impl LoadWork {
     /// overwrites that node type) in the snapshot.
     async fn check_endpoints(&self, cx: &PrepareCx) -> Result<()> {
         let catalog = cx.catalog();
+        // One index of the file's ids per endpoint type, shared by src and dst.
+        let mut indexes: FxHashMap<u32, IdIndex> = FxHashMap::default();
         for pt in self.parsed.types.values() {
             let TypeKind::Edge { from, to, .. } = &pt.def.kind else {
                 continue;
             };
             for (column, node_type) in [(SRC, from), (DST, to)] {
                 let node = catalog.node(node_type).expect("edge endpoints are nodes");
-                let file_ids = self.file_ids(node);
-                let missing = missing_endpoints(pt, column, &file_ids);
+                let known = match indexes.entry(node.id) {
+                    std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                    std::collections::hash_map::Entry::Vacant(e) => e.insert(self.file_ids(node)?),
+                };
+                let missing = missing_endpoints(pt, column, known);
                 if missing.is_empty() {
                     continue;
                 }
@@ -205,18 +212,18 @@ impl LoadWork {
         Ok(())
     }
 
-    fn file_ids(&self, node: &TypeDef) -> FxHashSet<&str> {
-        let mut set = FxHashSet::default();
-        if let Some(pt) = self.parsed.types.get(&node.id) {
-            set.reserve(pt.rows());
-            for b in &pt.batches {
-                let a = ids(b);
-                for i in 0..a.len() {
-                    set.insert(a.value(i));
-                }
-            }
-        }
-        set
+    /// The ids the file gives a node type.
+    fn file_ids(&self, node: &TypeDef) -> Result<IdIndex> {
+        let parts: Vec<&dyn Array> = match self.parsed.types.get(&node.id) {
+            Some(pt) => pt.batches.iter().map(|b| ids(b) as &dyn Array).collect(),
+            None => Vec::new(),
+        };
+        let all = if parts.is_empty() {
+            StringArray::from(Vec::<&str>::new())
+        } else {
+            arrow::compute::concat(&parts)?.as_string::<i32>().clone()
+        };
+        Ok(IdIndex::new(all))
     }
 
     /// Append is a strict insert: an id already in the graph is a conflict.
@@ -249,7 +256,7 @@ impl LoadWork {
     async fn check_orphans(&self, cx: &PrepareCx) -> Result<()> {
         let catalog: &Catalog = cx.catalog();
         for pt in self.parsed.types.values().filter(|p| !p.def.is_edge()) {
-            let new_ids = self.file_ids(&pt.def);
+            let new_ids = self.file_ids(&pt.def)?;
             for edge in catalog.edges() {
                 if self.overwrites(edge) {
                     continue; // its rows are checked against the file
@@ -260,21 +267,22 @@ impl LoadWork {
                         continue;
                     }
                     let ds = cx.read(edge).await?;
+                    let mut at = Vec::new();
                     for a in stage::scan_strings(&ds, column).await? {
-                        for i in 0..a.len() {
-                            if !new_ids.contains(a.value(i)) {
-                                return Err(OmniError::invalid(
-                                    Location {
-                                        type_name: Some(pt.def.name.clone()),
-                                        value: Some(format!("{:?}", a.value(i))),
-                                        ..Default::default()
-                                    },
-                                    format!(
-                                        "overwriting {} would leave {} edges pointing at this removed node",
-                                        pt.def.name, edge.name
-                                    ),
-                                ));
-                            }
+                        at.clear();
+                        new_ids.lookup_all(&a, &mut at);
+                        if let Some(i) = at.iter().position(|p| *p == ABSENT) {
+                            return Err(OmniError::invalid(
+                                Location {
+                                    type_name: Some(pt.def.name.clone()),
+                                    value: Some(format!("{:?}", a.value(i))),
+                                    ..Default::default()
+                                },
+                                format!(
+                                    "overwriting {} would leave {} edges pointing at this removed node",
+                                    pt.def.name, edge.name
+                                ),
+                            ));
                         }
                     }
                 }
@@ -288,13 +296,16 @@ impl LoadWork {
 fn missing_endpoints<'a>(
     pt: &'a ParsedType,
     column: &str,
-    known: &FxHashSet<&str>,
+    known: &IdIndex,
 ) -> FxHashMap<&'a str, usize> {
     let per_batch = |bi: usize| -> Vec<(&'a str, usize)> {
         let a = stage::string_column(&pt.batches[bi], column).expect("edge column");
-        (0..a.len())
-            .filter(|&i| !known.contains(a.value(i)))
-            .map(|i| (a.value(i), line_of(pt, bi, i)))
+        let mut at = Vec::with_capacity(a.len());
+        known.lookup_all(a, &mut at);
+        at.iter()
+            .enumerate()
+            .filter(|(_, p)| **p == ABSENT)
+            .map(|(i, _)| (a.value(i), line_of(pt, bi, i)))
             .collect()
     };
     let n = pt.batches.len();
@@ -380,7 +391,12 @@ fn keep_last(pt: &mut ParsedType) -> Result<()> {
 impl PrepareWork for LoadWork {
     fn prepare<'a>(&'a self, cx: &'a mut PrepareCx) -> BoxFut<'a, Result<Prepared>> {
         Box::pin(async move {
+            let t0 = std::time::Instant::now();
             self.check_endpoints(cx).await?;
+            tracing::info!(
+                ms = t0.elapsed().as_millis() as u64,
+                "load: endpoints checked"
+            );
             match self.mode {
                 LoadMode::Append => self.check_new_ids(cx).await?,
                 LoadMode::Overwrite => self.check_orphans(cx).await?,
@@ -395,6 +411,7 @@ impl PrepareWork for LoadWork {
                     LoadMode::Merge => stage::upsert(target.clone(), batches).await?,
                 };
                 cx.stage(&pt.def, target, txn)?;
+                tracing::info!(table = %pt.def.name, ms = t0.elapsed().as_millis() as u64, "load: staged");
             }
             let (nodes, edges) = self.counts();
             let class = match self.mode {
@@ -420,6 +437,12 @@ pub fn prepare_input(
     mode: LoadMode,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<Arc<LoadWork>> {
+    let t0 = std::time::Instant::now();
     let parsed = super::jsonl::parse(catalog, input, progress)?;
+    tracing::info!(
+        ms = t0.elapsed().as_millis() as u64,
+        lines = parsed.lines,
+        "load: parsed"
+    );
     Ok(Arc::new(LoadWork::new(parsed, mode)?))
 }

@@ -277,6 +277,48 @@ async fn the_graph_index_is_built_once_and_shared_across_snapshots() {
 }
 
 #[tokio::test]
+async fn a_first_one_hop_probes_the_edges_and_agrees_with_the_index() {
+    let t = graph().await;
+    // A self-loop never reaches its own start at one hop.
+    t.g.load(
+        "main",
+        "{\"edge\":\"Knows\",\"from\":\"a\",\"to\":\"a\"}",
+        LoadMode::Append,
+    )
+    .await
+    .unwrap();
+    let cases = [
+        ("$p: Person { name: \"a\" }\n $p knows $x", vec!["b"]),
+        ("$p: Person { name: \"a\" }\n $x knows $p", vec!["c"]),
+        (
+            "$p: Person { name: \"c\" }\n $p <knows> $x",
+            vec!["a", "b", "d"],
+        ),
+        (
+            "$p: Person { name: \"c\" }\n $p knows $x\n $x.age > 35",
+            vec!["d"],
+        ),
+        ("$p: Person { name: \"a\" }\n $p knows{1,1} $x", vec!["b"]),
+        ("$c: Company\n $x worksAt $c", vec!["a", "d"]),
+    ];
+    for (pattern, want) in cases {
+        let q = format!(
+            "query q() {{ match {{ {pattern} }} return {{ $x.name }} order {{ $x.name }} }}"
+        );
+        // A fresh process: the first traversal probes, the second builds.
+        let g = Omnigraph::open(&t.uri()).await.unwrap();
+        let probed = col(&rows(&g, &Target::main(), &q, Value::Null).await, "x.name");
+        assert_eq!(g.cache_stats()["edge_probes"], json!(1), "{pattern}");
+        assert_eq!(g.cache_stats()["graph_index_builds"], json!(0), "{pattern}");
+        let indexed = col(&rows(&g, &Target::main(), &q, Value::Null).await, "x.name");
+        assert_eq!(g.cache_stats()["graph_index_builds"], json!(1), "{pattern}");
+        let want: Vec<Value> = want.into_iter().map(|w| json!(w)).collect();
+        assert_eq!(probed, want, "{pattern}");
+        assert_eq!(indexed, want, "{pattern}");
+    }
+}
+
+#[tokio::test]
 async fn bad_queries_get_typed_errors() {
     let t = graph().await;
     let m = Target::main();
