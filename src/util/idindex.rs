@@ -3,9 +3,10 @@
 //! to position. The loader checks every edge endpoint against one and the
 //! graph index resolves every edge through one, so at 10 M edges lookups
 //! are the cost: each slot carries 32 bits of the hash (a probe rarely
-//! touches a wrong id's bytes), and [`IdIndex::lookup_all`] walks its input
-//! in groups, prefetching each group's slots, offsets and id bytes one stage
-//! ahead, so the cache misses of a group overlap instead of queueing.
+//! touches a wrong id's bytes) and where the id's bytes are, and
+//! [`IdIndex::lookup_all`] walks its input in groups, prefetching each
+//! group's slots and then its id bytes a stage ahead, so the cache misses of
+//! a group overlap instead of queueing.
 
 use std::hash::Hasher;
 
@@ -13,11 +14,11 @@ use arrow_array::{Array, StringArray};
 
 use super::hash::FxHasher;
 
-/// The value of a slot nobody holds, and of a lookup that found nothing.
+/// The value of a lookup that found nothing.
 pub const ABSENT: u32 = u32::MAX;
-const EMPTY_SLOT: u64 = u64::MAX;
-/// How many lookups are in flight at once.
-const GROUP: usize = 32;
+const EMPTY_TAG: u64 = u64::MAX;
+/// Lookups per pipeline stage; three stages are in flight at once.
+const GROUP: usize = 16;
 
 #[inline]
 fn hash(s: &str) -> u64 {
@@ -38,10 +39,25 @@ fn prefetch<T>(p: *const T) {
     let _ = p;
 }
 
+/// One slot names an id's position and where its bytes are, so checking a
+/// candidate touches the slot and the bytes, nothing in between.
+#[derive(Clone, Copy)]
+struct Slot {
+    /// `tag << 32 | position`, where the tag is the hash's high half.
+    tag_pos: u64,
+    offset: u32,
+    len: u32,
+}
+
+const EMPTY: Slot = Slot {
+    tag_pos: EMPTY_TAG,
+    offset: 0,
+    len: 0,
+};
+
 pub struct IdIndex {
     pub ids: StringArray,
-    /// `tag << 32 | position`, where the tag is the hash's high half.
-    slots: Vec<u64>,
+    slots: Vec<Slot>,
     mask: usize,
 }
 
@@ -49,16 +65,25 @@ impl IdIndex {
     /// Index `ids`; a repeated id resolves to its first position.
     pub fn new(ids: StringArray) -> Self {
         assert!(ids.len() < ABSENT as usize, "an id index holds < 2^32 ids");
+        assert!(
+            ids.values().len() <= u32::MAX as usize,
+            "an id index holds < 4 GiB of ids"
+        );
         let cap = (ids.len() * 2).next_power_of_two().max(16);
-        let mut slots = vec![EMPTY_SLOT; cap];
+        let mut slots = vec![EMPTY; cap];
         let mask = cap - 1;
+        let offsets = ids.value_offsets();
         for i in 0..ids.len() {
             let h = hash(ids.value(i));
             let mut s = h as usize & mask;
-            while slots[s] != EMPTY_SLOT {
+            while slots[s].tag_pos != EMPTY_TAG {
                 s = (s + 1) & mask;
             }
-            slots[s] = (h >> 32) << 32 | i as u64;
+            slots[s] = Slot {
+                tag_pos: (h >> 32) << 32 | i as u64,
+                offset: offsets[i] as u32,
+                len: (offsets[i + 1] - offsets[i]) as u32,
+            };
         }
         Self { ids, slots, mask }
     }
@@ -74,15 +99,18 @@ impl IdIndex {
     #[inline]
     fn find(&self, id: &str, h: u64) -> Option<u32> {
         let tag = h >> 32;
+        let bytes = self.ids.values().as_slice();
         let mut s = h as usize & self.mask;
         loop {
-            let v = self.slots[s];
-            if v == EMPTY_SLOT {
+            let slot = self.slots[s];
+            if slot.tag_pos == EMPTY_TAG {
                 return None;
             }
-            let at = v as u32;
-            if v >> 32 == tag && self.ids.value(at as usize) == id {
-                return Some(at);
+            if slot.tag_pos >> 32 == tag
+                && slot.len as usize == id.len()
+                && &bytes[slot.offset as usize..][..id.len()] == id.as_bytes()
+            {
+                return Some(slot.tag_pos as u32);
             }
             s = (s + 1) & self.mask;
         }
@@ -93,47 +121,50 @@ impl IdIndex {
     }
 
     /// The position of every value of `values` (null or unknown: [`ABSENT`]),
-    /// appended to `out`.
+    /// appended to `out`. A software pipeline over groups of lookups: while
+    /// one group is checked, the next one's id bytes and the one after's
+    /// slots are being fetched.
     pub fn lookup_all(&self, values: &StringArray, out: &mut Vec<u32>) {
-        let offsets = self.ids.value_offsets();
         let bytes = self.ids.values().as_ptr();
-        let mut hashes = [0u64; GROUP];
-        let mut start = 0;
-        while start < values.len() {
-            let end = (start + GROUP).min(values.len());
-            for (k, i) in (start..end).enumerate() {
-                let h = hash(values.value(i));
-                hashes[k] = h;
-                prefetch(&self.slots[h as usize & self.mask]);
-            }
-            // The first slot of each probe is (nearly) in cache: fetch the
-            // offsets of the id it names, then that id's bytes.
-            for h in &hashes[..end - start] {
-                let v = self.slots[*h as usize & self.mask];
-                if v != EMPTY_SLOT && v >> 32 == h >> 32 {
-                    prefetch(&offsets[v as u32 as usize]);
+        let n = values.len();
+        let groups = n.div_ceil(GROUP);
+        let mut hashes = [[0u64; GROUP]; 3];
+        let range = |g: usize| g * GROUP..((g + 1) * GROUP).min(n);
+        out.reserve(n);
+        for step in 0..groups + 2 {
+            if step < groups {
+                let ring = &mut hashes[step % 3];
+                for (k, i) in range(step).enumerate() {
+                    let h = hash(values.value(i));
+                    ring[k] = h;
+                    prefetch(&self.slots[h as usize & self.mask]);
                 }
             }
-            for h in &hashes[..end - start] {
-                let v = self.slots[*h as usize & self.mask];
-                if v != EMPTY_SLOT && v >> 32 == h >> 32 {
-                    let o = offsets[v as u32 as usize];
-                    prefetch(bytes.wrapping_add(o as usize));
+            if (1..=groups).contains(&step) {
+                let g = step - 1;
+                for h in &hashes[g % 3][..range(g).len()] {
+                    let slot = self.slots[*h as usize & self.mask];
+                    if slot.tag_pos != EMPTY_TAG && slot.tag_pos >> 32 == h >> 32 {
+                        prefetch(bytes.wrapping_add(slot.offset as usize));
+                    }
                 }
             }
-            for (k, i) in (start..end).enumerate() {
-                out.push(if values.is_null(i) {
-                    ABSENT
-                } else {
-                    self.find(values.value(i), hashes[k]).unwrap_or(ABSENT)
-                });
+            if step >= 2 {
+                let g = step - 2;
+                for (k, i) in range(g).enumerate() {
+                    out.push(if values.is_null(i) {
+                        ABSENT
+                    } else {
+                        self.find(values.value(i), hashes[g % 3][k])
+                            .unwrap_or(ABSENT)
+                    });
+                }
             }
-            start = end;
         }
     }
 
     pub fn bytes(&self) -> usize {
-        self.ids.get_array_memory_size() + self.slots.len() * 8
+        self.ids.get_array_memory_size() + self.slots.len() * std::mem::size_of::<Slot>()
     }
 }
 

@@ -34,9 +34,20 @@ impl Monotonic {
         }
     }
 
-    pub fn next_id(&mut self) -> String {
+    /// The next id, spelt on the stack (bulk loads make millions).
+    pub fn next_id(&mut self) -> Spelt {
         self.next = self.next.wrapping_add(1);
-        encode(self.next)
+        Spelt(spell(self.next))
+    }
+}
+
+/// A ULID's 26 characters, without a heap allocation.
+pub struct Spelt([u8; 26]);
+
+impl std::ops::Deref for Spelt {
+    type Target = str;
+    fn deref(&self) -> &str {
+        std::str::from_utf8(&self.0).expect("the alphabet is ascii")
     }
 }
 
@@ -47,13 +58,17 @@ fn decode(s: &str) -> u128 {
     })
 }
 
-fn encode(mut v: u128) -> String {
+fn spell(mut v: u128) -> [u8; 26] {
     let mut out = [0u8; 26];
     for slot in out.iter_mut().rev() {
         *slot = ALPHABET[(v & 31) as usize];
         v >>= 5;
     }
-    String::from_utf8(out.to_vec()).expect("ascii")
+    out
+}
+
+fn encode(v: u128) -> String {
+    String::from_utf8(spell(v).to_vec()).expect("ascii")
 }
 
 #[cfg(test)]
@@ -72,7 +87,7 @@ mod tests {
         assert_eq!(decode(&a), decode(&a.clone()));
         assert_eq!(encode(decode(&a)), a);
         let mut m = Monotonic::new();
-        let (x, y) = (m.next_id(), m.next_id());
-        assert!(x < y);
+        let (x, y) = (m.next_id().to_string(), m.next_id().to_string());
+        assert!(x < y && x.len() == 26);
     }
 }

@@ -254,8 +254,18 @@ impl PropRule {
             None => return Ok(Val::Null),
             Some(c) => c,
         };
-        let shown = cell.show();
-        let v = convert(&self.def.ty, cell).map_err(|e| (e, Some(shown.clone())))?;
+        // Spelling the value out costs more than checking it, so keep what
+        // is needed to spell it and do that only on failure (a string cell
+        // borrows the input; a list is spelt now rather than copied).
+        let kept = match &cell {
+            Cell::List(_) => Err(cell.show()),
+            c => Ok(c.clone()),
+        };
+        let shown = || match &kept {
+            Ok(c) => c.show(),
+            Err(s) => s.clone(),
+        };
+        let v = convert(&self.def.ty, cell).map_err(|e| (e, Some(shown())))?;
         if let Some(r) = &self.range {
             let (f, iv) = match &v {
                 Val::Int(i) => (*i as f64, Some(*i as i128)),
@@ -267,14 +277,17 @@ impl PropRule {
                 let show = |n: Option<Num>| n.map(|n| n.to_string()).unwrap_or_default();
                 return Err((
                     format!("violates @range({}..{})", show(r.0), show(r.1)),
-                    Some(shown),
+                    Some(shown()),
                 ));
             }
         }
         if let (Some(re), Val::Str(s)) = (&self.check, &v)
             && !re.is_match(s)
         {
-            return Err((format!("violates @check(\"{}\")", re.as_str()), Some(shown)));
+            return Err((
+                format!("violates @check(\"{}\")", re.as_str()),
+                Some(shown()),
+            ));
         }
         Ok(v)
     }

@@ -3,6 +3,8 @@
 //! `true`/`false`, dates as their stored epoch numbers), or for a composite
 //! key a compact JSON array of those strings. Everything else gets a ULID.
 
+use std::borrow::Cow;
+
 use super::cell::Cell;
 use super::columns::Val;
 
@@ -28,25 +30,25 @@ pub fn derive_id(parts: &[String]) -> String {
 }
 
 /// An edge endpoint as written in JSONL (`"from"`/`"to"`): a string id, an
-/// integer key, or a composite key written as a list.
-pub fn endpoint_id(c: &Cell) -> Option<String> {
-    match c {
-        Cell::Str(s) => Some(s.to_string()),
-        Cell::Int(i) => Some(i.to_string()),
-        Cell::UInt(u) => Some(u.to_string()),
-        Cell::Bool(b) => Some(b.to_string()),
+/// integer key, or a composite key written as a list. A string borrows.
+pub fn endpoint_id<'c>(c: &'c Cell) -> Option<Cow<'c, str>> {
+    Some(match c {
+        Cell::Str(s) => Cow::Borrowed(s.as_ref()),
+        Cell::Int(i) => Cow::Owned(i.to_string()),
+        Cell::UInt(u) => Cow::Owned(u.to_string()),
+        Cell::Bool(b) => Cow::Owned(b.to_string()),
         Cell::List(items) => {
             let parts: Option<Vec<String>> = items
                 .iter()
                 .map(|c| match c {
                     Cell::List(_) | Cell::Null | Cell::Float(_) => None,
-                    other => endpoint_id(other),
+                    other => endpoint_id(other).map(Cow::into_owned),
                 })
                 .collect();
-            Some(derive_id(&parts?))
+            Cow::Owned(derive_id(&parts?))
         }
-        Cell::Null | Cell::Float(_) => None,
-    }
+        Cell::Null | Cell::Float(_) => return None,
+    })
 }
 
 #[cfg(test)]

@@ -117,6 +117,20 @@ impl<'de> Visitor<'de> for DataSeed<'_> {
     }
 }
 
+/// An edge's `from` or `to` as an id.
+fn edge_end<'c>(c: &'c Option<Cell>, which: &str, line: usize, name: &str) -> Result<Cow<'c, str>> {
+    c.as_ref().and_then(ids::endpoint_id).ok_or_else(|| {
+        OmniError::invalid(
+            Location {
+                property: Some(which.into()),
+                value: c.as_ref().map(|c| c.show()),
+                ..at_line(line, Some(name))
+            },
+            format!("an edge needs \"{which}\": the id of its endpoint node"),
+        )
+    })
+}
+
 /// Parses lines of one block.
 struct BlockParser<'c> {
     catalog: &'c Catalog,
@@ -230,14 +244,15 @@ impl<'c> BlockParser<'c> {
                 )
             })?),
         };
-        let (id, explicit) = if !key_vals.is_empty() {
+        let generated;
+        let (id, explicit): (Cow<str>, bool) = if !key_vals.is_empty() {
             let parts: Vec<String> = key_vals
                 .iter()
                 .map(|&i| ids::key_part(&vals[i]).unwrap_or_default())
                 .collect();
             let derived = ids::derive_id(&parts);
             if let Some(g) = &given_id
-                && *g != derived
+                && **g != *derived
             {
                 return Err(OmniError::invalid(
                     Location {
@@ -248,33 +263,27 @@ impl<'c> BlockParser<'c> {
                     format!("does not match the id {derived:?} derived from the key"),
                 ));
             }
-            (derived, true)
+            (Cow::Owned(derived), true)
         } else {
             match given_id {
                 Some(g) => (g, true),
-                None => (self.ids.next_id(), false),
+                None => {
+                    generated = self.ids.next_id();
+                    (Cow::Borrowed(&*generated), false)
+                }
             }
         };
         let endpoints = if is_edge {
-            let end = |c: &Option<Cell>, which: &str| -> Result<String> {
-                c.as_ref().and_then(ids::endpoint_id).ok_or_else(|| {
-                    OmniError::invalid(
-                        Location {
-                            property: Some(which.into()),
-                            value: c.as_ref().map(|c| c.show()),
-                            ..at_line(line, Some(name))
-                        },
-                        format!("an edge needs \"{which}\": the id of its endpoint node"),
-                    )
-                })
-            };
-            Some((end(&raw.from, "from")?, end(&raw.to, "to")?))
+            Some((
+                edge_end(&raw.from, "from", line, name)?,
+                edge_end(&raw.to, "to", line, name)?,
+            ))
         } else {
             None
         };
         builder.push(
             &id,
-            endpoints.as_ref().map(|(s, d)| (s.as_str(), d.as_str())),
+            endpoints.as_ref().map(|(s, d)| (s.as_ref(), d.as_ref())),
             vals,
             line,
             explicit,

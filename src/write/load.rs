@@ -402,16 +402,27 @@ impl PrepareWork for LoadWork {
                 LoadMode::Overwrite => self.check_orphans(cx).await?,
                 LoadMode::Merge => {}
             }
+            // Tables are written side by side: a node table's encoding
+            // overlaps the edge table's.
+            let mut targets = Vec::new();
             for pt in self.parsed.types.values() {
-                let target = cx.target(&pt.def).await?;
-                let batches = pt.batches.clone();
-                let txn = match self.mode {
-                    LoadMode::Overwrite => stage::overwrite(target.clone(), batches).await?,
-                    LoadMode::Append => stage::append(target.clone(), batches).await?,
-                    LoadMode::Merge => stage::upsert(target.clone(), batches).await?,
-                };
+                targets.push(cx.target(&pt.def).await?);
+            }
+            let staged = self.parsed.types.values().zip(&targets).map(|(pt, target)| {
+                let (target, batches) = (target.clone(), pt.batches.clone());
+                async move {
+                    let txn = match self.mode {
+                        LoadMode::Overwrite => stage::overwrite(target, batches).await?,
+                        LoadMode::Append => stage::append(target, batches).await?,
+                        LoadMode::Merge => stage::upsert(target, batches).await?,
+                    };
+                    tracing::info!(table = %pt.def.name, ms = t0.elapsed().as_millis() as u64, "load: staged");
+                    Ok::<_, OmniError>(txn)
+                }
+            });
+            let txns = futures::future::try_join_all(staged).await?;
+            for ((pt, target), txn) in self.parsed.types.values().zip(targets).zip(txns) {
                 cx.stage(&pt.def, target, txn)?;
-                tracing::info!(table = %pt.def.name, ms = t0.elapsed().as_millis() as u64, "load: staged");
             }
             let (nodes, edges) = self.counts();
             let class = match self.mode {

@@ -5,6 +5,7 @@
 //! validated against committed + pending state (keys, endpoints, `@unique`,
 //! `@card`, limits) and staged as one transaction per touched table.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -601,12 +602,14 @@ impl MutationWork {
             Some(_) => {
                 let end = |k: &str| -> Result<String> {
                     let v = self.value(&values[k]);
-                    ids::endpoint_id(&value_cell(&v)).ok_or_else(|| {
-                        OmniError::invalid(
-                            loc(ty, Some(k), Some(format!("{v:?}"))),
-                            "an endpoint is a node id",
-                        )
-                    })
+                    ids::endpoint_id(&value_cell(&v))
+                        .map(Cow::into_owned)
+                        .ok_or_else(|| {
+                            OmniError::invalid(
+                                loc(ty, Some(k), Some(format!("{v:?}"))),
+                                "an endpoint is a node id",
+                            )
+                        })
                 };
                 Some((end("from")?, end("to")?))
             }
