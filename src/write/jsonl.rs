@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use arrow_array::RecordBatch;
-use serde::Deserialize;
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
@@ -47,19 +46,95 @@ pub struct Parsed {
     pub bytes: u64,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawLine<'a> {
-    #[serde(rename = "type", borrow, default)]
+/// One line, read in one pass: `data` goes straight into cells when its type
+/// is already known (the usual key order), and is kept raw otherwise.
+struct Line<'a> {
     node: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
     edge: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
     from: Option<Cell<'a>>,
-    #[serde(borrow, default)]
     to: Option<Cell<'a>>,
-    #[serde(borrow, default)]
-    data: Option<&'a RawValue>,
+    data: Data<'a>,
+}
+
+enum Data<'a> {
+    Absent,
+    Read(Row<'a>),
+    Raw(&'a RawValue),
+}
+
+const LINE_FIELDS: &[&str] = &["type", "edge", "from", "to", "data"];
+
+struct LineSeed<'r> {
+    catalog: &'r Catalog,
+    rules: &'r HashMap<String, Arc<TypeRules>>,
+    problem: &'r mut Option<(String, String)>,
+}
+
+impl<'de> DeserializeSeed<'de> for LineSeed<'_> {
+    type Value = Line<'de>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<Line<'de>, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+fn once<T, E: serde::de::Error>(
+    slot: &mut Option<T>,
+    value: T,
+    field: &'static str,
+) -> std::result::Result<(), E> {
+    if slot.replace(value).is_some() {
+        return Err(E::duplicate_field(field));
+    }
+    Ok(())
+}
+
+impl<'de> Visitor<'de> for LineSeed<'_> {
+    type Value = Line<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a node or edge object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Line<'de>, A::Error> {
+        let mut line = Line {
+            node: None,
+            edge: None,
+            from: None,
+            to: None,
+            data: Data::Absent,
+        };
+        let mut seen_data = false;
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            match key.as_ref() {
+                "type" => once(&mut line.node, map.next_value()?, "type")?,
+                "edge" => once(&mut line.edge, map.next_value()?, "edge")?,
+                "from" => once(&mut line.from, map.next_value()?, "from")?,
+                "to" => once(&mut line.to, map.next_value()?, "to")?,
+                "data" => {
+                    if std::mem::replace(&mut seen_data, true) {
+                        return Err(serde::de::Error::duplicate_field("data"));
+                    }
+                    let def = match (&line.node, &line.edge) {
+                        (Some(n), None) => self.catalog.get(n).filter(|d| !d.is_edge()),
+                        (None, Some(e)) => self.catalog.get(e).filter(|d| d.is_edge()),
+                        _ => None,
+                    };
+                    line.data = match def {
+                        Some(def) => Data::Read(map.next_value_seed(DataSeed {
+                            rules: &self.rules[&def.name],
+                            problem: &mut *self.problem,
+                        })?),
+                        None => match map.next_value::<Option<&'de RawValue>>()? {
+                            Some(raw) => Data::Raw(raw),
+                            None => Data::Absent,
+                        },
+                    };
+                }
+                other => return Err(serde::de::Error::unknown_field(other, LINE_FIELDS)),
+            }
+        }
+        Ok(line)
+    }
 }
 
 /// Reads a `data` object straight into per-property cells.
@@ -76,7 +151,7 @@ struct Row<'a> {
 impl<'de> DeserializeSeed<'de> for DataSeed<'_> {
     type Value = Row<'de>;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<Row<'de>, D::Error> {
-        d.deserialize_map(self)
+        d.deserialize_any(self)
     }
 }
 
@@ -85,6 +160,14 @@ impl<'de> Visitor<'de> for DataSeed<'_> {
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("an object of property values")
+    }
+
+    /// `"data": null` is no data.
+    fn visit_unit<E>(self) -> std::result::Result<Row<'de>, E> {
+        Ok(Row {
+            cells: vec![None; self.rules.props.len()],
+            id: None,
+        })
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Row<'de>, A::Error> {
@@ -158,9 +241,35 @@ impl<'c> BlockParser<'c> {
     }
 
     fn line(&mut self, text: &str, line: usize) -> Result<()> {
-        let raw: RawLine = serde_json::from_str(text).map_err(|e| {
-            OmniError::invalid(at_line(line, None), format!("malformed JSON line: {e}"))
-        })?;
+        let mut problem = None;
+        let seed = LineSeed {
+            catalog: self.catalog,
+            rules: self.rules,
+            problem: &mut problem,
+        };
+        let mut de = serde_json::Deserializer::from_str(text);
+        let raw = match seed.deserialize(&mut de).and_then(|l| de.end().map(|()| l)) {
+            Ok(l) => l,
+            Err(e) => {
+                return Err(match problem {
+                    // A property of `data` was refused: say which.
+                    Some((prop, why)) => {
+                        let name = serde_json::from_str::<serde_json::Value>(text)
+                            .ok()
+                            .and_then(|v| {
+                                let t = v.get("type").or_else(|| v.get("edge"))?;
+                                t.as_str().map(str::to_string)
+                            });
+                        let mut at = at_line(line, name.as_deref());
+                        at.property = Some(prop);
+                        OmniError::invalid(at, why)
+                    }
+                    None => {
+                        OmniError::invalid(at_line(line, None), format!("malformed JSON line: {e}"))
+                    }
+                });
+            }
+        };
         let (name, is_edge) = match (&raw.node, &raw.edge) {
             (Some(n), None) => (n.as_ref(), false),
             (None, Some(e)) => (e.as_ref(), true),
@@ -200,13 +309,14 @@ impl<'c> BlockParser<'c> {
             ));
         }
         let rules = &self.rules[&def.name];
-        let mut problem = None;
         let row = match raw.data {
-            None => Row {
+            Data::Absent => Row {
                 cells: vec![None; rules.props.len()],
                 id: None,
             },
-            Some(raw_data) => {
+            Data::Read(row) => row,
+            Data::Raw(raw_data) => {
+                let mut problem = None;
                 let mut de = serde_json::Deserializer::from_str(raw_data.get());
                 let seed = DataSeed {
                     rules,
@@ -503,6 +613,36 @@ mod tests {
         assert_eq!(at.property.as_deref(), Some("to"));
         let (_, m) = err_of("{\"edge\":\"Person\",\"from\":\"a\",\"to\":\"b\"}");
         assert!(m.contains("node type"));
+    }
+
+    #[test]
+    fn key_order_null_data_and_repeated_keys() {
+        // `data` before its type is read on a second look, with the same checks.
+        let p = run("{\"data\":{\"name\":\"a\",\"age\":3},\"type\":\"Person\"}").unwrap();
+        assert_eq!(p.types[&cat().get("Person").unwrap().id].rows(), 1);
+        // `"data": null` is no data: here a required property is missing.
+        let (at, m) = err_of("{\"type\":\"Doc\",\"data\":null}");
+        assert_eq!(
+            (at.property.as_deref(), m.as_str()),
+            (Some("title"), "required property is missing")
+        );
+        let (at, m) = err_of("{\"data\":{\"name\":\"a\",\"x\":1},\"type\":\"Person\"}");
+        assert_eq!(
+            (at.property.as_deref(), m.as_str()),
+            (Some("x"), "unknown property")
+        );
+        let (at, m) = err_of("{\"type\":\"Person\",\"data\":{\"name\":\"a\",\"x\":1}}");
+        assert_eq!(at.type_name.as_deref(), Some("Person"));
+        assert_eq!(
+            (at.property.as_deref(), m.as_str()),
+            (Some("x"), "unknown property")
+        );
+        let (_, m) = err_of("{\"type\":\"Person\",\"type\":\"Doc\"}");
+        assert!(m.contains("duplicate field `type`"), "{m}");
+        let (_, m) = err_of("{\"type\":\"Doc\",\"colour\":1}");
+        assert!(m.contains("unknown field `colour`"), "{m}");
+        let (_, m) = err_of("{\"type\":\"Doc\",\"data\":{\"title\":\"t\"}} trailing");
+        assert!(m.contains("malformed JSON"), "{m}");
     }
 
     #[test]
