@@ -61,6 +61,8 @@ pub struct PropRule {
 pub struct TypeRules {
     pub def: Arc<TypeDef>,
     pub props: Vec<PropRule>,
+    /// Positions in `props` of the `@key` properties, in key order.
+    pub key: Vec<usize>,
 }
 
 impl TypeRules {
@@ -84,9 +86,15 @@ impl TypeRules {
                 check,
             });
         }
+        let key = def
+            .key
+            .iter()
+            .filter_map(|k| props.iter().position(|p| p.def.name == *k))
+            .collect();
         Ok(Self {
             def: Arc::new(def.clone()),
             props,
+            key,
         })
     }
 

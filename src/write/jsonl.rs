@@ -4,7 +4,7 @@
 //! "last occurrence wins" and error positions are the same as a serial read.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::io::Read;
 use std::sync::Arc;
@@ -19,9 +19,13 @@ use super::columns::{TableBuilder, TypeRules};
 use super::ids;
 use crate::compiler::catalog::{Catalog, TypeDef};
 use crate::error::{Location, OmniError, Result};
+use crate::util::hash::FxHashMap;
 
 /// Input is handed to workers in blocks of about this size.
 const BLOCK_BYTES: usize = 4 << 20;
+
+/// Every type's checks, by type name.
+type RulesByName = FxHashMap<String, Arc<TypeRules>>;
 
 /// One type's rows from a file.
 pub struct ParsedType {
@@ -65,8 +69,7 @@ enum Data<'a> {
 const LINE_FIELDS: &[&str] = &["type", "edge", "from", "to", "data"];
 
 struct LineSeed<'r> {
-    catalog: &'r Catalog,
-    rules: &'r HashMap<String, Arc<TypeRules>>,
+    rules: &'r RulesByName,
     problem: &'r mut Option<(String, String)>,
 }
 
@@ -105,23 +108,25 @@ impl<'de> Visitor<'de> for LineSeed<'_> {
         };
         let mut seen_data = false;
         while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-            match key.as_ref() {
-                "type" => once(&mut line.node, map.next_value()?, "type")?,
-                "edge" => once(&mut line.edge, map.next_value()?, "edge")?,
-                "from" => once(&mut line.from, map.next_value()?, "from")?,
-                "to" => once(&mut line.to, map.next_value()?, "to")?,
-                "data" => {
+            // Byte patterns: four same-length names compare as bytes, not as
+            // four memcmp calls, on every line.
+            match key.as_bytes() {
+                [b't', b'y', b'p', b'e'] => once(&mut line.node, map.next_value()?, "type")?,
+                [b'e', b'd', b'g', b'e'] => once(&mut line.edge, map.next_value()?, "edge")?,
+                [b'f', b'r', b'o', b'm'] => once(&mut line.from, map.next_value()?, "from")?,
+                [b't', b'o'] => once(&mut line.to, map.next_value()?, "to")?,
+                [b'd', b'a', b't', b'a'] => {
                     if std::mem::replace(&mut seen_data, true) {
                         return Err(serde::de::Error::duplicate_field("data"));
                     }
-                    let def = match (&line.node, &line.edge) {
-                        (Some(n), None) => self.catalog.get(n).filter(|d| !d.is_edge()),
-                        (None, Some(e)) => self.catalog.get(e).filter(|d| d.is_edge()),
+                    let rules = match (&line.node, &line.edge) {
+                        (Some(n), None) => self.rules.get(n.as_ref()).filter(|r| !r.def.is_edge()),
+                        (None, Some(e)) => self.rules.get(e.as_ref()).filter(|r| r.def.is_edge()),
                         _ => None,
                     };
-                    line.data = match def {
-                        Some(def) => Data::Read(map.next_value_seed(DataSeed {
-                            rules: &self.rules[&def.name],
+                    line.data = match rules {
+                        Some(rules) => Data::Read(map.next_value_seed(DataSeed {
+                            rules,
                             problem: &mut *self.problem,
                         })?),
                         None => match map.next_value::<Option<&'de RawValue>>()? {
@@ -130,7 +135,7 @@ impl<'de> Visitor<'de> for LineSeed<'_> {
                         },
                     };
                 }
-                other => return Err(serde::de::Error::unknown_field(other, LINE_FIELDS)),
+                _ => return Err(serde::de::Error::unknown_field(&key, LINE_FIELDS)),
             }
         }
         Ok(line)
@@ -216,8 +221,7 @@ fn edge_end<'c>(c: &'c Option<Cell>, which: &str, line: usize, name: &str) -> Re
 
 /// Parses lines of one block.
 struct BlockParser<'c> {
-    catalog: &'c Catalog,
-    rules: &'c HashMap<String, Arc<TypeRules>>,
+    rules: &'c RulesByName,
     builders: BTreeMap<u32, TableBuilder>,
     ids: crate::util::ulid::Monotonic,
 }
@@ -231,9 +235,8 @@ fn at_line(line: usize, type_name: Option<&str>) -> Location {
 }
 
 impl<'c> BlockParser<'c> {
-    fn new(catalog: &'c Catalog, rules: &'c HashMap<String, Arc<TypeRules>>) -> Self {
+    fn new(rules: &'c RulesByName) -> Self {
         Self {
-            catalog,
             rules,
             builders: BTreeMap::new(),
             ids: crate::util::ulid::Monotonic::new(),
@@ -243,7 +246,6 @@ impl<'c> BlockParser<'c> {
     fn line(&mut self, text: &str, line: usize) -> Result<()> {
         let mut problem = None;
         let seed = LineSeed {
-            catalog: self.catalog,
             rules: self.rules,
             problem: &mut problem,
         };
@@ -286,29 +288,29 @@ impl<'c> BlockParser<'c> {
                 ));
             }
         };
-        let def = match (self.catalog.get(name), is_edge) {
-            (Some(d), e) if d.is_edge() == e => d,
-            (Some(d), _) => {
-                let what = if d.is_edge() { "an edge" } else { "a node" };
+        let rules = match self.rules.get(name) {
+            Some(r) if r.def.is_edge() == is_edge => r,
+            Some(r) => {
+                let what = if r.def.is_edge() { "an edge" } else { "a node" };
                 return Err(OmniError::invalid(
                     at_line(line, Some(name)),
                     format!("{name} is {what} type"),
                 ));
             }
-            (None, _) => {
+            None => {
                 return Err(OmniError::invalid(
                     at_line(line, Some(name)),
                     format!("unknown {} type", if is_edge { "edge" } else { "node" }),
                 ));
             }
         };
+        let def = &rules.def;
         if !is_edge && (raw.from.is_some() || raw.to.is_some()) {
             return Err(OmniError::invalid(
                 at_line(line, Some(name)),
                 "\"from\" and \"to\" belong to edges",
             ));
         }
-        let rules = &self.rules[&def.name];
         let row = match raw.data {
             Data::Absent => Row {
                 cells: vec![None; rules.props.len()],
@@ -339,7 +341,6 @@ impl<'c> BlockParser<'c> {
             .builders
             .entry(def.id)
             .or_insert_with(|| TableBuilder::new(rules.clone(), 1024));
-        let key_vals: Vec<usize> = def.key.iter().filter_map(|k| rules.prop_index(k)).collect();
         let vals = builder.validate(row.cells, Some(line))?;
         let given_id = match &row.id {
             None | Some(Cell::Null) => None,
@@ -355,8 +356,9 @@ impl<'c> BlockParser<'c> {
             })?),
         };
         let generated;
-        let (id, explicit): (Cow<str>, bool) = if !key_vals.is_empty() {
-            let parts: Vec<String> = key_vals
+        let (id, explicit): (Cow<str>, bool) = if !rules.key.is_empty() {
+            let parts: Vec<String> = rules
+                .key
                 .iter()
                 .map(|&i| ids::key_part(&vals[i]).unwrap_or_default())
                 .collect();
@@ -429,7 +431,7 @@ pub fn parse(
     mut input: impl Read,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<Parsed> {
-    let rules: HashMap<String, Arc<TypeRules>> = catalog
+    let rules: RulesByName = catalog
         .types
         .iter()
         .map(|t| Ok((t.name.clone(), Arc::new(TypeRules::new(t)?))))
@@ -453,7 +455,7 @@ pub fn parse(
                         continue;
                     }
                     let result = match std::str::from_utf8(&bytes) {
-                        Ok(text) => BlockParser::new(catalog, rules).block(text, first_line),
+                        Ok(text) => BlockParser::new(rules).block(text, first_line),
                         Err(e) => {
                             let bad_line = first_line
                                 + bytes[..e.valid_up_to()]
@@ -481,19 +483,13 @@ pub fn parse(
         let mut eof = false;
         while !eof && !failed.load(Ordering::Relaxed) {
             let mut block = std::mem::take(&mut carry);
-            let start = block.len();
-            block.resize(start + BLOCK_BYTES, 0);
-            let mut filled = start;
-            while filled < block.len() {
-                let n = input.read(&mut block[filled..])?;
-                if n == 0 {
-                    eof = true;
-                    break;
-                }
-                filled += n;
-            }
-            block.truncate(filled);
-            total_bytes += (filled - start) as u64;
+            block.reserve(BLOCK_BYTES);
+            // `read_to_end` fills spare capacity without zeroing it first.
+            let n = (&mut input)
+                .take(BLOCK_BYTES as u64)
+                .read_to_end(&mut block)?;
+            eof = n < BLOCK_BYTES;
+            total_bytes += n as u64;
             progress(total_bytes);
             if !eof {
                 match block.iter().rposition(|b| *b == b'\n') {
