@@ -26,7 +26,7 @@ for tag in ${*:-s100k}; do
   echo "## $tag: load (overwrite of social.jsonl)"
   "$BIN/omnigraph-bench" load "$D" --repeats ${REPEATS:-1}
   echo "## $tag: peers' load"
-  python3 "$SHARED/lance_floor.py" "$D" --repeats 1 2>&1 | tail -3
+  python3 "$SHARED/lance_floor.py" "$D" --repeats 1 --target "$OUT/lance_$tag" --out "$OUT/lance_$tag.json" 2>&1 | tail -3
   python3 "$SHARED/kuzu_bench.py" "$D" --load-repeats 1 --db "$OUT/kuzu_$tag" --out "$OUT/kuzu_$tag.json" 2>&1 | tail -25
   echo "## $tag: queries, warm (one process)"
   rm -rf "$OUT/$tag.omni"
@@ -34,5 +34,9 @@ for tag in ${*:-s100k}; do
   echo "## $tag: queries, cold (one CLI process per query; median of 3)"
   python3 bench/cold.py "$BIN/omnigraph" "$OUT/$tag.omni" "$D/meta.json"
 done
+echo "## single-row mutation as one CLI process"
+python3 bench/cli_mutate.py "$BIN/omnigraph" --n 30
 echo "## 1-row append latency (10 types)"
 "$BIN/omnigraph-bench" append --n 300
+echo "## mutations: latency, writer scaling, latency vs history"
+"$BIN/omnigraph-bench" mutations --n 300 --history 10000

@@ -222,12 +222,20 @@ impl LanceSubstrate {
         let Some((dir, lb)) = self.physical(table).await? else {
             return Ok(None);
         };
-        Ok(self
-            .g
-            .tables
-            .latest(&dir, lb.as_deref())
-            .await?
-            .map(|d| d.version().version))
+        // When the manifest already names a version on this Lance branch,
+        // search forward from it rather than list the whole history.
+        let manifest = self.g.manifests.latest().await?;
+        let known = manifest
+            .branches
+            .get(&table.branch)
+            .and_then(|r| r.tables.get(&table.table))
+            .filter(|t| t.lance_branch == lb)
+            .map(|t| t.version);
+        let ds = match known {
+            Some(v) => Some(self.g.tables.latest_from(&dir, lb.as_deref(), v).await?),
+            None => self.g.tables.latest(&dir, lb.as_deref()).await?,
+        };
+        Ok(ds.map(|d| d.version().version))
     }
 
     async fn prepare(&self, op: OpId, attempt: u32, branch: String, head: Head) -> IoOut {

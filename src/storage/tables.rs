@@ -151,6 +151,44 @@ impl Tables {
         }
     }
 
+    /// The newest version of a physical table whose version `known` is
+    /// known to exist (the graph manifest names it). Lance versions are
+    /// consecutive, so probing `known + 1, known + 2, ...` finds the newest
+    /// without listing every version file, which a table with a long
+    /// history would make slow for a fresh process.
+    pub async fn latest_from(
+        &self,
+        dir: &str,
+        lance_branch: Option<&str>,
+        known: u64,
+    ) -> Result<Arc<Dataset>> {
+        let key = (dir.to_string(), lance_branch.map(str::to_string));
+        if let Some(ds) = self.latest.lock().get(&key) {
+            return Ok(ds.clone());
+        }
+        let mut t = TableRef {
+            dir: dir.to_string(),
+            lance_branch: lance_branch.map(str::to_string),
+            version: known,
+        };
+        let mut newest = self.open(&t).await?;
+        loop {
+            t.version += 1;
+            let next = DatasetBuilder::from_uri(self.uri(dir))
+                .with_session(self.session.clone())
+                .with_branch(lance_branch.unwrap_or("main"), Some(t.version))
+                .load()
+                .await;
+            match next {
+                Ok(ds) => newest = Arc::new(ds),
+                Err(e) if missing_branch(&e) => break,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        self.latest.lock().insert(key, newest.clone());
+        Ok(newest)
+    }
+
     /// Make sure `lance_branch` exists on the table, forked from `from`; returns
     /// its latest version. Creating a fork changes nothing a reader can see:
     /// the manifest keeps naming `from` until a commit on the fork is published.
