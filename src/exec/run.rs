@@ -189,8 +189,7 @@ impl Ctx<'_> {
         if let Some(v) = self.cache.get::<IdIndex>(&key) {
             return Ok(v);
         }
-        let ids = concat_strings(self.scan_strings(t, ID).await?)?;
-        let v = Arc::new(IdIndex::new(ids));
+        let v = Arc::new(IdIndex::from_parts(&self.scan_strings(t, ID).await?)?);
         self.cache.put(key, v.clone(), v.bytes());
         Ok(v)
     }
@@ -422,14 +421,6 @@ fn var_type(plan: &Plan, var: usize) -> &str {
     match &plan.vars[var].kind {
         VarKind::Node(t) | VarKind::Edge(t) => t,
     }
-}
-
-fn concat_strings(parts: Vec<StringArray>) -> Result<StringArray> {
-    if parts.is_empty() {
-        return Ok(StringArray::from(Vec::<&str>::new()));
-    }
-    let refs: Vec<&dyn Array> = parts.iter().map(|a| a as &dyn Array).collect();
-    Ok(concat(&refs)?.as_string::<i32>().clone())
 }
 
 /// A predicate as a typed Lance filter, when it is a property compared with

@@ -10,9 +10,11 @@
 
 use std::hash::Hasher;
 
+use arrow_array::cast::AsArray;
 use arrow_array::{Array, StringArray};
 
 use super::hash::FxHasher;
+use crate::error::Result;
 
 /// The value of a lookup that found nothing.
 pub const ABSENT: u32 = u32::MAX;
@@ -86,6 +88,20 @@ impl IdIndex {
             };
         }
         Self { ids, slots, mask }
+    }
+
+    /// Index the ids of several arrays, numbered in order across them (a
+    /// table's id column as its scan or a parse returns it, batch by batch).
+    pub fn from_parts(parts: &[StringArray]) -> Result<Self> {
+        let all = match parts {
+            [] => StringArray::from(Vec::<&str>::new()),
+            [one] => one.clone(),
+            many => {
+                let refs: Vec<&dyn Array> = many.iter().map(|a| a as &dyn Array).collect();
+                arrow::compute::concat(&refs)?.as_string::<i32>().clone()
+            }
+        };
+        Ok(Self::new(all))
     }
 
     pub fn len(&self) -> usize {

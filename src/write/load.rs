@@ -10,7 +10,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use arrow_array::cast::AsArray;
 use arrow_array::{Array, BooleanArray, RecordBatch, StringArray};
 use serde::Serialize;
 
@@ -19,7 +18,7 @@ use crate::compiler::catalog::{Catalog, DST, ID, SRC, TypeDef, TypeKind};
 use crate::error::{Location, OmniError, Result};
 use crate::storage::stage;
 use crate::storage::substrate::{BoxFut, PrepareCx, PrepareWork, Prepared};
-use crate::util::hash::{FxHashMap, FxHashSet};
+use crate::util::hash::FxHashMap;
 use crate::util::idindex::{ABSENT, IdIndex};
 use omnigraph_actors::WriteClass;
 
@@ -181,22 +180,14 @@ impl LoadWork {
                 let mut unresolved: Vec<(&str, usize)> = missing.into_iter().collect();
                 if !self.overwrites(node) {
                     let ds = cx.read(node).await?;
-                    let found = if unresolved.len() > PROBE_LIMIT {
-                        let mut all = FxHashSet::default();
-                        for a in stage::scan_strings(&ds, ID).await? {
-                            for i in 0..a.len() {
-                                all.insert(a.value(i).to_string());
-                            }
-                        }
-                        all
+                    if unresolved.len() > PROBE_LIMIT {
+                        let graph_ids = IdIndex::from_parts(&stage::scan_strings(&ds, ID).await?)?;
+                        unresolved.retain(|(id, _)| graph_ids.get(id).is_none());
                     } else {
                         let probe: Vec<&str> = unresolved.iter().map(|(id, _)| *id).collect();
-                        stage::existing_ids(&ds, &probe)
-                            .await?
-                            .into_iter()
-                            .collect()
-                    };
-                    unresolved.retain(|(id, _)| !found.contains(*id));
+                        let found = stage::existing_ids(&ds, &probe).await?;
+                        unresolved.retain(|(id, _)| !found.contains(*id));
+                    }
                 }
                 if let Some((id, line)) = unresolved.into_iter().min_by_key(|(_, l)| *l) {
                     let which = if column == SRC { "from" } else { "to" };
@@ -214,16 +205,11 @@ impl LoadWork {
 
     /// The ids the file gives a node type.
     fn file_ids(&self, node: &TypeDef) -> Result<IdIndex> {
-        let parts: Vec<&dyn Array> = match self.parsed.types.get(&node.id) {
-            Some(pt) => pt.batches.iter().map(|b| ids(b) as &dyn Array).collect(),
+        let parts: Vec<StringArray> = match self.parsed.types.get(&node.id) {
+            Some(pt) => pt.batches.iter().map(|b| ids(b).clone()).collect(),
             None => Vec::new(),
         };
-        let all = if parts.is_empty() {
-            StringArray::from(Vec::<&str>::new())
-        } else {
-            arrow::compute::concat(&parts)?.as_string::<i32>().clone()
-        };
-        Ok(IdIndex::new(all))
+        IdIndex::from_parts(&parts)
     }
 
     /// Append is a strict insert: an id already in the graph is a conflict.

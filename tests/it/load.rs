@@ -146,13 +146,11 @@ async fn a_graph_reopens_with_its_state() {
     drop(dir);
 }
 
-#[tokio::test]
-async fn memory_graphs_work_within_one_handle() {
-    let g = omnigraph::Omnigraph::init("memory://t1", SCHEMA)
-        .await
-        .unwrap();
+/// A new graph at `uri` with the sample people on main and one more person
+/// on branch `b`.
+async fn people_and_a_branch(uri: &str) -> omnigraph::Omnigraph {
+    let g = omnigraph::Omnigraph::init(uri, SCHEMA).await.unwrap();
     g.load("main", PEOPLE, LoadMode::Overwrite).await.unwrap();
-    assert_eq!(count(&g, "main", "Person").await, 3);
     g.branch_create("b", "main").await.unwrap();
     g.load(
         "b",
@@ -161,6 +159,12 @@ async fn memory_graphs_work_within_one_handle() {
     )
     .await
     .unwrap();
+    g
+}
+
+#[tokio::test]
+async fn memory_graphs_work_within_one_handle() {
+    let g = people_and_a_branch("memory://t1").await;
     assert_eq!(count(&g, "b", "Person").await, 4);
     assert_eq!(count(&g, "main", "Person").await, 3);
 }
@@ -173,16 +177,7 @@ async fn an_object_store_graph_reopens_through_lances_store_layer() {
         "shared-memory://omnigraph-test/{}",
         omnigraph::util::ulid::new_ulid()
     );
-    let g = omnigraph::Omnigraph::init(&uri, SCHEMA).await.unwrap();
-    g.load("main", PEOPLE, LoadMode::Overwrite).await.unwrap();
-    g.branch_create("b", "main").await.unwrap();
-    g.load(
-        "b",
-        "{\"type\":\"Person\",\"data\":{\"name\":\"Dan\"}}",
-        LoadMode::Append,
-    )
-    .await
-    .unwrap();
+    let g = people_and_a_branch(&uri).await;
     let before = fingerprint(&g).await;
     drop(g);
     let g = omnigraph::Omnigraph::open(&uri).await.unwrap();
@@ -234,4 +229,39 @@ async fn many_small_commits_are_compacted_without_changing_the_data() {
             .fragments
             >= omnigraph::write::compact::COMPACT_AT_FRAGMENTS
     );
+}
+
+#[tokio::test]
+async fn many_endpoints_in_the_graph_are_checked_against_all_its_ids() {
+    // Over 50,000 distinct endpoints that the file does not define are
+    // resolved by reading every id of the node table, not by probing.
+    let t = new_graph().await;
+    let n = 50_010;
+    let people: String = (0..n)
+        .map(|i| format!("{{\"type\":\"Person\",\"data\":{{\"name\":\"p{i}\"}}}}\n"))
+        .collect();
+    t.g.load("main", &people, LoadMode::Overwrite)
+        .await
+        .unwrap();
+    let mut edges: String = (0..n)
+        .map(|i| {
+            format!(
+                "{{\"edge\":\"Knows\",\"from\":\"p{i}\",\"to\":\"p{}\"}}\n",
+                (i + 1) % n
+            )
+        })
+        .collect();
+    t.g.load("main", &edges, LoadMode::Overwrite).await.unwrap();
+    assert_eq!(count(&t.g, "main", "Knows").await, n);
+    edges.push_str("{\"edge\":\"Knows\",\"from\":\"p1\",\"to\":\"ghost\"}\n");
+    let before = fingerprint(&t.g).await;
+    match t.g.load("main", &edges, LoadMode::Overwrite).await {
+        Err(omnigraph::OmniError::Invalid { at, .. }) => {
+            assert_eq!(at.line, Some(n + 1));
+            assert_eq!(at.property.as_deref(), Some("to"));
+            assert_eq!(at.value.as_deref(), Some("\"ghost\""));
+        }
+        other => panic!("expected the ghost endpoint to be refused, got {other:?}"),
+    }
+    assert_eq!(before, fingerprint(&t.g).await);
 }
