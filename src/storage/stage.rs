@@ -130,14 +130,16 @@ pub async fn edges_touching(
     by_dst: bool,
 ) -> Result<(Vec<StringArray>, Vec<StringArray>)> {
     let (mut src, mut dst) = (Vec::new(), Vec::new());
+    if !by_src && !by_dst {
+        return Ok((src, dst));
+    }
     for chunk in ids.chunks(PROBE_CHUNK) {
         let list: Vec<_> = chunk.iter().map(|s| lit(s.to_string())).collect();
         let on = |c: &str| col(c).in_list(list.clone(), false);
         let filter = match (by_src, by_dst) {
             (true, true) => on("src").or(on("dst")),
             (true, false) => on("src"),
-            (false, true) => on("dst"),
-            (false, false) => return Ok((src, dst)),
+            _ => on("dst"),
         };
         let mut scan = ds.scan();
         scan.project(&["src", "dst"])?;

@@ -29,6 +29,13 @@ pub trait PrepareWork: Send + Sync + 'static {
 }
 
 /// The result of a successful prepare.
+/// Where one graph branch's table lives (see `physical`).
+struct Physical {
+    dir: String,
+    lance_branch: Option<String>,
+    named: Option<u64>,
+}
+
 pub struct Prepared {
     pub class: WriteClass,
     /// Recorded in the commit record and returned to the caller.
@@ -199,15 +206,25 @@ impl LanceSubstrate {
             .ok_or_else(|| OmniError::Storage(format!("unknown table {key}")))
     }
 
-    /// A physical table: its folder and the Lance branch the graph branch
-    /// writes on (per the latest manifest).
-    async fn physical(&self, table: &TableKey) -> Result<Option<(String, Option<String>)>> {
+    /// A physical table: its folder, the Lance branch the graph branch
+    /// writes on, and the version of it the latest manifest names (none
+    /// while the branch still shares its parent's table).
+    async fn physical(&self, table: &TableKey) -> Result<Option<Physical>> {
         let latest = self.g.manifests.latest().await?;
         let Some(rec) = latest.branches.get(&table.branch) else {
             return Ok(None);
         };
-        let dir = self.table_def(&table.table)?.table_dir();
-        Ok(Some((dir, rec.own_lance_branch(&table.branch))))
+        let lance_branch = rec.own_lance_branch(&table.branch);
+        let named = rec
+            .tables
+            .get(&table.table)
+            .filter(|t| t.lance_branch == lance_branch)
+            .map(|t| t.version);
+        Ok(Some(Physical {
+            dir: self.table_def(&table.table)?.table_dir(),
+            lance_branch,
+            named,
+        }))
     }
 
     async fn read_head(&self, branch: &str) -> Result<Option<Head>> {
@@ -219,21 +236,15 @@ impl LanceSubstrate {
     }
 
     async fn table_version(&self, table: &TableKey) -> Result<Option<u64>> {
-        let Some((dir, lb)) = self.physical(table).await? else {
+        let Some(p) = self.physical(table).await? else {
             return Ok(None);
         };
-        // When the manifest already names a version on this Lance branch,
-        // search forward from it rather than list the whole history.
-        let manifest = self.g.manifests.latest().await?;
-        let known = manifest
-            .branches
-            .get(&table.branch)
-            .and_then(|r| r.tables.get(&table.table))
-            .filter(|t| t.lance_branch == lb)
-            .map(|t| t.version);
-        let ds = match known {
-            Some(v) => Some(self.g.tables.latest_from(&dir, lb.as_deref(), v).await?),
-            None => self.g.tables.latest(&dir, lb.as_deref()).await?,
+        let lb = p.lance_branch.as_deref();
+        // When the manifest names a version on this Lance branch, search
+        // forward from it rather than list the whole history.
+        let ds = match p.named {
+            Some(v) => Some(self.g.tables.latest_from(&p.dir, lb, v).await?),
+            None => self.g.tables.latest(&p.dir, lb).await?,
         };
         Ok(ds.map(|d| d.version().version))
     }
@@ -318,11 +329,14 @@ impl LanceSubstrate {
     }
 
     async fn restore(&self, table: &TableKey, to: u64) -> Result<u64> {
-        let (dir, lb) = self
+        let p = self
             .physical(table)
             .await?
             .ok_or_else(|| OmniError::NotFound(format!("branch '{}'", table.branch)))?;
-        self.g.tables.restore(&dir, lb.as_deref(), to).await
+        self.g
+            .tables
+            .restore(&p.dir, p.lance_branch.as_deref(), to)
+            .await
     }
 
     async fn inspect(&self, intent: &Intent) -> Result<Inspection> {
@@ -338,11 +352,11 @@ impl LanceSubstrate {
         let mut latest_versions = Vec::new();
         for t in &intent.tables {
             match self.physical(&t.table).await? {
-                Some((dir, lb)) => {
+                Some(p) => {
                     let (l, top) = self
                         .g
                         .tables
-                        .find_landed(&dir, lb.as_deref(), t.base, &t.txn)
+                        .find_landed(&p.dir, p.lance_branch.as_deref(), t.base, &t.txn)
                         .await?;
                     landed.push(l);
                     latest_versions.push(top);

@@ -98,10 +98,8 @@ impl Tables {
         if let Some(ds) = self.opened.lock().get(&key) {
             return Ok(ds.clone());
         }
-        let ds = DatasetBuilder::from_uri(self.uri(&t.dir))
-            .with_session(self.session.clone())
-            .with_branch(t.lance_branch.as_deref().unwrap_or("main"), Some(t.version))
-            .load()
+        let ds = self
+            .load_version(&t.dir, t.lance_branch.as_deref(), t.version)
             .await
             .map_err(|e| {
                 OmniError::Storage(format!(
@@ -118,6 +116,26 @@ impl Tables {
         Ok(ds)
     }
 
+    async fn load_version(
+        &self,
+        dir: &str,
+        lance_branch: Option<&str>,
+        version: u64,
+    ) -> lance::Result<Dataset> {
+        DatasetBuilder::from_uri(self.uri(dir))
+            .with_session(self.session.clone())
+            .with_branch(lance_branch.unwrap_or("main"), Some(version))
+            .load()
+            .await
+    }
+
+    fn cached_latest(&self, dir: &str, lance_branch: Option<&str>) -> Option<Arc<Dataset>> {
+        self.latest
+            .lock()
+            .get(&(dir.to_string(), lance_branch.map(str::to_string)))
+            .cloned()
+    }
+
     fn remember_latest(&self, dir: &str, lance_branch: Option<String>, ds: Arc<Dataset>) {
         self.latest
             .lock()
@@ -131,9 +149,8 @@ impl Tables {
         dir: &str,
         lance_branch: Option<&str>,
     ) -> Result<Option<Arc<Dataset>>> {
-        let key = (dir.to_string(), lance_branch.map(str::to_string));
-        if let Some(ds) = self.latest.lock().get(&key) {
-            return Ok(Some(ds.clone()));
+        if let Some(ds) = self.cached_latest(dir, lance_branch) {
+            return Ok(Some(ds));
         }
         let builder = DatasetBuilder::from_uri(self.uri(dir)).with_session(self.session.clone());
         let builder = match lance_branch {
@@ -143,7 +160,7 @@ impl Tables {
         match builder.load().await {
             Ok(ds) => {
                 let ds = Arc::new(ds);
-                self.latest.lock().insert(key, ds.clone());
+                self.remember_latest(dir, lance_branch.map(str::to_string), ds.clone());
                 Ok(Some(ds))
             }
             Err(e) if lance_branch.is_some() && missing_branch(&e) => Ok(None),
@@ -162,30 +179,25 @@ impl Tables {
         lance_branch: Option<&str>,
         known: u64,
     ) -> Result<Arc<Dataset>> {
-        let key = (dir.to_string(), lance_branch.map(str::to_string));
-        if let Some(ds) = self.latest.lock().get(&key) {
-            return Ok(ds.clone());
+        if let Some(ds) = self.cached_latest(dir, lance_branch) {
+            return Ok(ds);
         }
-        let mut t = TableRef {
-            dir: dir.to_string(),
-            lance_branch: lance_branch.map(str::to_string),
-            version: known,
-        };
-        let mut newest = self.open(&t).await?;
+        let mut newest = self
+            .open(&TableRef {
+                dir: dir.to_string(),
+                lance_branch: lance_branch.map(str::to_string),
+                version: known,
+            })
+            .await?;
         loop {
-            t.version += 1;
-            let next = DatasetBuilder::from_uri(self.uri(dir))
-                .with_session(self.session.clone())
-                .with_branch(lance_branch.unwrap_or("main"), Some(t.version))
-                .load()
-                .await;
-            match next {
+            let next = newest.version().version + 1;
+            match self.load_version(dir, lance_branch, next).await {
                 Ok(ds) => newest = Arc::new(ds),
                 Err(e) if missing_branch(&e) => break,
                 Err(e) => return Err(e.into()),
             }
         }
-        self.latest.lock().insert(key, newest.clone());
+        self.remember_latest(dir, lance_branch.map(str::to_string), newest.clone());
         Ok(newest)
     }
 
