@@ -17,10 +17,20 @@ pub struct Adjacency {
 }
 
 impl Adjacency {
-    fn build(n: usize, pairs: &[(u32, u32)]) -> Self {
+    /// From `(source, destination)` per edge row, over `nodes` nodes;
+    /// `reverse` indexes by destination instead. A dangling edge (an
+    /// [`ABSENT`] end) goes into one extra bucket past the last node, which
+    /// no lookup reads, so it can never be followed.
+    fn build(nodes: usize, pairs: &[(u32, u32)], reverse: bool) -> Self {
+        let aim = |&(a, b): &(u32, u32)| match (a == ABSENT || b == ABSENT, reverse) {
+            (true, _) => (nodes as u32, 0),
+            (false, false) => (a, b),
+            (false, true) => (b, a),
+        };
+        let n = nodes + 1;
         let mut offsets = vec![0u32; n + 1];
-        for (from, _) in pairs {
-            offsets[*from as usize + 1] += 1;
+        for p in pairs {
+            offsets[aim(p).0 as usize + 1] += 1;
         }
         for i in 0..n {
             offsets[i + 1] += offsets[i];
@@ -29,11 +39,12 @@ impl Adjacency {
         let mut targets = vec![0u32; pairs.len()];
         let mut edges = vec![0u32; pairs.len()];
         // `pairs` is indexed by edge row, so entries stay in edge-row order.
-        for (row, (from, to)) in pairs.iter().enumerate() {
-            let at = fill[*from as usize] as usize;
-            targets[at] = *to;
+        for (row, p) in pairs.iter().enumerate() {
+            let (from, to) = aim(p);
+            let at = fill[from as usize] as usize;
+            targets[at] = to;
             edges[at] = row as u32;
-            fill[*from as usize] += 1;
+            fill[from as usize] += 1;
         }
         Self {
             offsets,
@@ -112,31 +123,9 @@ impl GraphIndex {
             .iter()
             .filter(|(a, b)| *a == ABSENT || *b == ABSENT)
             .count();
-        // Dangling edges cannot be followed; keep their rows out of adjacency
-        // by pointing them nowhere (node count + 1 bucket is never read).
-        let out_pairs: Vec<(u32, u32)> = pairs
-            .iter()
-            .map(|&(a, b)| {
-                if a == ABSENT || b == ABSENT {
-                    (from.len() as u32, 0)
-                } else {
-                    (a, b)
-                }
-            })
-            .collect();
-        let in_pairs: Vec<(u32, u32)> = pairs
-            .iter()
-            .map(|&(a, b)| {
-                if a == ABSENT || b == ABSENT {
-                    (to.len() as u32, 0)
-                } else {
-                    (b, a)
-                }
-            })
-            .collect();
         Self {
-            out: Adjacency::build(from.len() + 1, &out_pairs),
-            inn: Adjacency::build(to.len() + 1, &in_pairs),
+            out: Adjacency::build(from.len(), &pairs, false),
+            inn: Adjacency::build(to.len(), &pairs, true),
             skipped,
             edges: total,
         }
