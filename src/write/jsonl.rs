@@ -70,7 +70,7 @@ const LINE_FIELDS: &[&str] = &["type", "edge", "from", "to", "data"];
 
 struct LineSeed<'r> {
     rules: &'r RulesByName,
-    problem: &'r mut Option<(String, String)>,
+    problem: &'r mut Option<Refused>,
 }
 
 impl<'de> DeserializeSeed<'de> for LineSeed<'_> {
@@ -142,15 +142,40 @@ impl<'de> Visitor<'de> for LineSeed<'_> {
     }
 }
 
+/// A property of a `data` object that was refused, and why.
+struct Refused {
+    type_name: String,
+    property: String,
+    why: String,
+}
+
+impl Refused {
+    fn at_line(self, line: usize) -> OmniError {
+        let mut at = at_line(line, Some(&self.type_name));
+        at.property = Some(self.property);
+        OmniError::invalid(at, self.why)
+    }
+}
+
 /// Reads a `data` object straight into per-property cells.
 struct DataSeed<'r> {
     rules: &'r TypeRules,
-    problem: &'r mut Option<(String, String)>,
+    problem: &'r mut Option<Refused>,
 }
 
 struct Row<'a> {
     cells: Vec<Option<Cell<'a>>>,
     id: Option<Cell<'a>>,
+}
+
+impl DataSeed<'_> {
+    fn refuse(&mut self, property: &str, why: String) {
+        *self.problem = Some(Refused {
+            type_name: self.rules.def.name.clone(),
+            property: property.to_string(),
+            why,
+        });
+    }
 }
 
 impl<'de> DeserializeSeed<'de> for DataSeed<'_> {
@@ -175,7 +200,10 @@ impl<'de> Visitor<'de> for DataSeed<'_> {
         })
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Row<'de>, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(
+        mut self,
+        mut map: A,
+    ) -> std::result::Result<Row<'de>, A::Error> {
         let mut row = Row {
             cells: vec![None; self.rules.props.len()],
             id: None,
@@ -186,17 +214,17 @@ impl<'de> Visitor<'de> for DataSeed<'_> {
                 continue;
             }
             let Some(i) = self.rules.prop_index(&key) else {
-                *self.problem = Some((key.to_string(), "unknown property".into()));
+                self.refuse(&key, "unknown property".into());
                 return Err(serde::de::Error::custom("unknown property"));
             };
             if row.cells[i].is_some() {
-                *self.problem = Some((key.to_string(), "property given twice".into()));
+                self.refuse(&key, "property given twice".into());
                 return Err(serde::de::Error::custom("duplicate property"));
             }
             match map.next_value::<Cell<'de>>() {
                 Ok(c) => row.cells[i] = Some(c),
                 Err(e) => {
-                    *self.problem = Some((key.to_string(), e.to_string()));
+                    self.refuse(&key, e.to_string());
                     return Err(e);
                 }
             }
@@ -254,18 +282,7 @@ impl<'c> BlockParser<'c> {
             Ok(l) => l,
             Err(e) => {
                 return Err(match problem {
-                    // A property of `data` was refused: say which.
-                    Some((prop, why)) => {
-                        let name = serde_json::from_str::<serde_json::Value>(text)
-                            .ok()
-                            .and_then(|v| {
-                                let t = v.get("type").or_else(|| v.get("edge"))?;
-                                t.as_str().map(str::to_string)
-                            });
-                        let mut at = at_line(line, name.as_deref());
-                        at.property = Some(prop);
-                        OmniError::invalid(at, why)
-                    }
+                    Some(refused) => refused.at_line(line),
                     None => {
                         OmniError::invalid(at_line(line, None), format!("malformed JSON line: {e}"))
                     }
@@ -327,12 +344,10 @@ impl<'c> BlockParser<'c> {
                 match seed.deserialize(&mut de) {
                     Ok(r) => r,
                     Err(e) => {
-                        let (prop, why) = problem.unwrap_or_else(|| (String::new(), e.to_string()));
-                        let mut at = at_line(line, Some(name));
-                        if !prop.is_empty() {
-                            at.property = Some(prop);
-                        }
-                        return Err(OmniError::invalid(at, why));
+                        return Err(match problem {
+                            Some(refused) => refused.at_line(line),
+                            None => OmniError::invalid(at_line(line, Some(name)), e.to_string()),
+                        });
                     }
                 }
             }
