@@ -99,21 +99,8 @@ enum Cmd {
     },
     /// Run a read query.
     Query {
-        #[arg(long = "store", value_name = "URI")]
-        store: Option<String>,
-        /// `[URI] [NAME]`: the graph (when --store is not given) and the
-        /// query's name (optional when the source holds one query).
-        #[arg(value_name = "URI_OR_NAME", num_args = 0..=2)]
-        positional: Vec<String>,
-        /// A .gq file holding the query.
-        #[arg(long = "query", value_name = "FILE")]
-        query_file: Option<PathBuf>,
-        /// The query text itself.
-        #[arg(short = 'e', long = "execute", value_name = "GQ")]
-        execute: Option<String>,
-        /// Parameters as a JSON object.
-        #[arg(long, value_name = "JSON")]
-        params: Option<String>,
+        #[command(flatten)]
+        input: QueryInput,
         #[arg(long, default_value = "main")]
         branch: String,
         /// Read the state a commit published.
@@ -131,17 +118,8 @@ enum Cmd {
     },
     /// Run a mutation (insert / update / delete) as one commit.
     Mutate {
-        #[arg(long = "store", value_name = "URI")]
-        store: Option<String>,
-        /// `[URI] [NAME]`, as for query.
-        #[arg(value_name = "URI_OR_NAME", num_args = 0..=2)]
-        positional: Vec<String>,
-        #[arg(long = "query", value_name = "FILE")]
-        query_file: Option<PathBuf>,
-        #[arg(short = 'e', long = "execute", value_name = "GQ")]
-        execute: Option<String>,
-        #[arg(long, value_name = "JSON")]
-        params: Option<String>,
+        #[command(flatten)]
+        input: QueryInput,
         #[arg(long, default_value = "main")]
         branch: String,
         /// Only if the branch head is still this commit (exit code 4 if not).
@@ -239,16 +217,39 @@ fn target(
     }
 }
 
-/// The graph, the query source and its name, and the parameters of a
-/// `query` or `mutate` invocation.
-fn query_inputs(
+/// Where a `query` or `mutate` finds its graph, its source and its
+/// parameters.
+#[derive(Args)]
+struct QueryInput {
+    #[arg(long = "store", value_name = "URI")]
     store: Option<String>,
-    positional: &[String],
+    /// `[URI] [NAME]`: the graph (when --store is not given) and the
+    /// query's name (optional when the source holds one query).
+    #[arg(value_name = "URI_OR_NAME", num_args = 0..=2)]
+    positional: Vec<String>,
+    /// A .gq file holding the query.
+    #[arg(long = "query", value_name = "FILE")]
     query_file: Option<PathBuf>,
+    /// The query text itself.
+    #[arg(short = 'e', long = "execute", value_name = "GQ")]
     execute: Option<String>,
+    /// Parameters as a JSON object.
+    #[arg(long, value_name = "JSON")]
     params: Option<String>,
+}
+
+/// The graph, the query source and its name, and the parameters.
+fn query_inputs(
+    input: QueryInput,
 ) -> Result<(String, String, String, serde_json::Value), OmniError> {
-    let (uri, name) = match (store, positional) {
+    let QueryInput {
+        store,
+        positional,
+        query_file,
+        execute,
+        params,
+    } = input;
+    let (uri, name) = match (store, positional.as_slice()) {
         (Some(s), []) => (s, None),
         (Some(s), [n]) => (s, Some(n.clone())),
         (None, [u]) => (u.clone(), None),
@@ -453,19 +454,14 @@ async fn run(cmd: Cmd) -> Result<(), OmniError> {
             }
         }
         Cmd::Query {
-            store,
-            positional,
-            query_file,
-            execute,
-            params,
+            input,
             branch,
             snapshot,
             version,
             format,
             stats,
         } => {
-            let (uri, source, name, params) =
-                query_inputs(store, &positional, query_file, execute, params)?;
+            let (uri, source, name, params) = query_inputs(input)?;
             let g = Omnigraph::open(&uri).await?;
             let result = g
                 .query(&target(branch, snapshot, version)?, &source, &name, &params)
@@ -483,17 +479,12 @@ async fn run(cmd: Cmd) -> Result<(), OmniError> {
             }
         }
         Cmd::Mutate {
-            store,
-            positional,
-            query_file,
-            execute,
-            params,
+            input,
             branch,
             if_commit,
             json,
         } => {
-            let (uri, source, name, params) =
-                query_inputs(store, &positional, query_file, execute, params)?;
+            let (uri, source, name, params) = query_inputs(input)?;
             let g = Omnigraph::open(&uri).await?;
             let r = g
                 .mutate_if(&branch, &source, &name, &params, if_commit.as_deref())

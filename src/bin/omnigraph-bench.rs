@@ -126,7 +126,7 @@ async fn append(n: usize) {
         ms.push(t0.elapsed().as_secs_f64() * 1000.0);
     }
     let mut sorted = ms.clone();
-    sorted.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
+    sorted.sort_by(f64::total_cmp);
     println!("| appends | median ms | p90 ms | p99 ms | max ms |");
     println!("|---|---|---|---|---|");
     println!(
@@ -358,7 +358,7 @@ async fn queries(dir: &str, uri: &str, repeats: usize, reference: Option<&str>) 
             ms.push(t0.elapsed().as_secs_f64() * 1000.0);
             std::hint::black_box(r);
         }
-        ms.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
+        ms.sort_by(f64::total_cmp);
         let got = normalise(q, &first);
         let verdict = match reference.as_ref().map(|r| r[variant].clone()) {
             Some(want) if want == got => "matches reference".to_string(),

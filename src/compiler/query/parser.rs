@@ -29,15 +29,7 @@ impl Parser<'_> {
         let pos = self.c.expect_keyword("query")?;
         let (name, _) = self.c.expect_ident("a query name")?;
         self.c.expect(&Tok::LParen, "'(' after the query name")?;
-        let mut params = Vec::new();
-        if !self.c.at(&Tok::RParen) {
-            loop {
-                params.push(self.param()?);
-                if !self.c.eat(&Tok::Comma) {
-                    break;
-                }
-            }
-        }
+        let params = self.comma_list(Self::param)?;
         self.c.expect(&Tok::RParen, "')' closing the parameters")?;
         // Annotations such as @description("...") are accepted and kept out of the plan.
         while self.c.eat(&Tok::At) {
@@ -376,17 +368,24 @@ impl Parser<'_> {
 
     fn args(&mut self) -> Result<Vec<Expr>> {
         self.c.expect(&Tok::LParen, "'('")?;
-        let mut args = Vec::new();
+        let args = self.comma_list(Self::expr)?;
+        self.c.expect(&Tok::RParen, "')'")?;
+        Ok(args)
+    }
+
+    /// Comma-separated items before a closing ')' (left for the caller);
+    /// none is fine, a trailing comma is not.
+    fn comma_list<T>(&mut self, item: fn(&mut Self) -> Result<T>) -> Result<Vec<T>> {
+        let mut items = Vec::new();
         if !self.c.at(&Tok::RParen) {
             loop {
-                args.push(self.expr()?);
+                items.push(item(self)?);
                 if !self.c.eat(&Tok::Comma) {
                     break;
                 }
             }
         }
-        self.c.expect(&Tok::RParen, "')'")?;
-        Ok(args)
+        Ok(items)
     }
 
     /// A value in a binding's property list or a mutation: literal, `$param`, `now()`.
