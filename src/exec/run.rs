@@ -253,14 +253,14 @@ impl Ctx<'_> {
         sources: &[u32],
     ) -> Result<Arc<GraphIndex>> {
         let key = self.graph_key(edge)?;
+        if let Some(g) = self.cached_graph(edge, &key) {
+            return Ok(g);
+        }
         let probe = Key::Probed(self.phys(self.def(edge))?);
         let mut distinct = sources.to_vec();
         distinct.sort_unstable();
         distinct.dedup();
-        if distinct.len() > PROBE_SOURCES_MAX
-            || self.cache.get::<GraphIndex>(&key).is_some()
-            || self.cache.get::<()>(&probe).is_some()
-        {
+        if distinct.len() > PROBE_SOURCES_MAX || self.cache.get::<()>(&probe).is_some() {
             return self.graph(edge).await;
         }
         self.cache.put(probe, Arc::new(()), 64);
@@ -296,16 +296,22 @@ impl Ctx<'_> {
         Ok(Arc::new(GraphIndex::build(&src, &dst, &from_ids, &to_ids)))
     }
 
+    /// The edge type's index if the runtime cache holds it (counted as a hit).
+    fn cached_graph(&self, edge: &str, key: &Key) -> Option<Arc<GraphIndex>> {
+        let g = self.cache.get::<GraphIndex>(key)?;
+        self.cache
+            .stats
+            .graph_hits
+            .fetch_add(1, AtomicOrdering::Relaxed);
+        tracing::debug!(edge, "graph index reused from the runtime cache");
+        Some(g)
+    }
+
     pub async fn graph(&self, edge: &str) -> Result<Arc<GraphIndex>> {
         let e = self.def(edge);
         let (from, to) = e.endpoints().expect("edge");
         let key = self.graph_key(edge)?;
-        if let Some(g) = self.cache.get::<GraphIndex>(&key) {
-            self.cache
-                .stats
-                .graph_hits
-                .fetch_add(1, AtomicOrdering::Relaxed);
-            tracing::debug!(edge, "graph index reused from the runtime cache");
+        if let Some(g) = self.cached_graph(edge, &key) {
             return Ok(g);
         }
         let from_ids = self.node_ids(from).await?;
