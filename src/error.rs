@@ -66,8 +66,13 @@ pub enum OmniError {
         "read set changed: the branch moved while the write was prepared; read again and retry"
     )]
     ReadSetChanged,
-    #[error("write contended: gave up after {attempts} attempts")]
-    Contended { attempts: u32 },
+    /// Nothing was written: the write kept losing races, or waited past its
+    /// limit for something another writer held (`waited_for` names it).
+    #[error("write contended: gave up after {attempts} attempts, waiting for {waited_for}")]
+    Contended { attempts: u32, waited_for: String },
+    /// A write on a handle opened with `open_read_only`.
+    #[error("the graph was opened read-only: {0}")]
+    ReadOnly(String),
     #[error("recovery required for operation {operation_id}")]
     RecoveryRequired { operation_id: String },
     #[error("resource limit exceeded: {what} (limit {limit})")]
@@ -123,6 +128,7 @@ impl OmniError {
             Self::PreconditionFailed { .. } => "PreconditionFailed",
             Self::ReadSetChanged => "ReadSetChanged",
             Self::Contended { .. } => "Contended",
+            Self::ReadOnly(_) => "ReadOnly",
             Self::RecoveryRequired { .. } => "RecoveryRequired",
             Self::ResourceLimitExceeded { .. } => "ResourceLimitExceeded",
             Self::NotFound(_) => "NotFound",

@@ -85,17 +85,27 @@ pub struct SnapshotInfo {
     pub types: Vec<TableInfo>,
 }
 
+/// The write side of a handle: absent on a read-only one.
+struct Writes {
+    substrate: Arc<LanceSubstrate>,
+    host: Host,
+}
+
 struct Inner {
     graph: Arc<GraphStorage>,
     cache: RuntimeCache,
-    substrate: Arc<LanceSubstrate>,
-    host: Host,
+    writes: Option<Writes>,
     recovery: RecoveryReport,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        self.host.stop_all_now();
+        if let Some(w) = &self.writes {
+            w.host.stop_all_now();
+            // Storage tasks may outlive the actors for a moment; the locks
+            // must not: other processes may now resolve this one's intents.
+            w.substrate.locks().release_all();
+        }
     }
 }
 
@@ -111,7 +121,13 @@ fn outcome_to_result(outcome: Outcome, detail: Option<OmniError>) -> Result<(Opt
             Err(detail.unwrap_or_else(|| OmniError::BadRequest("the write was rejected".into())))
         }
         Outcome::ReadSetChanged => Err(OmniError::ReadSetChanged),
-        Outcome::Contended { attempts } => Err(OmniError::Contended { attempts }),
+        Outcome::Contended {
+            attempts,
+            waited_for,
+        } => Err(OmniError::Contended {
+            attempts,
+            waited_for,
+        }),
         Outcome::RecoveryRequired { op } => Err(OmniError::RecoveryRequired { operation_id: op.0 }),
         Outcome::BranchNotFound(b) => Err(OmniError::NotFound(format!("branch '{b}'"))),
         Outcome::BranchExists(b) => Err(OmniError::AlreadyExists(format!("branch '{b}'"))),
@@ -133,10 +149,42 @@ impl Omnigraph {
         Self::start(graph, opts).await
     }
 
-    /// Open an existing graph; recovery resolves any interrupted write before
-    /// this returns.
+    /// Open an existing graph for reads and writes; recovery resolves the
+    /// interrupted writes of processes that are gone before this returns
+    /// (a live process's write in flight is left to it).
     pub async fn open(uri: &str) -> Result<Self> {
         Self::open_with(uri, Options::default()).await
+    }
+
+    /// Open an existing graph for reads only: nothing is written, no lock is
+    /// taken and no intent is resolved; every read sees the last published
+    /// state, which is always consistent. Writes fail with `ReadOnly`.
+    pub async fn open_read_only(uri: &str) -> Result<Self> {
+        Self::open_read_only_with(uri, Options::default()).await
+    }
+
+    pub async fn open_read_only_with(uri: &str, opts: Options) -> Result<Self> {
+        let session = opts.session.clone().unwrap_or_default();
+        let graph = Arc::new(GraphStorage::open(session, uri).await?);
+        Ok(Self {
+            inner: Arc::new(Inner {
+                graph,
+                cache: RuntimeCache::new(DEFAULT_LIMIT),
+                writes: None,
+                recovery: RecoveryReport::default(),
+            }),
+        })
+    }
+
+    /// Whether this handle was opened with `open_read_only`.
+    pub fn is_read_only(&self) -> bool {
+        self.inner.writes.is_none()
+    }
+
+    fn writes(&self, what: &str) -> Result<&Writes> {
+        self.inner.writes.as_ref().ok_or_else(|| {
+            OmniError::ReadOnly(format!("{what} needs a handle opened with Omnigraph::open"))
+        })
     }
 
     pub async fn open_with(uri: &str, opts: Options) -> Result<Self> {
@@ -147,7 +195,7 @@ impl Omnigraph {
 
     async fn start(graph: GraphStorage, opts: Options) -> Result<Self> {
         let graph = Arc::new(graph);
-        let substrate = Arc::new(LanceSubstrate::new(graph.clone(), opts.actor));
+        let substrate = Arc::new(LanceSubstrate::new(graph.clone(), opts.actor)?);
         let host = Host::start(substrate.clone(), Bugs::default()).await;
         let recovery = host
             .ready(OpId(format!("open-{}", new_ulid())))
@@ -155,6 +203,7 @@ impl Omnigraph {
             .ok_or_else(|| OmniError::Storage("recovery did not finish".into()))?;
         if let Some(op) = recovery.unresolved.first() {
             host.shutdown().await;
+            substrate.locks().release_all();
             return Err(OmniError::RecoveryRequired {
                 operation_id: op.0.clone(),
             });
@@ -163,8 +212,7 @@ impl Omnigraph {
             inner: Arc::new(Inner {
                 graph,
                 cache: RuntimeCache::new(DEFAULT_LIMIT),
-                substrate,
-                host,
+                writes: Some(Writes { substrate, host }),
                 recovery,
             }),
         })
@@ -189,7 +237,10 @@ impl Omnigraph {
 
     #[cfg(feature = "fault-injection")]
     pub fn substrate(&self) -> &Arc<LanceSubstrate> {
-        &self.inner.substrate
+        &self
+            .writes("fault injection")
+            .expect("a read-write handle")
+            .substrate
     }
 
     async fn run(
@@ -198,10 +249,11 @@ impl Omnigraph {
         label: &str,
         work: Option<Arc<dyn PrepareWork>>,
     ) -> Result<(Option<String>, u64, serde_json::Value)> {
+        let w = self.writes(label)?;
         let op = OpId(new_ulid());
-        self.inner.substrate.register(&op, label, work);
-        let outcome = self.inner.host.run(op.clone(), kind).await;
-        let ctx = self.inner.substrate.finish(&op);
+        w.substrate.register(&op, label, work);
+        let outcome = w.host.run(op.clone(), kind).await;
+        let ctx = w.substrate.finish(&op);
         let (commit, version) = outcome_to_result(outcome, ctx.error)?;
         Ok((commit, version, ctx.summary))
     }
@@ -227,13 +279,14 @@ impl Omnigraph {
         R: Read + Send + 'static,
         P: Fn(u64) + Send + Sync + 'static,
     {
+        self.writes("load")?;
         let mut branch_created = false;
         if let Some(from) = from {
             let exists = self
                 .inner
                 .graph
                 .manifests
-                .latest()
+                .refresh()
                 .await?
                 .branches
                 .contains_key(branch);
@@ -320,7 +373,7 @@ impl Omnigraph {
     }
 
     pub async fn branch_create(&self, name: &str, from: &str) -> Result<BranchInfo> {
-        let latest = self.inner.graph.manifests.latest().await?;
+        let latest = self.inner.graph.manifests.refresh().await?;
         validate_branch_name(name, latest.branches.keys())?;
         if !latest.branches.contains_key(from) {
             return Err(OmniError::NotFound(format!("branch '{from}'")));
@@ -342,7 +395,7 @@ impl Omnigraph {
     }
 
     pub async fn branch_list(&self) -> Result<Vec<BranchInfo>> {
-        let latest = self.inner.graph.manifests.latest().await?;
+        let latest = self.inner.graph.manifests.refresh().await?;
         Ok(latest
             .branches
             .iter()
@@ -361,7 +414,7 @@ impl Omnigraph {
                 "the main branch cannot be deleted".into(),
             ));
         }
-        let latest = self.inner.graph.manifests.latest().await?;
+        let latest = self.inner.graph.manifests.refresh().await?;
         if !latest.branches.contains_key(name) {
             return Err(OmniError::NotFound(format!("branch '{name}'")));
         }
@@ -448,6 +501,7 @@ impl Omnigraph {
         params: &serde_json::Value,
         expected_head: Option<&str>,
     ) -> Result<MutationResult> {
+        self.writes("mutate")?;
         let file = parser::parse(source)?;
         let decl = check::find(&file, name)?;
         let plan = mutate::check(&self.inner.graph.catalog, decl)?;

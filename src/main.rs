@@ -304,7 +304,8 @@ fn exit_code(e: &OmniError) -> i32 {
         OmniError::Parse { .. }
         | OmniError::Schema { .. }
         | OmniError::Type { .. }
-        | OmniError::BadRequest(_) => 2,
+        | OmniError::BadRequest(_)
+        | OmniError::ReadOnly(_) => 2,
         OmniError::ReadSetChanged
         | OmniError::Contended { .. }
         | OmniError::PreconditionFailed { .. } => 4,
@@ -420,7 +421,7 @@ async fn run(cmd: Cmd) -> Result<(), OmniError> {
                 }
             }
             BranchCmd::List { graph, json } => {
-                let g = Omnigraph::open(graph.uri()?).await?;
+                let g = Omnigraph::open_read_only(graph.uri()?).await?;
                 let list = g.branch_list().await?;
                 if json {
                     print_json(&list);
@@ -445,7 +446,7 @@ async fn run(cmd: Cmd) -> Result<(), OmniError> {
             version,
             json,
         } => {
-            let g = Omnigraph::open(graph.uri()?).await?;
+            let g = Omnigraph::open_read_only(graph.uri()?).await?;
             let snap = g.snapshot(&target(branch, commit, version)?).await?;
             if json {
                 print_json(&snap);
@@ -462,7 +463,7 @@ async fn run(cmd: Cmd) -> Result<(), OmniError> {
             stats,
         } => {
             let (uri, source, name, params) = query_inputs(input)?;
-            let g = Omnigraph::open(&uri).await?;
+            let g = Omnigraph::open_read_only(&uri).await?;
             let result = g
                 .query(&target(branch, snapshot, version)?, &source, &name, &params)
                 .await?;
@@ -515,7 +516,7 @@ async fn run(cmd: Cmd) -> Result<(), OmniError> {
                     json,
                 },
         } => {
-            let g = Omnigraph::open(graph.uri()?).await?;
+            let g = Omnigraph::open_read_only(graph.uri()?).await?;
             let commits = g.commits(&branch, limit).await?;
             if json {
                 print_json(&commits);
@@ -529,7 +530,7 @@ async fn run(cmd: Cmd) -> Result<(), OmniError> {
             commit,
             version,
         } => {
-            let g = Omnigraph::open(graph.uri()?).await?;
+            let g = Omnigraph::open_read_only(graph.uri()?).await?;
             let mut out = std::io::BufWriter::with_capacity(1 << 20, std::io::stdout());
             g.export(&target(branch, commit, version)?, &mut out)
                 .await?;

@@ -10,6 +10,9 @@ pub const NAMES: &[&str] = &[
     "delete-sidecar-first",
     "skip-recheck",
     "release-gates-early",
+    "recover-live-intent",
+    "skip-process-lock",
+    "delete-sidecar-before-restore",
 ];
 
 #[cfg(feature = "planted-bugs")]
@@ -21,6 +24,9 @@ pub struct Bugs {
     delete_sidecar_first: bool,
     skip_recheck: bool,
     release_gates_early: bool,
+    recover_live_intent: bool,
+    skip_process_lock: bool,
+    delete_sidecar_before_restore: bool,
 }
 
 #[cfg(feature = "planted-bugs")]
@@ -34,6 +40,9 @@ impl Bugs {
             "delete-sidecar-first" => b.delete_sidecar_first = true,
             "skip-recheck" => b.skip_recheck = true,
             "release-gates-early" => b.release_gates_early = true,
+            "recover-live-intent" => b.recover_live_intent = true,
+            "skip-process-lock" => b.skip_process_lock = true,
+            "delete-sidecar-before-restore" => b.delete_sidecar_before_restore = true,
             _ => return None,
         }
         Some(b)
@@ -55,6 +64,15 @@ impl Bugs {
     }
     pub fn release_gates_early(&self) -> bool {
         self.release_gates_early
+    }
+    pub fn recover_live_intent(&self) -> bool {
+        self.recover_live_intent
+    }
+    pub fn skip_process_lock(&self) -> bool {
+        self.skip_process_lock
+    }
+    pub fn delete_sidecar_before_restore(&self) -> bool {
+        self.delete_sidecar_before_restore
     }
 }
 
@@ -83,6 +101,15 @@ impl Bugs {
         false
     }
     pub const fn release_gates_early(&self) -> bool {
+        false
+    }
+    pub const fn recover_live_intent(&self) -> bool {
+        false
+    }
+    pub const fn skip_process_lock(&self) -> bool {
+        false
+    }
+    pub const fn delete_sidecar_before_restore(&self) -> bool {
         false
     }
 }

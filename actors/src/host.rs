@@ -79,6 +79,24 @@ impl Actor for MachineActor {
         };
         if let Err(violation) = state.machine.check() {
             tracing::error!(actor = ?state.me, violation, "protocol invariant violated");
+            // An operation whose coordinator broke an invariant must not go
+            // on as if nothing happened: it fails, typed, and stops here.
+            // Its gates stay with it until the process ends, which is safer
+            // than releasing gates whose state is unknown.
+            if let Addr::Writer(op) = &state.me {
+                let outcome =
+                    Outcome::StorageFailed(format!("protocol invariant violated: {violation}"));
+                let msg = Msg::Finished {
+                    op: op.clone(),
+                    outcome,
+                };
+                state
+                    .host
+                    .deliver(state.me.clone(), Addr::Client(op.clone()), msg)
+                    .await;
+                run_effects(&myself, state, vec![Effect::Stop]).await;
+                return Ok(());
+            }
         }
         run_effects(&myself, state, fx).await;
         Ok(())
@@ -149,8 +167,8 @@ impl HostInner {
             return Some(a.clone());
         }
         let machine: Box<dyn Machine> = match addr {
-            Addr::Branch(b) => Box::new(GateOwner::new(OwnerKind::Branch(b.clone()))),
-            Addr::Table(t) => Box::new(GateOwner::new(OwnerKind::Table(t.clone()))),
+            Addr::Branch(b) => Box::new(GateOwner::new(OwnerKind::Branch(b.clone()), self.bugs)),
+            Addr::Table(t) => Box::new(GateOwner::new(OwnerKind::Table(t.clone()), self.bugs)),
             _ => return None,
         };
         let actor = self.spawn_locked(&mut dir, addr.clone(), machine).await;
@@ -196,14 +214,14 @@ impl Host {
                 .spawn_locked(
                     &mut dir,
                     Addr::Schema,
-                    Box::new(GateOwner::new(OwnerKind::Schema)),
+                    Box::new(GateOwner::new(OwnerKind::Schema, bugs)),
                 )
                 .await;
             inner
                 .spawn_locked(&mut dir, Addr::Publisher, Box::new(Publisher::new()))
                 .await;
             inner
-                .spawn_locked(&mut dir, Addr::Recovery, Box::new(Recovery::new()))
+                .spawn_locked(&mut dir, Addr::Recovery, Box::new(Recovery::new(bugs)))
                 .await;
         }
         Self { inner }

@@ -53,6 +53,15 @@ pub enum Msg {
         table: TableKey,
         result: Result<u64, String>,
     },
+    /// Remove an unpublished fork (the holder found an orphan on it).
+    DropFork {
+        op: OpId,
+    },
+    ForkDropped {
+        op: OpId,
+        table: TableKey,
+        result: Result<(), String>,
+    },
 
     // Recovery actor.
     /// Wait until no unresolved intent touches `branch` (and the scan at start
@@ -100,6 +109,15 @@ pub enum Msg {
     StuckNoted {
         op: OpId,
     },
+    /// A writer holding `branch`'s gates saw table versions no published
+    /// state accounts for (orphans of a dead writer). Recovery rescans the
+    /// sidecars, resolves the dead ones, then sweeps these tables; the writer
+    /// has released its gates and asks for admission again after this.
+    Suspect {
+        op: OpId,
+        branch: String,
+        tables: Vec<TableKey>,
+    },
     /// Sent by a client after start: answered once the start-up scan has
     /// resolved (or given up on) every intent.
     AwaitReady {
@@ -135,6 +153,8 @@ pub struct RecoveryReport {
     pub abandoned: Vec<OpId>,
     /// Intents still unresolved (storage kept failing).
     pub unresolved: Vec<OpId>,
+    /// Sweeps that repaired orphaned table versions no intent owned.
+    pub repaired: Vec<OpId>,
 }
 
 /// Every storage request, as data.
@@ -144,7 +164,9 @@ pub enum Io {
     ReadHead {
         branch: String,
     },
-    TableVersion {
+    /// A table gate's view: the physical table's latest version beside the
+    /// version the latest manifest names for it.
+    TableView {
         table: TableKey,
     },
     /// Run the operation's statements against the snapshot at `head` and stage
@@ -165,7 +187,22 @@ pub enum Io {
     DeleteSidecar {
         op: OpId,
     },
+    /// Every sidecar on storage, each with whether its writer still lives.
     ListSidecars,
+    /// Take (or strengthen to `mode`) this process's cross-process lock on a
+    /// gate; completes once held, or fails after the wait limit.
+    LockGate {
+        gate: Addr,
+        mode: GateMode,
+    },
+    /// Give up this process's cross-process lock on a gate.
+    UnlockGate {
+        gate: Addr,
+    },
+    /// Remove the Lance branch of an unpublished fork.
+    DropFork {
+        table: TableKey,
+    },
     CommitTable {
         op: OpId,
         table: TableKey,
@@ -197,12 +234,14 @@ pub enum Io {
 pub enum IoOut {
     SchemaId(Result<String, String>),
     Head(Result<Option<Head>, String>),
-    TableVersion(Result<Option<u64>, String>),
+    TableView(Result<TableView, String>),
     /// `Err(None)`: the operation was rejected (details stay with the
     /// substrate); `Err(Some(msg))`: a storage failure.
     Prepared(Result<Plan, Option<String>>),
     Done(Result<(), String>),
-    Sidecars(Result<Vec<Intent>, String>),
+    Sidecars(Result<Vec<FoundIntent>, String>),
+    /// A gate lock: `Err` names what was waited for, or the storage error.
+    Locked(Result<(), String>),
     TableCommit(CommitResult),
     TableRestore(Result<u64, String>),
     Inspected(Result<Inspection, String>),

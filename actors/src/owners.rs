@@ -1,13 +1,21 @@
 //! The gate-owning actors: the SchemaActor, one BranchActor per branch and one
 //! TableActor per physical table. Each owns a gate; on every grant it reads the
 //! state the holder must recheck against (schema identity, branch head, table
-//! version). The TableActor also performs its table's commits and restores,
-//! and only for the current gate holder.
+//! version). The TableActor also performs its table's commits, restores and
+//! fork removals, and only for the current gate holder.
+//!
+//! A gate holds across processes: while any lease of this process holds the
+//! gate, the process holds the gate's cross-process lock (`Io::LockGate`), in
+//! a mode at least as strong as every lease's. Lock changes are serialised —
+//! one lock request in flight at a time — so an unlock can never overtake
+//! the lock that follows it. A lease is told it holds the gate only once the
+//! lock is held, and the view it gets is read after that.
 
 use std::collections::BTreeMap;
 
 use tracing::debug;
 
+use crate::bugs::Bugs;
 use crate::gate::{Gate, Lease};
 use crate::machine::*;
 use crate::types::*;
@@ -26,27 +34,121 @@ enum Pending {
     Head(Addr, OpId),
     Commit(Addr, OpId),
     Restore(Addr, OpId),
+    DropFork(Addr, OpId),
+    /// A change of the cross-process lock to this mode (`None`: unlock).
+    Lock(Option<GateMode>),
+}
+
+/// The strongest mode among some leases.
+fn strongest(leases: &[Lease]) -> Option<GateMode> {
+    leases.iter().map(|l| l.mode).max_by_key(|m| match m {
+        GateMode::Shared => 0,
+        GateMode::Exclusive => 1,
+    })
+}
+
+/// Does a lock held in `held` cover a lease in `want`?
+fn covers(held: Option<GateMode>, want: GateMode) -> bool {
+    matches!(
+        (held, want),
+        (Some(GateMode::Exclusive), _) | (Some(GateMode::Shared), GateMode::Shared)
+    )
 }
 
 pub struct GateOwner {
     kind: OwnerKind,
+    bugs: Bugs,
     gate: Gate,
     next_req: ReqId,
     pending: BTreeMap<ReqId, Pending>,
+    /// This process's cross-process lock on the gate, as last confirmed.
+    lock_held: Option<GateMode>,
+    /// A lock change is in flight.
+    lock_busy: bool,
+    /// Leases granted in this process that wait for the cross-process lock.
+    awaiting_lock: Vec<Lease>,
+    /// Holders already told the lock could not be had: they are releasing,
+    /// and the lock is not taken again on their behalf.
+    told_busy: Vec<OpId>,
     /// Protocol violations seen (a commit from a non-holder, a release from
     /// nobody); reported by `check`.
     violations: Vec<String>,
 }
 
 impl GateOwner {
-    pub fn new(kind: OwnerKind) -> Self {
+    pub fn new(kind: OwnerKind, bugs: Bugs) -> Self {
         Self {
             kind,
+            bugs,
             gate: Gate::default(),
             next_req: 0,
             pending: BTreeMap::new(),
+            lock_held: None,
+            lock_busy: false,
+            awaiting_lock: Vec::new(),
+            told_busy: Vec::new(),
             violations: Vec::new(),
         }
+    }
+
+    fn addr(&self) -> Addr {
+        match &self.kind {
+            OwnerKind::Schema => Addr::Schema,
+            OwnerKind::Branch(b) => Addr::Branch(b.clone()),
+            OwnerKind::Table(t) => Addr::Table(t.clone()),
+        }
+    }
+
+    /// This process's hold on the cross-process lock, as last confirmed.
+    pub fn lock_held(&self) -> Option<GateMode> {
+        self.lock_held
+    }
+
+    /// Bring the cross-process lock in line with the in-process holders,
+    /// then tell the leases whose lock is held. One lock change at a time.
+    fn sync_lock(&mut self) -> Vec<Effect> {
+        if self.lock_busy {
+            return Vec::new();
+        }
+        let live: Vec<Lease> = self
+            .gate
+            .holders()
+            .iter()
+            .filter(|l| !self.told_busy.contains(&l.op))
+            .cloned()
+            .collect();
+        let want = strongest(&live);
+        let change = match (self.lock_held, want) {
+            (Some(_), None) => Some(None),
+            (held, Some(m)) if !covers(held, m) => Some(Some(m)),
+            _ => None,
+        };
+        if let Some(target) = change
+            && self.bugs.skip_process_lock()
+        {
+            // The planted bug: believe the lock is held without asking.
+            self.lock_held = target;
+            return self.sync_lock();
+        }
+        if let Some(target) = change {
+            self.lock_busy = true;
+            let gate = self.addr();
+            let io = match target {
+                Some(mode) => Io::LockGate { gate, mode },
+                None => Io::UnlockGate { gate },
+            };
+            return vec![self.io(io, Pending::Lock(target))];
+        }
+        let ready: Vec<Lease> = std::mem::take(&mut self.awaiting_lock);
+        let (ready, still): (Vec<Lease>, Vec<Lease>) = ready
+            .into_iter()
+            .partition(|l| covers(self.lock_held, l.mode));
+        self.awaiting_lock = still;
+        if ready.is_empty() {
+            return Vec::new();
+        }
+        let io = self.view_io();
+        vec![self.io(io, Pending::View(ready))]
     }
 
     pub fn gate(&self) -> &Gate {
@@ -63,19 +165,16 @@ impl GateOwner {
         match &self.kind {
             OwnerKind::Schema => Io::ReadSchemaId,
             OwnerKind::Branch(b) => Io::ReadHead { branch: b.clone() },
-            OwnerKind::Table(t) => Io::TableVersion { table: t.clone() },
+            OwnerKind::Table(t) => Io::TableView { table: t.clone() },
         }
     }
 
     fn granted(&mut self, leases: Vec<Lease>) -> Vec<Effect> {
-        if leases.is_empty() {
-            return Vec::new();
-        }
         for l in &leases {
-            debug!(op = %l.op, gate = ?self.kind, mode = ?l.mode, "gate granted");
+            debug!(op = %l.op, gate = ?self.kind, mode = ?l.mode, "gate granted in process");
         }
-        let io = self.view_io();
-        vec![self.io(io, Pending::View(leases))]
+        self.awaiting_lock.extend(leases);
+        self.sync_lock()
     }
 
     fn table(&self) -> Option<&TableKey> {
@@ -101,6 +200,8 @@ impl Machine for GateOwner {
             Msg::Release { op } => match self.gate.release(&op) {
                 Some(granted) => {
                     debug!(op = %op, gate = ?self.kind, "gate released");
+                    self.awaiting_lock.retain(|l| l.op != op);
+                    self.told_busy.retain(|o| o != &op);
                     self.granted(granted)
                 }
                 None => {
@@ -162,6 +263,22 @@ impl Machine for GateOwner {
                 debug!(op = %op, table = ?table, to, "table restore");
                 vec![self.io(Io::RestoreTable { table, to }, Pending::Restore(from, op))]
             }
+            Msg::DropFork { op } => {
+                let Some(table) = self.table().cloned() else {
+                    self.violations
+                        .push(format!("fork drop sent to {:?}", self.kind));
+                    return Vec::new();
+                };
+                if !self.gate.holds(&op) {
+                    self.violations.push(format!(
+                        "{op:?} dropped the fork of {table:?} without holding its gate"
+                    ));
+                    let result = Err("not the gate holder".to_string());
+                    return vec![Effect::Send(from, Msg::ForkDropped { op, table, result })];
+                }
+                debug!(op = %op, table = ?table, "drop an unpublished fork");
+                vec![self.io(Io::DropFork { table }, Pending::DropFork(from, op))]
+            }
             other => {
                 self.violations
                     .push(format!("{:?} got unexpected {other:?}", self.kind));
@@ -179,8 +296,8 @@ impl Machine for GateOwner {
                 let view = match out {
                     IoOut::SchemaId(Ok(id)) => GateView::Schema(id),
                     IoOut::Head(Ok(h)) => GateView::Branch(h),
-                    IoOut::TableVersion(Ok(v)) => GateView::Table(v),
-                    IoOut::SchemaId(Err(e)) | IoOut::Head(Err(e)) | IoOut::TableVersion(Err(e)) => {
+                    IoOut::TableView(Ok(v)) => GateView::Table(v),
+                    IoOut::SchemaId(Err(e)) | IoOut::Head(Err(e)) | IoOut::TableView(Err(e)) => {
                         GateView::Unavailable(e)
                     }
                     other => GateView::Unavailable(format!("unexpected view {other:?}")),
@@ -212,6 +329,47 @@ impl Machine for GateOwner {
                 let table = self.table().cloned().expect("table owner");
                 vec![Effect::Send(who, Msg::TableRestored { op, table, result })]
             }
+            (Pending::DropFork(who, op), IoOut::Done(result)) => {
+                let table = self.table().cloned().expect("table owner");
+                vec![Effect::Send(who, Msg::ForkDropped { op, table, result })]
+            }
+            (Pending::Lock(target), IoOut::Locked(result)) => {
+                self.lock_busy = false;
+                match result {
+                    Ok(()) => {
+                        debug!(gate = ?self.kind, ?target, "cross-process lock changed");
+                        self.lock_held = target;
+                        self.sync_lock()
+                    }
+                    Err(e) if target.is_none() => {
+                        // An unlock that failed leaves the lock to expire with
+                        // the process (a lock file) or its lease.
+                        debug!(gate = ?self.kind, e, "cross-process unlock failed");
+                        self.lock_held = None;
+                        self.sync_lock()
+                    }
+                    Err(e) => {
+                        // Every lease waiting for this lock hears why; each
+                        // releases the gate, and the next one tries afresh.
+                        let waiting = std::mem::take(&mut self.awaiting_lock);
+                        self.told_busy.extend(waiting.iter().map(|l| l.op.clone()));
+                        let mut fx: Vec<Effect> = waiting
+                            .into_iter()
+                            .map(|l| {
+                                Effect::Send(
+                                    l.who,
+                                    Msg::Granted {
+                                        op: l.op,
+                                        view: GateView::Busy(e.clone()),
+                                    },
+                                )
+                            })
+                            .collect();
+                        fx.extend(self.sync_lock());
+                        fx
+                    }
+                }
+            }
             (p, out) => {
                 self.violations.push(format!(
                     "{:?}: completion {out:?} does not match {p:?}",
@@ -224,6 +382,14 @@ impl Machine for GateOwner {
 
     fn check(&self) -> Result<(), String> {
         self.gate.check()?;
+        for l in &self.awaiting_lock {
+            if !self.gate.holds(&l.op) {
+                return Err(format!(
+                    "{:?} waits for the lock of a gate it does not hold",
+                    l.op
+                ));
+            }
+        }
         match self.violations.first() {
             Some(v) => Err(v.clone()),
             None => Ok(()),

@@ -104,12 +104,39 @@ pub enum GateView {
     Schema(String),
     /// Branch gate: the branch's current head (`None`: the branch does not exist).
     Branch(Option<Head>),
-    /// Table gate: the latest committed version of the physical table
-    /// (`None`: the table has no storage on this branch yet).
-    Table(Option<u64>),
+    /// Table gate: the physical table's latest version beside the version
+    /// the branch's manifest says it must be at.
+    Table(TableView),
     /// The owner could not read its state; the holder must treat the gate as
     /// unusable and release it.
     Unavailable(String),
+    /// Another process held the gate for longer than the wait limit.
+    Busy(String),
+}
+
+/// What a table gate's holder sees of its physical table, read under the
+/// gate (and so under the cross-process lock).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TableView {
+    /// The latest committed version of the branch's own physical table
+    /// (`None`: the table has no storage on this branch yet).
+    pub latest: Option<u64>,
+    /// The version the latest manifest says that physical table is at: the
+    /// version it names when it names the branch's own table, else the
+    /// version an unpublished fork starts at (`None`: the branch is gone).
+    pub named: Option<u64>,
+    /// The manifest names the branch's own physical table (a fork nobody
+    /// has published yet is not named).
+    pub published: bool,
+}
+
+impl TableView {
+    /// A table version no published state accounts for. Under the gate no
+    /// live writer is between its table commit and its publish, so such a
+    /// version belongs to a dead writer (or to no intent at all).
+    pub fn orphaned(&self) -> bool {
+        self.latest.is_some() && self.named.is_some() && self.latest != self.named
+    }
 }
 
 /// Whether a write may re-prepare when its snapshot moved under it.
@@ -153,7 +180,9 @@ pub struct Plan {
 }
 
 /// A recovery sidecar: written before the first table commit, deleted after
-/// the publish. Durable across crashes.
+/// the publish. Durable across crashes. The substrate stamps it with the
+/// writing process's incarnation, which is how another process tells a live
+/// writer's intent from a dead one's.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Intent {
     pub op: OpId,
@@ -168,6 +197,14 @@ pub struct IntentTable {
     pub table: TableKey,
     pub base: u64,
     pub txn: String,
+}
+
+/// A sidecar found on storage, and whether the process that wrote it is
+/// certainly gone (its liveness lock is free, or its lease expired).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FoundIntent {
+    pub intent: Intent,
+    pub owner_alive: bool,
 }
 
 /// What storage says about an intent, read under the intent's gates.
@@ -250,9 +287,11 @@ pub enum Outcome {
     Rejected,
     /// A strict write's branch moved under it; nothing was written.
     ReadSetChanged,
-    /// A retryable write kept losing races; nothing was written.
+    /// A retryable write kept losing races, or another process held a gate
+    /// past the wait limit; nothing was written. `waited_for` names what.
     Contended {
         attempts: u32,
+        waited_for: String,
     },
     /// An effect may have landed; the intent stays for recovery.
     RecoveryRequired {
@@ -268,11 +307,89 @@ pub enum Outcome {
 
 /// Explicit limits of the protocol.
 pub mod limits {
-    /// How many times a retryable write prepares before giving up.
-    pub const MAX_PREPARE_ATTEMPTS: u32 = 8;
+    /// How many times a retryable write prepares before giving up. Retries
+    /// prepare under the branch gate, which holds across processes, so a
+    /// write needs more than two only when it meets orphans to repair.
+    pub const MAX_PREPARE_ATTEMPTS: u32 = 16;
+    /// How long a gate's cross-process lock is waited for before the write
+    /// fails `Contended` (milliseconds; the substrate enforces it).
+    pub const GATE_WAIT_LIMIT_MS: u64 = 60_000;
+    /// How many times a sweep of orphans waits for a live foreign intent on
+    /// its branch to go away before writers to the branch are refused.
+    pub const MAX_SWEEP_WAITS: u32 = 64;
+    /// Ticks between two looks at a live foreign intent that blocks a sweep.
+    pub const SWEEP_WAIT: u64 = 50;
     /// How many times recovery retries one intent after storage errors
     /// before it leaves the intent for the next open.
     pub const MAX_RECOVERY_ATTEMPTS: u32 = 16;
     /// Recovery's backoff between attempts, in ticks.
     pub const RECOVERY_BACKOFF: u64 = 10;
+}
+
+/// The one gate order: the schema gate (shared by data writes), the branch
+/// gate, then the table gates sorted by key, without duplicates. Writers and
+/// recovery both take their gates in exactly this order, which is what makes
+/// the protocol deadlock-free within a process and across processes.
+pub fn gate_order(branch: &str, tables: &[TableKey]) -> Vec<(Addr, GateMode)> {
+    let mut gates = vec![
+        (Addr::Schema, GateMode::Shared),
+        (Addr::Branch(branch.to_string()), GateMode::Exclusive),
+    ];
+    gates.extend(table_gates(tables));
+    gates
+}
+
+/// The table part of [`gate_order`]: sorted, deduplicated, exclusive.
+pub fn table_gates(tables: &[TableKey]) -> Vec<(Addr, GateMode)> {
+    let mut tables = tables.to_vec();
+    tables.sort();
+    tables.dedup();
+    tables
+        .into_iter()
+        .map(|t| (Addr::Table(t), GateMode::Exclusive))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gate_order_is_schema_branch_then_sorted_unique_tables() {
+        let t = |b: &str, n: &str| TableKey::new(b, n);
+        let order = gate_order(
+            "main",
+            &[
+                t("main", "node:B"),
+                t("main", "edge:E"),
+                t("main", "node:B"),
+            ],
+        );
+        assert_eq!(
+            order,
+            vec![
+                (Addr::Schema, GateMode::Shared),
+                (Addr::Branch("main".into()), GateMode::Exclusive),
+                (Addr::Table(t("main", "edge:E")), GateMode::Exclusive),
+                (Addr::Table(t("main", "node:B")), GateMode::Exclusive),
+            ]
+        );
+    }
+
+    #[test]
+    fn only_a_version_the_manifest_does_not_account_for_is_an_orphan() {
+        let v = |latest, named, published| TableView {
+            latest,
+            named,
+            published,
+        };
+        assert!(!v(Some(3), Some(3), true).orphaned());
+        assert!(v(Some(4), Some(3), true).orphaned());
+        // A fork that exists but was never written is not an orphan.
+        assert!(!v(Some(3), Some(3), false).orphaned());
+        assert!(v(Some(5), Some(3), false).orphaned());
+        // No fork yet, or no branch: nothing to account for.
+        assert!(!v(None, Some(3), false).orphaned());
+        assert!(!v(Some(3), None, false).orphaned());
+    }
 }

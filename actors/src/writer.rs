@@ -79,6 +79,9 @@ pub struct Writer {
     /// Retries hold the schema and branch gates while they prepare, so no
     /// other writer on the branch can make them lose again.
     early_gates: bool,
+    /// Outstanding fire-and-forget requests (discards): their completions
+    /// are expected and carry nothing to act on.
+    discards: Vec<ReqId>,
     violations: Vec<String>,
 }
 
@@ -100,6 +103,7 @@ impl Writer {
             published: None,
             after_cleanup: None,
             early_gates: false,
+            discards: Vec::new(),
             violations: Vec::new(),
         }
     }
@@ -178,21 +182,19 @@ impl Writer {
         )]
     }
 
-    fn start_acquire(&mut self, tables: Vec<TableKey>) -> Vec<Effect> {
-        let mut gates = vec![
-            (Addr::Schema, GateMode::Shared),
-            (Addr::Branch(self.branch().to_string()), GateMode::Exclusive),
-        ];
-        let mut tables = tables;
-        tables.sort();
+    /// The table gates of a plan in the one gate order (or reversed, when
+    /// the planted bug says so).
+    fn table_gates(&self, tables: &[TableKey]) -> Vec<(Addr, GateMode)> {
+        let mut gates = table_gates(tables);
         if self.bugs.reverse_gate_order() {
-            tables.reverse();
+            gates.reverse();
         }
-        gates.extend(
-            tables
-                .into_iter()
-                .map(|t| (Addr::Table(t), GateMode::Exclusive)),
-        );
+        gates
+    }
+
+    fn start_acquire(&mut self, tables: Vec<TableKey>) -> Vec<Effect> {
+        let mut gates = gate_order(self.branch(), &[]);
+        gates.extend(self.table_gates(&tables));
         self.gates = gates;
         self.views.clear();
         self.state = State::Acquiring;
@@ -212,27 +214,76 @@ impl Writer {
         )]
     }
 
+    /// The outcome a gate view that cannot be used leads to, if any: the
+    /// owner could not read its state, or another process kept the gate.
+    fn failed_view(&self) -> Option<Outcome> {
+        self.views.iter().find_map(|v| match v {
+            GateView::Unavailable(e) => Some(Outcome::StorageFailed(e.clone())),
+            GateView::Busy(e) => Some(Outcome::Contended {
+                attempts: self.attempt + 1,
+                waited_for: e.clone(),
+            }),
+            _ => None,
+        })
+    }
+
+    fn give_up_on_view(&mut self, outcome: Outcome) -> Vec<Effect> {
+        let mut fx = self.release_all();
+        if self.plan.is_some() {
+            fx.push(self.discard());
+        }
+        fx.extend(self.finish(outcome));
+        fx
+    }
+
+    /// Tables whose view shows a version no published state accounts for.
+    fn orphaned_tables(&self) -> Vec<TableKey> {
+        self.gates
+            .iter()
+            .zip(&self.views)
+            .filter_map(|((gate, _), view)| match (gate, view) {
+                (Addr::Table(t), GateView::Table(v)) if v.orphaned() => Some(t.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Orphans under our gates: hand them to recovery, step back, and ask
+    /// for admission again (recovery admits once they are resolved).
+    fn suspect(&mut self, tables: Vec<TableKey>) -> Vec<Effect> {
+        warn!(op = %self.op, ?tables, "table versions no published state accounts for; asking recovery to repair");
+        let mut fx = self.release_all();
+        fx.push(self.discard());
+        if self.attempt + 1 >= MAX_PREPARE_ATTEMPTS {
+            fx.extend(self.finish(Outcome::Contended {
+                attempts: self.attempt + 1,
+                waited_for: format!("the repair of orphaned table versions in {tables:?}"),
+            }));
+            return fx;
+        }
+        fx.push(Self::send(
+            Addr::Recovery,
+            Msg::Suspect {
+                op: self.op.clone(),
+                branch: self.branch().to_string(),
+                tables,
+            },
+        ));
+        self.attempt += 1;
+        self.plan = None;
+        fx.extend(self.start_admit());
+        fx
+    }
+
     /// All gates held: what to do next depends on the operation.
     fn on_all_granted(&mut self) -> Vec<Effect> {
+        if let Some(outcome) = self.failed_view() {
+            return self.give_up_on_view(outcome);
+        }
         if let OpKind::ApplySchema { schema } = self.kind.clone() {
-            if let GateView::Unavailable(e) = self.views[0].clone() {
-                let mut fx = self.release_all();
-                fx.extend(self.finish(Outcome::StorageFailed(e)));
-                return fx;
-            }
             let (req, fx) = self.io(Io::ApplySchema { schema });
             self.state = State::ApplyingSchema(req);
             return vec![fx];
-        }
-        if let Some(GateView::Unavailable(e)) = self
-            .views
-            .iter()
-            .find(|v| matches!(v, GateView::Unavailable(_)))
-            .cloned()
-        {
-            let mut fx = self.release_all();
-            fx.extend(self.finish(Outcome::StorageFailed(e)));
-            return fx;
         }
         let branch_view = match &self.views[1] {
             GateView::Branch(h) => h.clone(),
@@ -244,6 +295,10 @@ impl Writer {
         };
         match self.kind.clone() {
             OpKind::Write { .. } => {
+                let orphans = self.orphaned_tables();
+                if !orphans.is_empty() && !self.bugs.skip_recheck() {
+                    return self.suspect(orphans);
+                }
                 if self.bugs.skip_recheck() || self.snapshot_current(&branch_view) {
                     self.state = State::Checking;
                     vec![Self::send(
@@ -281,16 +336,14 @@ impl Writer {
     /// A retry holds schema and branch: capture the head from the branch
     /// gate's view and prepare against it.
     fn prepare_under_gates(&mut self) -> Vec<Effect> {
+        if let Some(outcome) = self.failed_view() {
+            return self.give_up_on_view(outcome);
+        }
         let head = match self.views[1].clone() {
             GateView::Branch(Some(h)) => h,
             GateView::Branch(None) => {
                 let mut fx = self.release_all();
                 fx.extend(self.finish(Outcome::BranchNotFound(self.branch().to_string())));
-                return fx;
-            }
-            GateView::Unavailable(e) => {
-                let mut fx = self.release_all();
-                fx.extend(self.finish(Outcome::StorageFailed(e)));
                 return fx;
             }
             other => {
@@ -299,11 +352,6 @@ impl Writer {
                 return Vec::new();
             }
         };
-        if let GateView::Unavailable(e) = self.views[0].clone() {
-            let mut fx = self.release_all();
-            fx.extend(self.finish(Outcome::StorageFailed(e)));
-            return fx;
-        }
         debug!(op = %self.op, ?head, "captured head under the branch gate");
         self.captured = Some(head.clone());
         let io = Io::Prepare {
@@ -334,7 +382,7 @@ impl Writer {
             .all(|((gate, _), view)| {
                 let Addr::Table(key) = gate else { return false };
                 let base = plan.tables.iter().find(|t| &t.table == key).map(|t| t.base);
-                matches!(view, GateView::Table(Some(v)) if Some(*v) == base)
+                matches!(view, GateView::Table(v) if v.latest.is_some() && v.latest == base)
             })
     }
 
@@ -353,7 +401,12 @@ impl Writer {
             }
             Some(WriteClass::Retryable) => {
                 let attempts = self.attempt + 1;
-                fx.extend(self.finish(Outcome::Contended { attempts }));
+                let waited_for =
+                    format!("branch '{}' to stop moving under the write", self.branch());
+                fx.extend(self.finish(Outcome::Contended {
+                    attempts,
+                    waited_for,
+                }));
                 fx
             }
             _ => {
@@ -364,11 +417,57 @@ impl Writer {
     }
 
     fn discard(&mut self) -> Effect {
-        // Completion is ignored: the staged work is invisible either way.
-        self.io(Io::Discard {
+        // Completion carries nothing: the staged work is invisible either way.
+        let (req, fx) = self.io(Io::Discard {
             op: self.op.clone(),
-        })
-        .1
+        });
+        self.discards.push(req);
+        fx
+    }
+
+    /// Who may send `msg` to this writer in its current state: a grant comes
+    /// from the gate being waited for, a table commit's result from that
+    /// table, and so on. `None`: no message of this kind is expected now.
+    fn expected_sender(&self, msg: &Msg) -> Option<Addr> {
+        match (&self.state, msg) {
+            (State::Acquiring, Msg::Granted { .. }) => {
+                self.gates.get(self.views.len()).map(|(g, _)| g.clone())
+            }
+            (State::Committing(idx), Msg::TableCommitted { .. }) => self
+                .sorted_tables()
+                .get(*idx)
+                .map(|t| Addr::Table(t.table.clone())),
+            (State::Capturing, Msg::HeadReply { .. }) => Some(Addr::Branch(match &self.kind {
+                OpKind::CreateBranch { from, .. } => from.clone(),
+                _ => self.branch().to_string(),
+            })),
+            (State::Publishing, Msg::PublishReply { .. }) => Some(Addr::Publisher),
+            (
+                _,
+                Msg::Admitted { .. }
+                | Msg::IntentsChecked { .. }
+                | Msg::IntentRecorded { .. }
+                | Msg::IntentDeleted { .. }
+                | Msg::StuckNoted { .. },
+            ) => Some(Addr::Recovery),
+            _ => None,
+        }
+    }
+
+    /// The operation a reply names, for replies that name one.
+    fn reply_op(msg: &Msg) -> Option<&OpId> {
+        match msg {
+            Msg::Granted { op, .. }
+            | Msg::HeadReply { op, .. }
+            | Msg::TableCommitted { op, .. }
+            | Msg::Admitted { op, .. }
+            | Msg::IntentsChecked { op, .. }
+            | Msg::IntentRecorded { op, .. }
+            | Msg::IntentDeleted { op, .. }
+            | Msg::StuckNoted { op }
+            | Msg::PublishReply { op, .. } => Some(op),
+            _ => None,
+        }
     }
 
     fn intent(&self) -> Intent {
@@ -557,7 +656,17 @@ impl Machine for Writer {
         }
     }
 
-    fn on_msg(&mut self, _now: Tick, _from: Addr, msg: Msg) -> Vec<Effect> {
+    fn on_msg(&mut self, _now: Tick, from: Addr, msg: Msg) -> Vec<Effect> {
+        if let Some(op) = Self::reply_op(&msg)
+            && op != &self.op
+        {
+            return self.unexpected(format!("a reply for {op:?} from {from:?}: {msg:?}"));
+        }
+        if let Some(want) = self.expected_sender(&msg)
+            && want != from
+        {
+            return self.unexpected(format!("{msg:?} from {from:?}, expected from {want:?}"));
+        }
         match (self.state.clone(), msg) {
             (
                 State::Admitting,
@@ -725,14 +834,8 @@ impl Machine for Writer {
                     }
                     // Schema and branch are held: add the tables, in order.
                     tables.sort();
-                    if self.bugs.reverse_gate_order() {
-                        tables.reverse();
-                    }
-                    self.gates.extend(
-                        tables
-                            .into_iter()
-                            .map(|t| (Addr::Table(t), GateMode::Exclusive)),
-                    );
+                    let more = self.table_gates(&tables);
+                    self.gates.extend(more);
                     self.state = State::Acquiring;
                     if self.views.len() < self.gates.len() {
                         self.acquire_next()
@@ -769,8 +872,13 @@ impl Machine for Writer {
                 }
                 self.release_and_answer_committed()
             }
-            // Completions of fire-and-forget requests (discard).
-            _ => Vec::new(),
+            (_, out) => {
+                if let Some(i) = self.discards.iter().position(|r| *r == req) {
+                    self.discards.remove(i);
+                    return Vec::new();
+                }
+                self.unexpected(format!("completion #{req} {out:?}"))
+            }
         }
     }
 

@@ -3,6 +3,9 @@
 //! simulated substrate with seeded latency jitter and faults, one process
 //! crash mid-run, and a restart with recovery. This tests the glue the primary
 //! simulator does not run: the adapter, the directory, spawning, Io tasks.
+//! Storage invariants are checked after every storage effect, and an actor's
+//! own invariant violation fails its operation (as in production), which
+//! this mode reports.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -14,13 +17,27 @@ use omnigraph_actors::*;
 
 use crate::rng::{Digest, Rng};
 use crate::workload;
-use crate::world::{Fault, World};
+use crate::world::{Fault, Proc, World};
+
+type Found = Arc<Mutex<Option<(&'static str, String)>>>;
 
 struct SimSubstrate {
     world: Arc<Mutex<World>>,
     rng: Mutex<Rng>,
     /// Requests issued before a crash must not take effect after it.
     epoch: Arc<Mutex<u64>>,
+    /// This process's incarnation.
+    proc: Proc,
+    /// The first storage invariant seen broken.
+    found: Found,
+}
+
+/// Storage invariants that hold after every effect.
+fn storage_violation(w: &World) -> Option<(&'static str, String)> {
+    let latest = w.manifests.len() as u64;
+    w.effect_violation()
+        .or_else(|| w.visible_violation(latest))
+        .or_else(|| w.unowned_effect_violation())
 }
 
 impl Substrate for SimSubstrate {
@@ -38,12 +55,18 @@ impl Substrate for SimSubstrate {
         };
         Box::pin(async move {
             tokio::time::sleep(Duration::from_millis(delay)).await;
-            let fault = if *self.epoch.lock().expect("epoch") != issued {
-                Fault::FailClean
-            } else {
-                fault
-            };
-            self.world.lock().expect("world").exec(&io, fault)
+            let gone = *self.epoch.lock().expect("epoch") != issued;
+            if gone && matches!(io, Io::LockGate { .. } | Io::UnlockGate { .. }) {
+                // A dead process takes no locks.
+                return IoOut::Locked(Err("the process is gone".into()));
+            }
+            let fault = if gone { Fault::FailClean } else { fault };
+            let mut w = self.world.lock().expect("world");
+            let out = w.exec(self.proc, &io, fault);
+            if let Some(v) = storage_violation(&w) {
+                self.found.lock().expect("found").get_or_insert(v);
+            }
+            out
         })
     }
 }
@@ -63,12 +86,22 @@ pub fn run_seed(seed: u64, bugs: Bugs) -> RactorReport {
     rt.block_on(run(seed, bugs))
 }
 
-async fn start(world: &Arc<Mutex<World>>, epoch: &Arc<Mutex<u64>>, seed: u64, bugs: Bugs) -> Host {
+async fn start(
+    world: &Arc<Mutex<World>>,
+    epoch: &Arc<Mutex<u64>>,
+    found: &Found,
+    seed: u64,
+    bugs: Bugs,
+) -> Host {
     let n = *epoch.lock().expect("epoch");
+    let proc = n + 1;
+    world.lock().expect("world").alive.insert(proc);
     let sub = Arc::new(SimSubstrate {
         world: world.clone(),
         rng: Mutex::new(Rng::new(seed.wrapping_mul(31).wrapping_add(n))),
         epoch: epoch.clone(),
+        proc,
+        found: found.clone(),
     });
     let host = Host::start(sub, bugs).await;
     host.ready(OpId(format!("ready-{n}"))).await;
@@ -80,6 +113,7 @@ async fn run(seed: u64, bugs: Bugs) -> RactorReport {
     let planned = workload::generate(&mut rng);
     let world = Arc::new(Mutex::new(World::new()));
     let epoch = Arc::new(Mutex::new(0u64));
+    let found: Found = Arc::new(Mutex::new(None));
     for p in &planned {
         if !p.stmts.is_empty() {
             world
@@ -89,7 +123,7 @@ async fn run(seed: u64, bugs: Bugs) -> RactorReport {
                 .insert(p.op.clone(), p.stmts.clone());
         }
     }
-    let host = start(&world, &epoch, seed, bugs).await;
+    let host = start(&world, &epoch, &found, seed, bugs).await;
     let crash_at = Duration::from_millis(20 + rng.below(150) as u64);
     let mut tasks = Vec::new();
     for p in planned {
@@ -116,9 +150,13 @@ async fn run(seed: u64, bugs: Bugs) -> RactorReport {
     }
     // The process crashes once, mid-run.
     tokio::time::sleep(crash_at).await;
-    *epoch.lock().expect("epoch") += 1;
+    let dead = {
+        let mut e = epoch.lock().expect("epoch");
+        *e += 1;
+        *e
+    };
     host.shutdown().await;
-    world.lock().expect("world").crash();
+    world.lock().expect("world").crash(dead);
 
     let mut digest = Digest::default();
     let mut acked = Vec::new();
@@ -128,8 +166,17 @@ async fn run(seed: u64, bugs: Bugs) -> RactorReport {
         results.push(t.await.expect("client task"));
     }
     results.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut actor_violation = None;
     for (op, kind, outcome, inc) in results {
         digest.add(&format!("{op:?} {outcome:?}"));
+        if let Outcome::StorageFailed(e) = &outcome
+            && e.starts_with("protocol invariant violated")
+        {
+            actor_violation.get_or_insert((
+                "actor-local invariant (one holder per gate, only holders commit)",
+                format!("{op:?}: {e}"),
+            ));
+        }
         if let (
             OpKind::Write { branch },
             Outcome::Committed {
@@ -142,14 +189,16 @@ async fn run(seed: u64, bugs: Bugs) -> RactorReport {
         }
     }
     // Restart: recovery runs before the host reports ready.
-    let host = start(&world, &epoch, seed, bugs).await;
+    let host = start(&world, &epoch, &found, seed, bugs).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     host.shutdown().await;
     let w = world.lock().expect("world");
     digest.add(&format!("{:?}", w.manifests));
     let latest = w.manifests.len() as u64;
-    let violation = w
-        .effect_violation()
+    let during = found.lock().expect("found").clone();
+    let violation = during
+        .or(actor_violation)
+        .or_else(|| w.effect_violation())
         .or_else(|| w.visible_violation(latest))
         .or_else(|| w.durability_violation(&acked))
         .or_else(|| w.settled_violation());

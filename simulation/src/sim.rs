@@ -1,11 +1,15 @@
-//! The deterministic simulator: it owns every protocol machine (the
-//! production state machines from `omnigraph-actors`), a FIFO queue per
-//! (sender, receiver) pair, the pending storage requests and timers, and the
-//! simulated substrate. Each step a seeded RNG picks one thing to happen: a
-//! queue head is delivered, a storage request completes (maybe with a fault),
-//! a timer fires, a client starts an operation, or the process crashes (all
-//! machine memory lost, durable storage kept, then restart and recovery).
-//! After every step the invariants are checked.
+//! The deterministic simulator: several processes, each with its own
+//! protocol machines (the production state machines from `omnigraph-actors`),
+//! sharing only the simulated storage — as processes on one graph do. It owns
+//! a FIFO queue per (process, sender, receiver), the pending storage requests
+//! and timers, and the world. Each step a seeded RNG picks one thing to
+//! happen: a queue head is delivered, a storage request completes (maybe with
+//! a fault; a gate lock held by another process waits), a timer fires, a
+//! client starts an operation in some process, or one process crashes (its
+//! machine memory and locks lost, durable storage kept, then it restarts with
+//! a new incarnation and recovers). After every step the invariants are
+//! checked; at the end every process settles and the graph must still take a
+//! write.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -16,11 +20,13 @@ use omnigraph_actors::*;
 
 use crate::rng::{Digest, Rng};
 use crate::workload::{self, Planned};
-use crate::world::{Fault, World};
+use crate::world::{Fault, MAIN, Proc, Stmt, World};
 
 /// Explicit limits of one run.
 pub const MAX_STEPS: usize = 60_000;
 pub const MAX_CRASHES: u32 = 3;
+/// At most this many processes share the graph in one run.
+pub const MAX_PROCS: usize = 3;
 
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -29,6 +35,9 @@ pub struct Config {
     pub crashes: bool,
     pub faults: bool,
     pub trace: bool,
+    /// How many processes share the graph (`None`: the seed picks 1 to
+    /// [`MAX_PROCS`]).
+    pub procs: Option<usize>,
 }
 
 #[derive(Clone, Debug)]
@@ -47,7 +56,11 @@ pub struct RunReport {
     pub committed: usize,
     pub crashes: u32,
     pub checks: u64,
+    pub procs: usize,
 }
+
+/// A process slot: its index among the run's processes.
+type Slot = usize;
 
 enum Node {
     Owner(GateOwner),
@@ -76,12 +89,14 @@ impl Node {
 }
 
 struct PendingIo {
+    slot: Slot,
     owner: Addr,
     req: ReqId,
     io: Io,
 }
 
 struct Timer {
+    slot: Slot,
     owner: Addr,
     id: TimerId,
     due: u64,
@@ -96,6 +111,7 @@ enum ClientState {
 }
 
 struct Client {
+    slot: Slot,
     kind: OpKind,
     state: ClientState,
 }
@@ -104,8 +120,11 @@ pub struct Sim {
     cfg: Config,
     rng: Rng,
     pub world: World,
-    nodes: BTreeMap<Addr, Node>,
-    queues: BTreeMap<(Addr, Addr), VecDeque<Msg>>,
+    /// The current incarnation of each process slot.
+    procs: Vec<Proc>,
+    next_incarnation: Proc,
+    nodes: BTreeMap<(Slot, Addr), Node>,
+    queues: BTreeMap<(Slot, Addr, Addr), VecDeque<Msg>>,
     ios: Vec<PendingIo>,
     timers: Vec<Timer>,
     tick: u64,
@@ -114,10 +133,10 @@ pub struct Sim {
     /// Commits acknowledged to clients: (branch, its incarnation, commit).
     acked: Vec<(String, u64, CommitId)>,
     /// Gates each operation currently asked for, in order.
-    gate_log: BTreeMap<OpId, Vec<Addr>>,
+    gate_log: BTreeMap<(Slot, OpId), Vec<Addr>>,
     /// Gates a writer must hold from its first landed table commit until its
     /// publish completes (or it hands the intent to recovery).
-    effect_gates: BTreeMap<OpId, Vec<Addr>>,
+    effect_gates: BTreeMap<(Slot, OpId), Vec<Addr>>,
     crashes: u32,
     steps: usize,
     digest: Digest,
@@ -139,10 +158,13 @@ impl Sim {
     pub fn new(cfg: Config) -> Self {
         let mut rng = Rng::new(cfg.seed);
         let planned = workload::generate(&mut rng);
+        let n = cfg.procs.unwrap_or_else(|| 1 + rng.below(MAX_PROCS));
         let mut sim = Self {
             cfg,
             rng,
             world: World::new(),
+            procs: Vec::new(),
+            next_incarnation: 1,
             nodes: BTreeMap::new(),
             queues: BTreeMap::new(),
             ios: Vec::new(),
@@ -160,7 +182,10 @@ impl Sim {
             violation: None,
             checks: 0,
         };
-        sim.boot();
+        for slot in 0..n {
+            sim.procs.push(0);
+            sim.boot(slot);
+        }
         sim
     }
 
@@ -182,68 +207,105 @@ impl Sim {
         }
     }
 
-    /// Start the process: the fixed actors, each through `on_start`.
-    fn boot(&mut self) {
+    /// Start process `slot` with a new incarnation: the fixed actors, each
+    /// through `on_start`.
+    fn boot(&mut self, slot: Slot) {
+        let inc = self.next_incarnation;
+        self.next_incarnation += 1;
+        self.procs[slot] = inc;
+        self.world.alive.insert(inc);
+        self.log(format!("boot process {slot} as incarnation {inc}"));
+        let bugs = self.cfg.bugs;
         for (addr, node) in [
-            (Addr::Schema, Node::Owner(GateOwner::new(OwnerKind::Schema))),
+            (
+                Addr::Schema,
+                Node::Owner(GateOwner::new(OwnerKind::Schema, bugs)),
+            ),
             (Addr::Publisher, Node::Publisher(Publisher::new())),
-            (Addr::Recovery, Node::Recovery(Box::new(Recovery::new()))),
+            (
+                Addr::Recovery,
+                Node::Recovery(Box::new(Recovery::new(bugs))),
+            ),
         ] {
-            self.nodes.insert(addr.clone(), node);
-            self.start_node(&addr);
+            self.nodes.insert((slot, addr.clone()), node);
+            self.start_node(slot, &addr);
         }
     }
 
-    fn start_node(&mut self, addr: &Addr) {
+    fn start_node(&mut self, slot: Slot, addr: &Addr) {
         let now = self.tick;
         let fx = self
             .nodes
-            .get_mut(addr)
+            .get_mut(&(slot, addr.clone()))
             .expect("node")
             .machine()
             .on_start(now);
-        self.effects(addr.clone(), fx);
+        self.effects(slot, addr.clone(), fx);
     }
 
-    fn node_for(&mut self, addr: &Addr) -> bool {
-        if self.nodes.contains_key(addr) {
+    fn node_for(&mut self, slot: Slot, addr: &Addr) -> bool {
+        let key = (slot, addr.clone());
+        if self.nodes.contains_key(&key) {
             return true;
         }
+        let bugs = self.cfg.bugs;
         let node = match addr {
-            Addr::Branch(b) => Node::Owner(GateOwner::new(OwnerKind::Branch(b.clone()))),
-            Addr::Table(t) => Node::Owner(GateOwner::new(OwnerKind::Table(t.clone()))),
+            Addr::Branch(b) => Node::Owner(GateOwner::new(OwnerKind::Branch(b.clone()), bugs)),
+            Addr::Table(t) => Node::Owner(GateOwner::new(OwnerKind::Table(t.clone()), bugs)),
             _ => return false,
         };
-        self.nodes.insert(addr.clone(), node);
+        self.nodes.insert(key, node);
         true
     }
 
-    fn effects(&mut self, from: Addr, fx: Vec<Effect>) {
+    fn effects(&mut self, slot: Slot, from: Addr, fx: Vec<Effect>) {
         for e in fx {
             match e {
-                Effect::Send(to, msg) => self.observe_send(&from, &to, &msg, true),
-                Effect::Io(req, io) => self.ios.push(PendingIo {
-                    owner: from.clone(),
-                    req,
-                    io,
-                }),
+                Effect::Send(to, msg) => self.observe_send(slot, &from, &to, &msg),
+                Effect::Io(req, io) => {
+                    self.observe_io(slot, &from, &io);
+                    self.ios.push(PendingIo {
+                        slot,
+                        owner: from.clone(),
+                        req,
+                        io,
+                    })
+                }
                 Effect::SetTimer(id, ticks) => self.timers.push(Timer {
+                    slot,
                     owner: from.clone(),
                     id,
                     due: self.tick + ticks,
                 }),
                 Effect::Stop => {
-                    self.nodes.remove(&from);
+                    self.nodes.remove(&(slot, from.clone()));
                 }
             }
         }
     }
 
+    /// Check what a storage request says about the protocol, when issued.
+    fn observe_io(&mut self, slot: Slot, from: &Addr, io: &Io) {
+        if let (Addr::Recovery, Io::Inspect { intent }) = (from, io) {
+            let me = self.procs[slot];
+            if let Some(&owner) = self.world.sidecar_owner.get(&intent.op)
+                && owner != me
+                && self.world.alive.contains(&owner)
+            {
+                let detail = format!(
+                    "process {slot} (incarnation {me}) resolves {:?}, whose writer's process (incarnation {owner}) lives",
+                    intent.op
+                );
+                self.fail("no intent is resolved while its writer lives", detail);
+            }
+        }
+    }
+
     /// Record protocol facts visible in a message, then queue it.
-    fn observe_send(&mut self, from: &Addr, to: &Addr, msg: &Msg, enqueue: bool) {
+    fn observe_send(&mut self, slot: Slot, from: &Addr, to: &Addr, msg: &Msg) {
         match msg {
             Msg::Acquire { op, .. } => {
-                let log = self.gate_log.entry(op.clone()).or_default();
+                let log = self.gate_log.entry((slot, op.clone())).or_default();
                 if let Some(last) = log.last()
                     && gate_rank(to) <= gate_rank(last)
                 {
@@ -254,17 +316,17 @@ impl Sim {
                     );
                 }
                 self.gate_log
-                    .entry(op.clone())
+                    .entry((slot, op.clone()))
                     .or_default()
                     .push(to.clone());
             }
             Msg::Release { op } => {
-                if let Some(log) = self.gate_log.get_mut(op) {
+                if let Some(log) = self.gate_log.get_mut(&(slot, op.clone())) {
                     log.retain(|g| g != to);
                 }
             }
             Msg::IntentStuck { op } => {
-                self.effect_gates.remove(op);
+                self.effect_gates.remove(&(slot, op.clone()));
             }
             Msg::Finished { op, outcome } => {
                 if let Some(c) = self.clients.get_mut(op) {
@@ -291,42 +353,41 @@ impl Sim {
             }
             _ => {}
         }
-        if enqueue {
-            self.queues
-                .entry((from.clone(), to.clone()))
-                .or_default()
-                .push_back(msg.clone());
-        }
+        self.queues
+            .entry((slot, from.clone(), to.clone()))
+            .or_default()
+            .push_back(msg.clone());
     }
 
-    fn deliver(&mut self, from: Addr, to: Addr, msg: Msg) {
-        self.log(format!("deliver {from:?} -> {to:?}: {msg:?}"));
+    fn deliver(&mut self, slot: Slot, from: Addr, to: Addr, msg: Msg) {
+        self.log(format!("p{slot} deliver {from:?} -> {to:?}: {msg:?}"));
         if let Addr::Writer(op) = &to {
+            let key = (slot, op.clone());
             match &msg {
                 Msg::TableCommitted {
                     result: CommitResult::Committed { .. },
                     ..
-                } if !self.effect_gates.contains_key(op) => {
-                    let gates = self.gate_log.get(op).cloned().unwrap_or_default();
-                    self.effect_gates.insert(op.clone(), gates);
+                } if !self.effect_gates.contains_key(&key) => {
+                    let gates = self.gate_log.get(&key).cloned().unwrap_or_default();
+                    self.effect_gates.insert(key, gates);
                 }
                 Msg::PublishReply { .. } => {
-                    self.effect_gates.remove(op);
+                    self.effect_gates.remove(&key);
                 }
                 _ => {}
             }
         }
-        if !self.node_for(&to) {
+        if !self.node_for(slot, &to) {
             return; // a finished writer: nothing listens
         }
         let now = self.tick;
         let fx = self
             .nodes
-            .get_mut(&to)
+            .get_mut(&(slot, to.clone()))
             .expect("node")
             .machine()
             .on_msg(now, from, msg);
-        self.effects(to, fx);
+        self.effects(slot, to, fx);
     }
 
     fn pick_fault(&mut self, io: &Io) -> Fault {
@@ -349,72 +410,97 @@ impl Sim {
                     Fault::FailAfterEffect
                 }
             }
-            Io::Discard { .. } => Fault::None,
+            // Lock waits are modelled by blocking; unlocks always succeed
+            // (a lock dies with its process anyway).
+            Io::Discard { .. } | Io::LockGate { .. } | Io::UnlockGate { .. } => Fault::None,
             _ => Fault::FailClean,
         }
+    }
+
+    /// Storage requests that can complete now (a gate lock held by another
+    /// process waits).
+    fn ready_ios(&self) -> Vec<usize> {
+        (0..self.ios.len())
+            .filter(|&i| {
+                let p = &self.ios[i];
+                self.world.ready(self.procs[p.slot], &p.io)
+            })
+            .collect()
     }
 
     fn complete_io(&mut self, i: usize) {
         let p = self.ios.remove(i);
         let fault = self.pick_fault(&p.io);
-        let out = self.world.exec(&p.io, fault);
+        let out = self.world.exec(self.procs[p.slot], &p.io, fault);
         self.log(format!(
-            "io {:?} #{} {:?} [{fault:?}] -> {out:?}",
-            p.owner, p.req, p.io
+            "p{} io {:?} #{} {:?} [{fault:?}] -> {out:?}",
+            p.slot, p.owner, p.req, p.io
         ));
-        if let Some(node) = self.nodes.get_mut(&p.owner) {
+        if let Some(node) = self.nodes.get_mut(&(p.slot, p.owner.clone())) {
             let now = self.tick;
             let fx = node.machine().on_io(now, p.req, out);
-            self.effects(p.owner, fx);
+            self.effects(p.slot, p.owner, fx);
         }
     }
 
-    /// The process dies: machines, queues, timers and staged work are gone;
-    /// each in-flight storage request either took effect or did not.
-    fn crash(&mut self) {
+    /// Process `slot` dies: its machines, queues, timers, staged work and
+    /// locks are gone; each of its in-flight storage requests either took
+    /// effect or did not. It restarts at once with a new incarnation.
+    fn crash(&mut self, slot: Slot) {
         self.crashes += 1;
-        self.log(format!("CRASH #{}", self.crashes));
+        self.log(format!("CRASH #{} of process {slot}", self.crashes));
+        let inc = self.procs[slot];
         let ios = std::mem::take(&mut self.ios);
         for p in ios {
-            if self.rng.chance(1, 2) {
-                let _ = self.world.exec(&p.io, Fault::None);
+            if p.slot != slot {
+                self.ios.push(p);
+                continue;
+            }
+            if self.world.ready(inc, &p.io) && self.rng.chance(1, 2) {
+                let _ = self.world.exec(inc, &p.io, Fault::None);
                 self.log(format!("  landed before the crash: {:?}", p.io));
             }
         }
-        self.world.crash();
-        self.nodes.clear();
-        self.queues.clear();
-        self.timers.clear();
-        self.gate_log.clear();
-        self.effect_gates.clear();
+        self.world.crash(inc);
+        self.nodes.retain(|(s, _), _| *s != slot);
+        self.queues.retain(|(s, _, _), _| *s != slot);
+        self.timers.retain(|t| t.slot != slot);
+        self.gate_log.retain(|(s, _), _| *s != slot);
+        self.effect_gates.retain(|(s, _), _| *s != slot);
         for c in self.clients.values_mut() {
-            if c.state == ClientState::Running {
+            if c.slot == slot && c.state == ClientState::Running {
                 c.state = ClientState::Lost;
             }
         }
-        self.boot();
+        self.boot(slot);
     }
 
     fn start_op(&mut self) {
         let p = self.planned.pop_front().expect("planned op");
+        let slot = self.rng.below(self.procs.len());
+        self.start_planned(slot, p);
+    }
+
+    fn start_planned(&mut self, slot: Slot, p: Planned) {
         let op = p.op.clone();
-        self.log(format!("start {op:?} {:?} {:?}", p.kind, p.stmts));
+        self.log(format!("p{slot} start {op:?} {:?} {:?}", p.kind, p.stmts));
         if !p.stmts.is_empty() {
             self.world.work.insert(op.clone(), p.stmts);
         }
         self.clients.insert(
             op.clone(),
             Client {
+                slot,
                 kind: p.kind.clone(),
                 state: ClientState::Running,
             },
         );
         let addr = Addr::Writer(op.clone());
         self.nodes.insert(
-            addr.clone(),
+            (slot, addr.clone()),
             Node::Writer(Box::new(Writer::new(op, p.kind, self.cfg.bugs))),
         );
-        self.start_node(&addr);
+        self.start_node(slot, &addr);
     }
 
     fn quiescent(&self) -> bool {
@@ -424,11 +510,12 @@ impl Sim {
     /// One scheduler step. Returns false when nothing can happen any more.
     fn step(&mut self) -> bool {
         self.queues.retain(|_, q| !q.is_empty());
-        let queue_keys: Vec<(Addr, Addr)> = self.queues.keys().cloned().collect();
+        let queue_keys: Vec<(Slot, Addr, Addr)> = self.queues.keys().cloned().collect();
+        let ready = self.ready_ios();
         let due: Vec<usize> = (0..self.timers.len())
             .filter(|&i| self.timers[i].due <= self.tick)
             .collect();
-        let mut n = queue_keys.len() + self.ios.len() + due.len();
+        let mut n = queue_keys.len() + ready.len() + due.len();
         let can_start = !self.planned.is_empty();
         if can_start {
             n += 1;
@@ -451,7 +538,8 @@ impl Sim {
             }
         }
         if self.cfg.crashes && self.crashes < MAX_CRASHES && self.rng.chance(1, 300) {
-            self.crash();
+            let slot = self.rng.below(self.procs.len());
+            self.crash(slot);
             return true;
         }
         let mut choice = self.rng.below(n);
@@ -462,22 +550,22 @@ impl Sim {
                 .get_mut(&key)
                 .and_then(|q| q.pop_front())
                 .expect("non-empty");
-            self.deliver(key.0, key.1, msg);
+            self.deliver(key.0, key.1, key.2, msg);
             return true;
         }
         choice -= queue_keys.len();
-        if choice < self.ios.len() {
-            self.complete_io(choice);
+        if choice < ready.len() {
+            self.complete_io(ready[choice]);
             return true;
         }
-        choice -= self.ios.len();
+        choice -= ready.len();
         if choice < due.len() {
             let t = self.timers.remove(due[choice]);
-            self.log(format!("timer {:?} #{}", t.owner, t.id));
-            if let Some(node) = self.nodes.get_mut(&t.owner) {
+            self.log(format!("p{} timer {:?} #{}", t.slot, t.owner, t.id));
+            if let Some(node) = self.nodes.get_mut(&(t.slot, t.owner.clone())) {
                 let now = self.tick;
                 let fx = node.machine().on_timer(now, t.id);
-                self.effects(t.owner, fx);
+                self.effects(t.slot, t.owner, fx);
             }
             return true;
         }
@@ -488,31 +576,34 @@ impl Sim {
     /// Invariants that hold after every step.
     fn check(&mut self) {
         self.checks += 1;
-        let problems: Vec<(Addr, String)> = self
+        let problems: Vec<(Slot, Addr, String)> = self
             .nodes
             .iter()
-            .filter_map(|(a, n)| n.check().err().map(|e| (a.clone(), e)))
+            .filter_map(|((s, a), n)| n.check().err().map(|e| (*s, a.clone(), e)))
             .collect();
-        if let Some((a, e)) = problems.into_iter().next() {
+        if let Some((s, a, e)) = problems.into_iter().next() {
             self.fail(
                 "actor-local invariant (one holder per gate, only holders commit)",
-                format!("{a:?}: {e}"),
+                format!("p{s} {a:?}: {e}"),
             );
         }
         if let Some((inv, detail)) = self.world.effect_violation() {
             self.fail(inv, detail);
         }
-        // Gates are held from the first landed table commit to the publish.
+        // Gates are held, in the process and across processes, from the
+        // first landed table commit to the publish.
         let mut problem = None;
-        for (op, gates) in &self.effect_gates {
+        for ((slot, op), gates) in &self.effect_gates {
+            let inc = self.procs[*slot];
             for g in gates {
-                let held = match self.nodes.get(g) {
+                let held = match self.nodes.get(&(*slot, g.clone())) {
                     Some(Node::Owner(o)) => o.gate().holds(op),
                     _ => false,
                 };
-                if !held {
+                let locked = self.world.locks.get(g).and_then(|h| h.get(&inc)).is_some();
+                if !held || !locked {
                     problem = Some(format!(
-                        "{op:?} has landed table commits but no longer holds {g:?}"
+                        "p{slot} {op:?} has landed table commits but no longer holds {g:?} (in process: {held}, across processes: {locked})"
                     ));
                 }
             }
@@ -525,6 +616,7 @@ impl Sim {
             .world
             .visible_violation(latest)
             .or_else(|| self.world.durability_violation(&self.acked))
+            .or_else(|| self.world.unowned_effect_violation())
         {
             self.fail(inv, detail);
         }
@@ -538,18 +630,17 @@ impl Sim {
             .collect()
     }
 
-    /// Run until everything settles, then crash once more, recover, settle,
-    /// and check that a second recovery changes nothing (idempotence).
-    pub fn run(mut self) -> RunReport {
-        let mut phase_done = false;
+    /// Run until nothing can happen; a run that stops with clients waiting
+    /// deadlocked.
+    fn settle(&mut self, limit: usize) -> bool {
         while self.violation.is_none() {
-            if self.steps >= MAX_STEPS {
+            if self.steps >= limit {
                 let pending = self.unanswered();
                 self.fail(
                     "every run terminates (no livelock)",
-                    format!("{MAX_STEPS} steps; still running: {pending:?}"),
+                    format!("{limit} steps; still running: {pending:?}"),
                 );
-                break;
+                return false;
             }
             let progressed = self.step();
             self.steps += 1;
@@ -561,15 +652,28 @@ impl Sim {
                         "every run terminates (no deadlock)",
                         format!("nothing can happen, but {pending:?} wait"),
                     );
-                    break;
+                    return false;
                 }
-                if phase_done {
-                    break;
-                }
-                // Final crash and recovery.
-                phase_done = true;
-                self.crash();
+                return true;
             }
+        }
+        false
+    }
+
+    /// Every process crashes and restarts, and recovery settles.
+    fn crash_all(&mut self) {
+        for slot in 0..self.procs.len() {
+            self.crash(slot);
+        }
+    }
+
+    /// Run until everything settles, then crash every process, recover,
+    /// settle, and check that a second recovery changes nothing
+    /// (idempotence) and that the graph still takes a write.
+    pub fn run(mut self) -> RunReport {
+        if self.settle(MAX_STEPS) {
+            self.crash_all();
+            self.settle(MAX_STEPS);
         }
         if self.violation.is_none()
             && let Some((inv, detail)) = self.world.settled_violation()
@@ -579,21 +683,20 @@ impl Sim {
         if self.violation.is_none() {
             // Recovery is idempotent: another crash and recovery change nothing.
             let before = (self.world.manifests.len(), self.world.tables.clone());
-            self.crash();
-            while self.step() {
-                self.steps += 1;
-                self.check();
-                if self.steps >= MAX_STEPS * 2 {
-                    break;
-                }
-            }
-            if self.quiescent() && (self.world.manifests.len(), self.world.tables.clone()) != before
+            self.crash_all();
+            self.settle(MAX_STEPS * 2);
+            if self.violation.is_none()
+                && self.quiescent()
+                && (self.world.manifests.len(), self.world.tables.clone()) != before
             {
                 self.fail(
                     "recovery is idempotent",
                     "a second recovery changed storage".into(),
                 );
             }
+        }
+        if self.violation.is_none() {
+            self.probe_write();
         }
         let committed = self
             .clients
@@ -609,6 +712,49 @@ impl Sim {
             committed,
             crashes: self.crashes,
             checks: self.checks,
+            procs: self.procs.len(),
+        }
+    }
+
+    /// Once every process is quiescent, the graph accepts a write: an
+    /// upsert of a fresh id on main from every process in turn.
+    fn probe_write(&mut self) {
+        // Quiescent means no more faults or crashes either.
+        self.cfg.faults = false;
+        self.cfg.crashes = false;
+        for slot in 0..self.procs.len() {
+            let op = OpId(format!("probe-{slot}"));
+            let stmts = vec![Stmt::Upsert {
+                table: crate::world::TABLES[0].to_string(),
+                id: format!("probe-{slot}"),
+                val: -1,
+            }];
+            let kind = OpKind::Write {
+                branch: MAIN.to_string(),
+            };
+            self.start_planned(
+                slot,
+                Planned {
+                    op: op.clone(),
+                    kind,
+                    stmts,
+                },
+            );
+            self.settle(self.steps + MAX_STEPS);
+            if self.violation.is_some() {
+                return;
+            }
+            let state = self.clients.get(&op).map(|c| c.state.clone());
+            if !matches!(
+                state,
+                Some(ClientState::Answered(Outcome::Committed { .. }))
+            ) {
+                self.fail(
+                    "a graph always accepts a write once every process is quiescent",
+                    format!("process {slot}'s probe write ended {state:?}"),
+                );
+                return;
+            }
         }
     }
 }

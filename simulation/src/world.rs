@@ -1,7 +1,9 @@
 //! The simulated substrate: versioned tables with staged transactions and
-//! forks, a graph manifest with compare-and-swap, commit records and
-//! recovery sidecars. Durable parts survive simulated crashes; staged work is
-//! process memory and does not. It answers the same `Io` requests as the
+//! forks, a graph manifest with compare-and-swap, commit records, recovery
+//! sidecars stamped with their writer's process, and the cross-process gate
+//! locks (held by a process, released when it dies, like an OS file lock).
+//! Durable parts survive simulated crashes; staged work is process memory
+//! and dies with its process. Several processes share one world. It answers the same `Io` requests as the
 //! Lance substrate, with the same meaning, and it checks on every effect what
 //! only the protocol can guarantee (a commit lands exactly on its base; a
 //! strict insert never finds its id).
@@ -125,18 +127,29 @@ pub enum Fault {
     Conflict,
 }
 
+/// A process incarnation: a fresh number each time a process (re)starts.
+pub type Proc = u64;
+
 #[derive(Default)]
 pub struct World {
     // Durable.
     pub manifests: Vec<ManifestV>,
     pub tables: BTreeMap<(String, String), History>,
-    pub sidecars: BTreeMap<OpId, Intent>,
+    /// Each sidecar with the incarnation of the process that wrote it.
+    pub sidecars: BTreeMap<OpId, (Intent, Proc)>,
+    /// Who wrote each sidecar ever written (kept after the delete), for the
+    /// check that no intent is resolved while its writer's process lives.
+    pub sidecar_owner: BTreeMap<OpId, Proc>,
     pub commits: BTreeMap<CommitId, CommitRec>,
     /// The accepted schema's identity.
     pub schema: String,
+    // Shared with the operating system: which processes live, and the
+    // cross-process gate locks they hold.
+    pub alive: std::collections::BTreeSet<Proc>,
+    pub locks: BTreeMap<Addr, BTreeMap<Proc, GateMode>>,
     // Process memory.
-    staged: BTreeMap<OpId, BTreeMap<String, Staged>>,
-    deleted: BTreeMap<String, u64>,
+    staged: BTreeMap<OpId, (Proc, BTreeMap<String, Staged>)>,
+    deleted: BTreeMap<String, (Proc, u64)>,
     // Outside the process: what each client asked for.
     pub work: BTreeMap<OpId, Vec<Stmt>>,
     // The model the checks compare against: the logical effect of every
@@ -196,9 +209,54 @@ impl World {
         self.manifests.last().expect("version 1 exists")
     }
 
-    pub fn crash(&mut self) {
-        self.staged.clear();
-        self.deleted.clear();
+    /// Process `p` dies: its memory and its locks go; storage stays.
+    pub fn crash(&mut self, p: Proc) {
+        self.staged.retain(|_, (q, _)| *q != p);
+        self.deleted.retain(|_, (q, _)| *q != p);
+        self.alive.remove(&p);
+        for holders in self.locks.values_mut() {
+            holders.remove(&p);
+        }
+        self.locks.retain(|_, h| !h.is_empty());
+    }
+
+    /// Could process `p` take `gate`'s lock in `mode` now?
+    fn lock_free_for(&self, p: Proc, gate: &Addr, mode: GateMode) -> bool {
+        let Some(holders) = self.locks.get(gate) else {
+            return true;
+        };
+        holders
+            .iter()
+            .filter(|(q, _)| **q != p)
+            .all(|(_, m)| mode == GateMode::Shared && *m == GateMode::Shared)
+    }
+
+    /// Would this request complete now? Only a gate lock held by another
+    /// process makes a request wait.
+    pub fn ready(&self, p: Proc, io: &Io) -> bool {
+        match io {
+            Io::LockGate { gate, mode } => self.lock_free_for(p, gate, *mode),
+            _ => true,
+        }
+    }
+
+    /// The physical table a branch writes, as the latest manifest says:
+    /// (own line, version the manifest names, whether it names own line).
+    fn table_view(&self, table: &TableKey) -> TableView {
+        let Some(rec) = self.latest().branches.get(&table.branch) else {
+            return TableView {
+                latest: None,
+                named: None,
+                published: false,
+            };
+        };
+        let own = own_lance(&table.branch, rec.incarnation);
+        let r = rec.tables.get(&table.table);
+        TableView {
+            latest: self.latest_version(&own, &table.table),
+            named: r.map(|r| r.version),
+            published: r.is_some_and(|r| r.lance == own),
+        }
     }
 
     pub fn content(&self, lance: &str, table: &str, version: u64) -> Option<&Rows> {
@@ -244,8 +302,33 @@ impl World {
         Some(out)
     }
 
-    pub fn exec(&mut self, io: &Io, fault: Fault) -> IoOut {
+    /// Carry out `io` for process `p`. Call only when [`Self::ready`].
+    pub fn exec(&mut self, p: Proc, io: &Io, fault: Fault) -> IoOut {
         match io {
+            Io::LockGate { gate, mode } => {
+                debug_assert!(self.lock_free_for(p, gate, *mode));
+                self.locks.entry(gate.clone()).or_default().insert(p, *mode);
+                IoOut::Locked(Ok(()))
+            }
+            Io::UnlockGate { gate } => {
+                if let Some(h) = self.locks.get_mut(gate) {
+                    h.remove(&p);
+                }
+                self.locks.retain(|_, h| !h.is_empty());
+                IoOut::Locked(Ok(()))
+            }
+            Io::DropFork { table } => {
+                if fault == Fault::FailClean {
+                    return IoOut::Done(Err("injected failure".into()));
+                }
+                let view = self.table_view(table);
+                if !view.published
+                    && let Some(own) = self.own(&table.branch)
+                {
+                    self.tables.remove(&(own, table.table.clone()));
+                }
+                IoOut::Done(fail_unless(fault))
+            }
             Io::ReadSchemaId => IoOut::SchemaId(match fault {
                 Fault::None => Ok(self.schema.clone()),
                 _ => Err("injected read failure".into()),
@@ -254,10 +337,8 @@ impl World {
                 Fault::None => Ok(self.latest().branches.get(branch).map(|r| r.head())),
                 _ => Err("injected read failure".into()),
             }),
-            Io::TableVersion { table } => IoOut::TableVersion(match fault {
-                Fault::None => Ok(self
-                    .own(&table.branch)
-                    .and_then(|own| self.latest_version(&own, &table.table))),
+            Io::TableView { table } => IoOut::TableView(match fault {
+                Fault::None => Ok(self.table_view(table)),
                 _ => Err("injected read failure".into()),
             }),
             Io::Prepare {
@@ -269,7 +350,7 @@ impl World {
                 if fault != Fault::None {
                     return IoOut::Prepared(Err(Some("injected prepare failure".into())));
                 }
-                IoOut::Prepared(self.prepare(op, *attempt, branch, head))
+                IoOut::Prepared(self.prepare(p, op, *attempt, branch, head))
             }
             Io::Discard { op } => {
                 self.staged.remove(op);
@@ -277,7 +358,8 @@ impl World {
             }
             Io::WriteSidecar { intent } => {
                 if fault != Fault::FailClean {
-                    self.sidecars.insert(intent.op.clone(), intent.clone());
+                    self.sidecars.insert(intent.op.clone(), (intent.clone(), p));
+                    self.sidecar_owner.insert(intent.op.clone(), p);
                 }
                 IoOut::Done(fail_unless(fault))
             }
@@ -288,7 +370,14 @@ impl World {
                 IoOut::Done(fail_unless(fault))
             }
             Io::ListSidecars => IoOut::Sidecars(match fault {
-                Fault::None => Ok(self.sidecars.values().cloned().collect()),
+                Fault::None => Ok(self
+                    .sidecars
+                    .values()
+                    .map(|(intent, owner)| FoundIntent {
+                        intent: intent.clone(),
+                        owner_alive: self.alive.contains(owner),
+                    })
+                    .collect()),
                 _ => Err("injected list failure".into()),
             }),
             Io::CommitTable { op, table, staged } => {
@@ -299,7 +388,7 @@ impl World {
                 Fault::None => Ok(self.inspect(intent)),
                 _ => Err("injected read failure".into()),
             }),
-            Io::Publish { req } => IoOut::Published(self.publish(req, fault)),
+            Io::Publish { req } => IoOut::Published(self.publish(p, req, fault)),
             Io::ApplySchema { schema } => {
                 if fault != Fault::FailClean {
                     self.schema = schema.clone();
@@ -310,7 +399,7 @@ impl World {
                 if fault == Fault::FailClean {
                     return IoOut::Done(Err("injected failure".into()));
                 }
-                if let Some(inc) = self.deleted.remove(branch) {
+                if let Some((_, inc)) = self.deleted.remove(branch) {
                     let own = own_lance(branch, inc);
                     let referenced = self
                         .latest()
@@ -328,6 +417,7 @@ impl World {
 
     fn prepare(
         &mut self,
+        p: Proc,
         op: &OpId,
         attempt: u32,
         branch: &str,
@@ -422,7 +512,7 @@ impl World {
                 txn,
             });
         }
-        self.staged.insert(op.clone(), staged);
+        self.staged.insert(op.clone(), (p, staged));
         self.effects.insert(commit.clone(), changes);
         Ok(Plan {
             commit,
@@ -449,7 +539,11 @@ impl World {
         if fault == Fault::FailClean {
             return CommitResult::Unknown("injected failure".into());
         }
-        let Some(st) = self.staged.get_mut(op).and_then(|s| s.remove(&staged.0)) else {
+        let Some(st) = self
+            .staged
+            .get_mut(op)
+            .and_then(|(_, s)| s.remove(&staged.0))
+        else {
             return CommitResult::Conflict(format!("nothing staged for {table:?}"));
         };
         let key = (st.lance.clone(), table.table.clone());
@@ -536,7 +630,7 @@ impl World {
         }
     }
 
-    fn publish(&mut self, req: &PublishReq, fault: Fault) -> PublishResult {
+    fn publish(&mut self, p: Proc, req: &PublishReq, fault: Fault) -> PublishResult {
         if fault == Fault::FailClean {
             return PublishResult::Unknown("injected failure".into());
         }
@@ -622,7 +716,7 @@ impl World {
                     return PublishResult::Refused("main".into());
                 }
                 if let Some(r) = next.branches.remove(&req.branch) {
-                    self.deleted.insert(req.branch.clone(), r.incarnation);
+                    self.deleted.insert(req.branch.clone(), (p, r.incarnation));
                 }
             }
         }
@@ -721,6 +815,39 @@ impl World {
         })
     }
 
+    /// No table commit without an owning intent or a published version: a
+    /// live branch's physical table whose latest content differs from what
+    /// the manifest names is owned by an intent on storage. Holds after every
+    /// step, not only once recovery has settled.
+    pub fn unowned_effect_violation(&self) -> Option<(&'static str, String)> {
+        for (name, rec) in &self.latest().branches {
+            let own = own_lance(name, rec.incarnation);
+            for (table, r) in &rec.tables {
+                let Some(top) = self.latest_version(&own, table) else {
+                    continue;
+                };
+                let actual = self.content(&own, table, top);
+                let named = self.content(&r.lance, table, r.version);
+                if actual == named {
+                    continue;
+                }
+                let owned = self.sidecars.values().any(|(i, _)| {
+                    &i.branch == name && i.tables.iter().any(|t| &t.table.table == table)
+                });
+                if !owned {
+                    return Some((
+                        "no table commit without an owning intent or a published version",
+                        format!(
+                            "branch {name}: {table} on {own} is at {top} with content the manifest's {}@{} does not have, and no sidecar owns it",
+                            r.lance, r.version
+                        ),
+                    ));
+                }
+            }
+        }
+        None
+    }
+
     /// After recovery has settled: versions are contiguous, no sidecar is
     /// left, and every table's latest version is the one its branch names.
     pub fn settled_violation(&self) -> Option<(&'static str, String)> {
@@ -733,6 +860,7 @@ impl World {
             }
         }
         if let Some(op) = self.sidecars.keys().next() {
+            // (Every process is stopped or quiescent here.)
             return Some((
                 "recovery converges and leaves no sidecar",
                 format!("sidecar of {op:?} left after recovery"),

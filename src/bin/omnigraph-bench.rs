@@ -4,6 +4,7 @@
 //! omnigraph-bench load DIR [--repeats N]     # overwrite load of DIR/social.jsonl (gen_social.py)
 //! omnigraph-bench append [--n 300]           # 1-row append latency on a graph with 10 types
 //! omnigraph-bench mutations [--n 300]        # mutation latency, writer scaling, latency vs history
+//! omnigraph-bench processes [--writes 25]     # appends from 4 and 16 processes vs as many tasks in one
 //! omnigraph-bench queries DIR --graph URI [--repeats 10] [--reference FILE]
 //!                                             # q1..q6 warm (loads DIR into URI first if URI is empty)
 //! ```
@@ -136,6 +137,120 @@ async fn append(n: usize) {
         percentile(&sorted, 0.99),
         sorted[sorted.len() - 1]
     );
+}
+
+const ITEMS_SCHEMA: &str =
+    "node Item { name: String @key }\nnode Tag { name: String @key }\nedge HasTag: Item -> Tag";
+
+/// One unique Item and its HasTag edge, appended as one commit.
+async fn append_item(g: &Omnigraph, name: &str) -> omnigraph::Result<()> {
+    let line = format!(
+        "{{\"type\":\"Item\",\"data\":{{\"name\":\"{name}\"}}}}\n{{\"edge\":\"HasTag\",\"from\":\"{name}\",\"to\":\"t\"}}"
+    );
+    g.load("main", &line, LoadMode::Append).await.map(|_| ())
+}
+
+/// The child side of `processes`: open the graph, append `writes` items.
+async fn append_worker(uri: &str, id: usize, writes: usize) {
+    let g = Omnigraph::open(uri).await.expect("open");
+    let mut failed = 0;
+    for k in 0..writes {
+        if let Err(e) = append_item(&g, &format!("w{id}-{k}")).await {
+            eprintln!("w{id}-{k}: {e}");
+            failed += 1;
+        }
+    }
+    std::process::exit(if failed == 0 { 0 } else { 1 });
+}
+
+async fn items_graph(tmp: &Scratch) -> Omnigraph {
+    let g = Omnigraph::init(&tmp.uri(), ITEMS_SCHEMA)
+        .await
+        .expect("init");
+    g.load(
+        "main",
+        "{\"type\":\"Tag\",\"data\":{\"name\":\"t\"}}",
+        LoadMode::Append,
+    )
+    .await
+    .expect("tag");
+    g
+}
+
+async fn items_on(uri: &str) -> usize {
+    let g = Omnigraph::open_read_only(uri).await.expect("open");
+    let s = g
+        .snapshot(&omnigraph::Target::main())
+        .await
+        .expect("snapshot");
+    s.types
+        .iter()
+        .find(|t| t.name == "Item")
+        .map(|t| t.rows)
+        .unwrap_or(0)
+}
+
+/// Concurrent appends of unique items from N processes, then from N tasks
+/// of one process: commits/s, failures, and items missing afterwards.
+async fn processes(writes: usize) {
+    let me = std::env::current_exe().expect("own path");
+    println!("| writers | as | appends | commits/s | failed | missing |");
+    println!("|---|---|---|---|---|---|");
+    for n in [4usize, 16] {
+        let tmp = Scratch::new("procs.omni");
+        let uri = tmp.uri();
+        drop(items_graph(&tmp).await);
+        let t0 = Instant::now();
+        let children: Vec<_> = (0..n)
+            .map(|id| {
+                std::process::Command::new(&me)
+                    .args(["append-worker", &uri, &id.to_string(), &writes.to_string()])
+                    .spawn()
+                    .expect("spawn")
+            })
+            .collect();
+        let failed = children
+            .into_iter()
+            .map(|mut c| c.wait().expect("wait"))
+            .filter(|s| !s.success())
+            .count();
+        let secs = t0.elapsed().as_secs_f64();
+        let missing = n * writes - items_on(&uri).await;
+        println!(
+            "| {n} | processes | {} | {:.0} | {failed} processes | {missing} |",
+            n * writes,
+            (n * writes) as f64 / secs
+        );
+
+        let tmp = Scratch::new("tasks.omni");
+        let g = items_graph(&tmp).await;
+        let t0 = Instant::now();
+        let tasks: Vec<_> = (0..n)
+            .map(|id| {
+                let g = g.clone();
+                tokio::spawn(async move {
+                    let mut failed = 0;
+                    for k in 0..writes {
+                        failed +=
+                            usize::from(append_item(&g, &format!("w{id}-{k}")).await.is_err());
+                    }
+                    failed
+                })
+            })
+            .collect();
+        let mut failed = 0;
+        for t in tasks {
+            failed += t.await.expect("task");
+        }
+        let secs = t0.elapsed().as_secs_f64();
+        drop(g);
+        let missing = n * writes - items_on(&tmp.uri()).await;
+        println!(
+            "| {n} | tasks of one process | {} | {:.0} | {failed} appends | {missing} |",
+            n * writes,
+            (n * writes) as f64 / secs
+        );
+    }
 }
 
 /// A one-row mutation: the query, its name, and its one string parameter.
@@ -404,6 +519,13 @@ fn main() {
             rt.block_on(load(dir, flag("--repeats", 1)));
         }
         Some("append") => rt.block_on(append(flag("--n", 300))),
+        Some("processes") => rt.block_on(processes(flag("--writes", 25))),
+        Some("append-worker") => {
+            let uri = args.get(2).expect("usage: append-worker URI ID WRITES");
+            let id = args.get(3).and_then(|v| v.parse().ok()).expect("ID");
+            let writes = args.get(4).and_then(|v| v.parse().ok()).expect("WRITES");
+            rt.block_on(append_worker(uri, id, writes));
+        }
         Some("mutations") => rt.block_on(mutations(flag("--n", 300), flag("--history", 10_000))),
         Some("queries") => {
             let dir = args
@@ -425,7 +547,7 @@ fn main() {
         }
         _ => {
             eprintln!(
-                "usage: omnigraph-bench (load DIR [--repeats N] | append [--n N] | queries DIR --graph URI [--repeats N] [--reference FILE])"
+                "usage: omnigraph-bench (load DIR [--repeats N] | append [--n N] | processes [--writes N] | queries DIR --graph URI [--repeats N] [--reference FILE])"
             );
             std::process::exit(2);
         }

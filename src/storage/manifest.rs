@@ -176,7 +176,21 @@ impl Manifests {
         self.refresh().await
     }
 
+    /// The newest version on storage now. Versions only grow, so a process
+    /// that knows one probes forward from it (one read when nothing is
+    /// new); a fresh process starts from the hint.
     pub async fn refresh(&self) -> Result<Arc<Manifest>> {
+        let known = self.latest.lock().clone();
+        if let Some(mut cur) = known {
+            while let Some(next) = self.read_version(cur.version + 1).await? {
+                cur = next;
+            }
+            let mut latest = self.latest.lock();
+            if latest.as_ref().is_none_or(|l| l.version < cur.version) {
+                *latest = Some(cur.clone());
+            }
+            return Ok(latest.clone().expect("set"));
+        }
         let hint = match self.store.read(LATEST_HINT).await? {
             Some(b) => std::str::from_utf8(&b)
                 .ok()

@@ -9,10 +9,13 @@
 //! _graph/commits/<id>.json     commit records
 //! _graph/schema/<id>.pg        accepted schema source, and <id>.catalog.json
 //! _graph/recovery/<op>.json    recovery sidecars of in-flight writes
+//! _graph/locks/<gate>.lock     cross-process gate locks (local paths)
+//! _graph/owners/<proc>.lock    liveness lock of each read-write process (local paths)
 //! nodes/<Type>.lance           one Lance dataset per node type
 //! edges/<Type>.lance           one Lance dataset per edge type
 //! ```
 
+pub mod locks;
 pub mod manifest;
 pub mod objstore;
 pub mod sidecar;
@@ -211,7 +214,8 @@ impl GraphStorage {
     /// Resolve a target to one snapshot.
     pub async fn snapshot(&self, target: &Target) -> Result<Snapshot> {
         let (manifest, branch) = match target {
-            Target::Branch(b) => (self.manifests.latest().await?, b.clone()),
+            // Other processes publish too: a branch's head is read fresh.
+            Target::Branch(b) => (self.manifests.refresh().await?, b.clone()),
             Target::Version { version, branch } => {
                 (self.manifests.at(*version).await?, branch.clone())
             }

@@ -1,6 +1,7 @@
 //! Recovery sidecars on storage: one JSON file per in-flight write intent
 //! under `_graph/recovery/`, written before the first table commit and deleted
-//! after the publish.
+//! after the publish. Each names the incarnation of the process that wrote
+//! it, so another process can tell whether its writer still lives.
 
 use serde::{Deserialize, Serialize};
 
@@ -13,6 +14,10 @@ const DIR: &str = "_graph/recovery";
 #[derive(Serialize, Deserialize)]
 struct SidecarFile {
     op: String,
+    /// The writing process's incarnation (empty in sidecars written before
+    /// owners were recorded: their writers are long gone).
+    #[serde(default)]
+    owner: String,
     branch: String,
     expected_commit: String,
     expected_version: u64,
@@ -32,9 +37,10 @@ fn file(op: &OpId) -> String {
     format!("{DIR}/{}.json", op.0)
 }
 
-pub async fn write(store: &Store, intent: &Intent) -> Result<()> {
+pub async fn write(store: &Store, intent: &Intent, owner: &str) -> Result<()> {
     let f = SidecarFile {
         op: intent.op.0.clone(),
+        owner: owner.to_string(),
         branch: intent.branch.clone(),
         expected_commit: intent.expected.commit.0.clone(),
         expected_version: intent.expected.version,
@@ -59,7 +65,8 @@ pub async fn delete(store: &Store, op: &OpId) -> Result<()> {
     store.delete(&file(op)).await
 }
 
-pub async fn list(store: &Store) -> Result<Vec<Intent>> {
+/// Every sidecar, with the incarnation of the process that wrote it.
+pub async fn list(store: &Store) -> Result<Vec<(Intent, String)>> {
     let mut out = Vec::new();
     for name in store.list(DIR).await? {
         // Temporary files of an interrupted atomic write are not sidecars.
@@ -80,24 +87,27 @@ pub async fn list(store: &Store) -> Result<Vec<Intent>> {
                 continue;
             }
         };
-        out.push(Intent {
-            op: OpId(f.op),
-            branch: f.branch,
-            expected: Head {
-                commit: CommitId(f.expected_commit),
-                version: f.expected_version,
+        out.push((
+            Intent {
+                op: OpId(f.op),
+                branch: f.branch,
+                expected: Head {
+                    commit: CommitId(f.expected_commit),
+                    version: f.expected_version,
+                },
+                commit: CommitId(f.commit),
+                tables: f
+                    .tables
+                    .into_iter()
+                    .map(|t| IntentTable {
+                        table: TableKey::new(t.branch, t.table),
+                        base: t.base,
+                        txn: t.txn,
+                    })
+                    .collect(),
             },
-            commit: CommitId(f.commit),
-            tables: f
-                .tables
-                .into_iter()
-                .map(|t| IntentTable {
-                    table: TableKey::new(t.branch, t.table),
-                    base: t.base,
-                    txn: t.txn,
-                })
-                .collect(),
-        });
+            f.owner,
+        ));
     }
     Ok(out)
 }

@@ -13,6 +13,7 @@ use lance::dataset::transaction::Transaction;
 use parking_lot::Mutex;
 use tracing::{debug, warn};
 
+use super::locks::ProcessLocks;
 use super::manifest::{BranchRecord, ChangeNote, CommitRecord, MAIN, Manifest, TableRef};
 use super::{GraphStorage, Snapshot, sidecar};
 use crate::compiler::catalog::{Catalog, TypeDef};
@@ -22,20 +23,24 @@ use omnigraph_actors::*;
 
 pub type BoxFut<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
+/// How many times a publish re-reads the manifest after losing its
+/// create-if-absent to another process (each loss means someone else
+/// published; the expected-head check decides whether we still may).
+const MAX_PUBLISH_CAS_ATTEMPTS: u32 = 64;
+
 /// What a write does, run by the `Prepare` step against a snapshot. It may
 /// read the snapshot and stage transactions; it must not publish anything.
 pub trait PrepareWork: Send + Sync + 'static {
     fn prepare<'a>(&'a self, cx: &'a mut PrepareCx) -> BoxFut<'a, Result<Prepared>>;
 }
 
-/// The result of a successful prepare.
 /// Where one graph branch's table lives (see `physical`).
 struct Physical {
     dir: String,
     lance_branch: Option<String>,
-    named: Option<u64>,
 }
 
+/// The result of a successful prepare.
 pub struct Prepared {
     pub class: WriteClass,
     /// Recorded in the commit record and returned to the caller.
@@ -151,20 +156,30 @@ pub struct LanceSubstrate {
     /// Records of branches deleted by this process, for reclaiming storage.
     deleted: Mutex<HashMap<String, BranchRecord>>,
     actor: String,
+    /// This process's cross-process gate locks and liveness lock.
+    locks: ProcessLocks,
     #[cfg(feature = "fault-injection")]
     faults: Mutex<Faults>,
 }
 
 impl LanceSubstrate {
-    pub fn new(g: Arc<GraphStorage>, actor: String) -> Self {
-        Self {
+    pub fn new(g: Arc<GraphStorage>, actor: String) -> Result<Self> {
+        let locks = ProcessLocks::new(g.store.uri(), crate::util::ulid::new_ulid())?;
+        Ok(Self {
             g,
             ops: Mutex::new(HashMap::new()),
             deleted: Mutex::new(HashMap::new()),
             actor,
+            locks,
             #[cfg(feature = "fault-injection")]
             faults: Mutex::new(Faults::default()),
-        }
+        })
+    }
+
+    /// This process's locks: released when the handle closes, so other
+    /// processes see its intents as its writer's to finish no longer.
+    pub fn locks(&self) -> &ProcessLocks {
+        &self.locks
     }
 
     pub fn graph(&self) -> &Arc<GraphStorage> {
@@ -206,47 +221,79 @@ impl LanceSubstrate {
             .ok_or_else(|| OmniError::Storage(format!("unknown table {key}")))
     }
 
-    /// A physical table: its folder, the Lance branch the graph branch
-    /// writes on, and the version of it the latest manifest names (none
-    /// while the branch still shares its parent's table).
+    /// A physical table: its folder and the Lance branch the graph branch
+    /// writes on.
     async fn physical(&self, table: &TableKey) -> Result<Option<Physical>> {
-        let latest = self.g.manifests.latest().await?;
+        let latest = self.g.manifests.refresh().await?;
         let Some(rec) = latest.branches.get(&table.branch) else {
             return Ok(None);
         };
         let lance_branch = rec.own_lance_branch(&table.branch);
-        let named = rec
-            .tables
-            .get(&table.table)
-            .filter(|t| t.lance_branch == lance_branch)
-            .map(|t| t.version);
         Ok(Some(Physical {
             dir: self.table_def(&table.table)?.table_dir(),
             lance_branch,
-            named,
         }))
     }
 
+    /// A branch head as storage has it now: other processes publish too.
     async fn read_head(&self, branch: &str) -> Result<Option<Head>> {
-        let latest = self.g.manifests.latest().await?;
+        let latest = self.g.manifests.refresh().await?;
         Ok(latest.branches.get(branch).map(|r| Head {
             commit: CommitId(r.head.clone()),
             version: r.updated_at,
         }))
     }
 
-    async fn table_version(&self, table: &TableKey) -> Result<Option<u64>> {
-        let Some(p) = self.physical(table).await? else {
-            return Ok(None);
+    /// A table gate's view, read from storage (never from a cache: other
+    /// processes commit too): the latest version of the branch's own
+    /// physical table beside the version the latest manifest names for it.
+    async fn table_view(&self, table: &TableKey) -> Result<TableView> {
+        let latest = self.g.manifests.refresh().await?;
+        let Some(rec) = latest.branches.get(&table.branch) else {
+            return Ok(TableView {
+                latest: None,
+                named: None,
+                published: false,
+            });
         };
-        let lb = p.lance_branch.as_deref();
-        // When the manifest names a version on this Lance branch, search
-        // forward from it rather than list the whole history.
-        let ds = match p.named {
-            Some(v) => Some(self.g.tables.latest_from(&p.dir, lb, v).await?),
-            None => self.g.tables.latest(&p.dir, lb).await?,
+        let own = rec.own_lance_branch(&table.branch);
+        let Some(r) = rec.tables.get(&table.table) else {
+            return Ok(TableView {
+                latest: None,
+                named: None,
+                published: false,
+            });
         };
-        Ok(ds.map(|d| d.version().version))
+        let published = r.lance_branch == own;
+        // An unpublished fork starts at the version the branch references,
+        // so the probe starts there either way.
+        let top = self
+            .g
+            .tables
+            .probe_latest(&r.dir, own.as_deref(), r.version)
+            .await?;
+        Ok(TableView {
+            latest: top,
+            named: Some(r.version),
+            published,
+        })
+    }
+
+    /// Remove the Lance branch of a fork the manifest does not name.
+    async fn drop_fork(&self, table: &TableKey) -> Result<()> {
+        let view = self.table_view(table).await?;
+        if view.published || view.latest.is_none() {
+            return Ok(());
+        }
+        let latest = self.g.manifests.latest().await?;
+        let Some(rec) = latest.branches.get(&table.branch) else {
+            return Ok(());
+        };
+        let own = rec
+            .own_lance_branch(&table.branch)
+            .ok_or_else(|| OmniError::Storage("main has no forks".into()))?;
+        let dir = self.table_def(&table.table)?.table_dir();
+        self.g.tables.drop_branch(&dir, &own).await
     }
 
     async fn prepare(&self, op: OpId, attempt: u32, branch: String, head: Head) -> IoOut {
@@ -380,7 +427,7 @@ impl LanceSubstrate {
     async fn publish(&self, req: PublishReq) -> PublishResult {
         // A create-if-absent lost to another process: re-read and try again
         // (bounded); the expected-head check decides whether we may.
-        for _ in 0..8 {
+        for _ in 0..MAX_PUBLISH_CAS_ATTEMPTS {
             let latest = match self.g.manifests.refresh().await {
                 Ok(m) => m,
                 Err(e) => return PublishResult::Unknown(e.to_string()),
@@ -561,7 +608,13 @@ impl LanceSubstrate {
         match io {
             Io::ReadSchemaId => IoOut::SchemaId(Ok(self.g.schema_id.clone())),
             Io::ReadHead { branch } => IoOut::Head(s(self.read_head(&branch).await)),
-            Io::TableVersion { table } => IoOut::TableVersion(s(self.table_version(&table).await)),
+            Io::TableView { table } => IoOut::TableView(s(self.table_view(&table).await)),
+            Io::LockGate { gate, mode } => IoOut::Locked(self.locks.lock(&gate, mode).await),
+            Io::UnlockGate { gate } => {
+                self.locks.unlock(&gate);
+                IoOut::Locked(Ok(()))
+            }
+            Io::DropFork { table } => IoOut::Done(s(self.drop_fork(&table).await)),
             Io::Prepare {
                 op,
                 attempt,
@@ -574,11 +627,24 @@ impl LanceSubstrate {
                 }
                 IoOut::Done(Ok(()))
             }
-            Io::WriteSidecar { intent } => {
-                IoOut::Done(s(sidecar::write(&self.g.store, &intent).await))
-            }
+            Io::WriteSidecar { intent } => IoOut::Done(s(sidecar::write(
+                &self.g.store,
+                &intent,
+                self.locks.incarnation(),
+            )
+            .await)),
             Io::DeleteSidecar { op } => IoOut::Done(s(sidecar::delete(&self.g.store, &op).await)),
-            Io::ListSidecars => IoOut::Sidecars(s(sidecar::list(&self.g.store).await)),
+            Io::ListSidecars => {
+                IoOut::Sidecars(s(sidecar::list(&self.g.store).await.map(|found| {
+                    found
+                        .into_iter()
+                        .map(|(intent, owner)| FoundIntent {
+                            intent,
+                            owner_alive: self.locks.owner_alive(&owner),
+                        })
+                        .collect()
+                })))
+            }
             Io::CommitTable { op, table, staged } => {
                 IoOut::TableCommit(self.commit_table(&op, &table, &staged).await)
             }
@@ -604,7 +670,11 @@ impl LanceSubstrate {
         match io {
             Io::ReadSchemaId => IoOut::SchemaId(Err(e)),
             Io::ReadHead { .. } => IoOut::Head(Err(e)),
-            Io::TableVersion { .. } => IoOut::TableVersion(Err(e)),
+            Io::TableView { .. } => IoOut::TableView(Err(e)),
+            // A halted process keeps the locks it has until it is dropped,
+            // and takes no new ones.
+            Io::LockGate { .. } | Io::UnlockGate { .. } => IoOut::Locked(Err(e)),
+            Io::DropFork { .. } => IoOut::Done(Err(e)),
             Io::Prepare { .. } => IoOut::Prepared(Err(Some(e))),
             Io::Discard { .. }
             | Io::WriteSidecar { .. }

@@ -32,8 +32,9 @@ pub struct Tables {
     session: Arc<Session>,
     /// Exact (dir, lance branch, version) -> dataset; immutable, so always valid.
     opened: Mutex<HashMap<Exact, Arc<Dataset>>>,
-    /// The latest version of each physical table this process knows. Only
-    /// this process writes (one writer process per graph), so it stays true.
+    /// The latest version of each physical table as this process last saw
+    /// it. Other processes write too, so it is only a starting point: a
+    /// decision under a gate reads storage (`probe_latest`).
     latest: Mutex<HashMap<Physical, Arc<Dataset>>>,
     /// Serialises forks of one physical table.
     fork_lock: tokio::sync::Mutex<()>,
@@ -168,56 +169,60 @@ impl Tables {
         }
     }
 
-    /// The newest version of a physical table whose version `known` is
-    /// known to exist (the graph manifest names it). Lance versions are
-    /// consecutive, so probing `known + 1, known + 2, ...` finds the newest
-    /// without listing every version file, which a table with a long
-    /// history would make slow for a fresh process.
-    pub async fn latest_from(
+    /// The newest version of a physical table, read from storage alone:
+    /// version `from` must exist when the table does (the manifest names it,
+    /// or a fork starts there), so probe forward from it. `None`: that Lance
+    /// branch does not exist.
+    pub async fn probe_latest(
         &self,
         dir: &str,
         lance_branch: Option<&str>,
-        known: u64,
-    ) -> Result<Arc<Dataset>> {
-        if let Some(ds) = self.cached_latest(dir, lance_branch) {
-            return Ok(ds);
-        }
-        let mut newest = self
-            .open(&TableRef {
-                dir: dir.to_string(),
-                lance_branch: lance_branch.map(str::to_string),
-                version: known,
-            })
-            .await?;
+        from: u64,
+    ) -> Result<Option<u64>> {
+        let mut top = match self.load_version(dir, lance_branch, from).await {
+            Ok(ds) => ds.version().version,
+            Err(e) if missing_branch(&e) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
         loop {
-            let next = newest.version().version + 1;
-            match self.load_version(dir, lance_branch, next).await {
-                Ok(ds) => newest = Arc::new(ds),
-                Err(e) if missing_branch(&e) => break,
+            match self.load_version(dir, lance_branch, top + 1).await {
+                Ok(ds) => top = ds.version().version,
+                Err(e) if missing_branch(&e) => return Ok(Some(top)),
                 Err(e) => return Err(e.into()),
             }
         }
-        self.remember_latest(dir, lance_branch.map(str::to_string), newest.clone());
-        Ok(newest)
     }
 
     /// Make sure `lance_branch` exists on the table, forked from `from`; returns
     /// its latest version. Creating a fork changes nothing a reader can see:
     /// the manifest keeps naming `from` until a commit on the fork is published.
+    /// Another process may fork (or a repair remove) the same branch, so its
+    /// existence is read from storage, and a fork that appeared meanwhile is
+    /// used as it is.
     pub async fn ensure_fork(&self, from: &TableRef, lance_branch: &str) -> Result<Arc<Dataset>> {
         let _guard = self.fork_lock.lock().await;
+        self.forget_latest(&from.dir, Some(lance_branch));
         if let Some(ds) = self.latest(&from.dir, Some(lance_branch)).await? {
             return Ok(ds);
         }
         let mut base = (*self.open(from).await?).clone();
-        let forked = base
+        let forked = match base
             .create_branch(
                 lance_branch,
                 (from.lance_branch.as_deref(), Some(from.version)),
                 None,
             )
-            .await?;
-        let forked = Arc::new(forked);
+            .await
+        {
+            Ok(f) => Arc::new(f),
+            Err(e) => {
+                self.forget_latest(&from.dir, Some(lance_branch));
+                match self.latest(&from.dir, Some(lance_branch)).await? {
+                    Some(ds) => return Ok(ds),
+                    None => return Err(e.into()),
+                }
+            }
+        };
         self.remember_latest(&from.dir, Some(lance_branch.to_string()), forked.clone());
         Ok(forked)
     }

@@ -11,5 +11,6 @@ mod differential;
 mod export;
 mod load;
 mod mutate;
+mod processes;
 mod query;
 mod recovery;
