@@ -33,13 +33,21 @@ pub struct Options {
     pub actor: String,
     /// Share a Lance session (needed to reopen a `memory://` graph).
     pub session: Option<Arc<Session>>,
+    /// How long a write waits for a gate another process holds before it
+    /// fails `Contended` (default 60 s; `OMNIGRAPH_GATE_WAIT_MS` sets it).
+    pub gate_wait: std::time::Duration,
 }
 
 impl Default for Options {
     fn default() -> Self {
+        let gate_wait_ms = std::env::var("OMNIGRAPH_GATE_WAIT_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(omnigraph_actors::limits::GATE_WAIT_LIMIT_MS);
         Self {
             actor: std::env::var("USER").unwrap_or_else(|_| "omnigraph".into()),
             session: None,
+            gate_wait: std::time::Duration::from_millis(gate_wait_ms),
         }
     }
 }
@@ -195,7 +203,11 @@ impl Omnigraph {
 
     async fn start(graph: GraphStorage, opts: Options) -> Result<Self> {
         let graph = Arc::new(graph);
-        let substrate = Arc::new(LanceSubstrate::new(graph.clone(), opts.actor)?);
+        let substrate = Arc::new(LanceSubstrate::new(
+            graph.clone(),
+            opts.actor,
+            opts.gate_wait,
+        )?);
         let host = Host::start(substrate.clone(), Bugs::default()).await;
         let recovery = host
             .ready(OpId(format!("open-{}", new_ulid())))

@@ -163,8 +163,13 @@ pub struct LanceSubstrate {
 }
 
 impl LanceSubstrate {
-    pub fn new(g: Arc<GraphStorage>, actor: String) -> Result<Self> {
-        let locks = ProcessLocks::new(g.store.uri(), crate::util::ulid::new_ulid())?;
+    pub fn new(
+        g: Arc<GraphStorage>,
+        actor: String,
+        gate_wait: std::time::Duration,
+    ) -> Result<Self> {
+        let locks = ProcessLocks::new(g.store.uri(), crate::util::ulid::new_ulid())?
+            .with_wait_limit(gate_wait);
         Ok(Self {
             g,
             ops: Mutex::new(HashMap::new()),
