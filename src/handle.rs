@@ -36,6 +36,10 @@ pub struct Options {
     /// How long a write waits for a gate another process holds before it
     /// fails `Contended` (default 60 s; `OMNIGRAPH_GATE_WAIT_MS` sets it).
     pub gate_wait: std::time::Duration,
+    /// Halt this handle's storage at a crash point from the start, so that
+    /// recovery at open can be interrupted too (tests only).
+    #[cfg(feature = "fault-injection")]
+    pub crash_at: Option<crate::storage::substrate::CrashPoint>,
 }
 
 impl Default for Options {
@@ -48,6 +52,8 @@ impl Default for Options {
             actor: std::env::var("USER").unwrap_or_else(|_| "omnigraph".into()),
             session: None,
             gate_wait: std::time::Duration::from_millis(gate_wait_ms),
+            #[cfg(feature = "fault-injection")]
+            crash_at: None,
         }
     }
 }
@@ -205,9 +211,13 @@ impl Omnigraph {
         let graph = Arc::new(graph);
         let substrate = Arc::new(LanceSubstrate::new(
             graph.clone(),
-            opts.actor,
+            opts.actor.clone(),
             opts.gate_wait,
         )?);
+        #[cfg(feature = "fault-injection")]
+        if let Some(point) = opts.crash_at {
+            substrate.crash_at(point);
+        }
         let host = Host::start(substrate.clone(), Bugs::default()).await;
         let recovery = host
             .ready(OpId(format!("open-{}", new_ulid())))

@@ -136,10 +136,15 @@ pub struct OpCtx {
 #[cfg(feature = "fault-injection")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CrashPoint {
+    /// When the sidecar is about to be written (it is not): a lazy fork
+    /// made during prepare exists, nothing else does.
+    BeforeSidecarWrite,
     AfterSidecarWrite,
     /// After the n-th table commit (1-based) of the process.
     AfterTableCommit(u32),
     AfterPublish,
+    /// After recovery restored a table, before it re-points the branch.
+    AfterRestore,
 }
 
 #[cfg(feature = "fault-injection")]
@@ -696,8 +701,18 @@ impl LanceSubstrate {
 
     #[cfg(feature = "fault-injection")]
     async fn run_with_faults(&self, io: Io) -> IoOut {
-        if self.faults.lock().halted {
-            return Self::halted_answer(&io);
+        {
+            let mut f = self.faults.lock();
+            if !f.halted
+                && matches!(io, Io::WriteSidecar { .. })
+                && f.crash_at == Some(CrashPoint::BeforeSidecarWrite)
+            {
+                warn!("fault injection: the process halts before its sidecar");
+                f.halted = true;
+            }
+            if f.halted {
+                return Self::halted_answer(&io);
+            }
         }
         let point = match &io {
             Io::WriteSidecar { .. } => Some(CrashPoint::AfterSidecarWrite),
@@ -707,6 +722,7 @@ impl LanceSubstrate {
                 Some(CrashPoint::AfterTableCommit(f.commits))
             }
             Io::Publish { .. } => Some(CrashPoint::AfterPublish),
+            Io::RestoreTable { .. } => Some(CrashPoint::AfterRestore),
             _ => None,
         };
         let answer = Self::halted_answer(&io);

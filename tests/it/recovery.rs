@@ -117,3 +117,125 @@ async fn a_crash_on_a_branch_does_not_touch_main() {
     assert_eq!(count(&g, "b", "Knows").await, 3);
     drop(dir);
 }
+
+/// Folders of Lance branches (forks) under a graph's tables.
+fn forks(graph: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for kind in ["nodes", "edges"] {
+        let Ok(tables) = std::fs::read_dir(graph.join(kind)) else {
+            continue;
+        };
+        for t in tables.flatten() {
+            if let Ok(tree) = std::fs::read_dir(t.path().join("tree")) {
+                for f in tree.flatten() {
+                    out.push(format!(
+                        "{}/{}",
+                        t.file_name().to_string_lossy(),
+                        f.file_name().to_string_lossy()
+                    ));
+                }
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[tokio::test]
+async fn a_crash_after_a_lazy_fork_and_before_the_sidecar_changes_nothing_visible() {
+    let t = loaded_graph().await;
+    t.g.branch_create("b", "main").await.unwrap();
+    let uri = t.uri();
+    let graph = t.dir.path().join("g.omni");
+    assert!(forks(&graph).is_empty());
+    let before = state(&t.g).await;
+    t.g.substrate().crash_at(CrashPoint::BeforeSidecarWrite);
+    assert!(t.g.load("b", TWO_TABLES, LoadMode::Append).await.is_err());
+    assert!(
+        !forks(&graph).is_empty(),
+        "the write should have forked its tables before it stopped"
+    );
+    let TestGraph { dir, g } = t;
+    drop(g);
+    let g = Omnigraph::open(&uri).await.unwrap();
+    assert_eq!(state(&g).await, before);
+    // The next write on the branch uses (or remakes) the forks and commits.
+    g.load("b", TWO_TABLES, LoadMode::Append).await.unwrap();
+    assert_eq!(count(&g, "b", "Person").await, 4);
+    assert_eq!(count(&g, "main", "Person").await, 3);
+    drop(dir);
+}
+
+#[tokio::test]
+async fn a_crash_during_recovery_is_finished_by_the_next_open() {
+    let t = loaded_graph().await;
+    let uri = t.uri();
+    let before = state(&t.g).await;
+    t.g.substrate().crash_at(CrashPoint::AfterTableCommit(1));
+    assert!(
+        t.g.load("main", TWO_TABLES, LoadMode::Append)
+            .await
+            .is_err()
+    );
+    let TestGraph { dir, g } = t;
+    drop(g);
+    // Recovery halts after restoring the landed table, before it re-points
+    // the branch: the open reports the intent it could not finish.
+    let opts = omnigraph::Options {
+        crash_at: Some(CrashPoint::AfterRestore),
+        ..Default::default()
+    };
+    let err = Omnigraph::open_with(&uri, opts).await;
+    assert!(
+        matches!(err, Err(omnigraph::OmniError::RecoveryRequired { .. })),
+        "{:?}",
+        err.map(|_| ())
+    );
+    let g = Omnigraph::open(&uri).await.unwrap();
+    assert_eq!(g.recovery_report().rolled_back.len(), 1);
+    assert_eq!(state(&g).await, before);
+    assert_writable(&g).await;
+    assert_eq!(count(&g, "main", "Person").await, 4);
+    drop(dir);
+}
+
+#[tokio::test]
+async fn a_crash_while_deleting_a_branch_leaves_nothing_for_a_new_branch_of_its_name() {
+    let t = loaded_graph().await;
+    t.g.branch_create("b", "main").await.unwrap();
+    t.g.load("b", TWO_TABLES, LoadMode::Append).await.unwrap();
+    let uri = t.uri();
+    // The delete is published, then the process dies before it reclaims
+    // the branch's forks.
+    t.g.substrate().crash_at(CrashPoint::AfterPublish);
+    let _ = t.g.branch_delete("b").await;
+    let TestGraph { dir, g } = t;
+    drop(g);
+    let g = Omnigraph::open(&uri).await.unwrap();
+    assert!(g.branch_list().await.unwrap().iter().all(|b| b.name != "b"));
+    g.branch_create("b", "main").await.unwrap();
+    assert_eq!(
+        count(&g, "b", "Person").await,
+        3,
+        "the old branch's rows came back"
+    );
+    g.load("b", TWO_TABLES, LoadMode::Append).await.unwrap();
+    assert_eq!(count(&g, "b", "Person").await, 4);
+    drop(dir);
+}
+
+#[tokio::test]
+async fn a_crash_right_after_a_branch_create_keeps_the_branch() {
+    let t = loaded_graph().await;
+    let uri = t.uri();
+    t.g.substrate().crash_at(CrashPoint::AfterPublish);
+    let _ = t.g.branch_create("b", "main").await;
+    let TestGraph { dir, g } = t;
+    drop(g);
+    let g = Omnigraph::open(&uri).await.unwrap();
+    assert!(g.branch_list().await.unwrap().iter().any(|b| b.name == "b"));
+    assert_eq!(count(&g, "b", "Person").await, 3);
+    g.load("b", TWO_TABLES, LoadMode::Append).await.unwrap();
+    assert_eq!(count(&g, "b", "Person").await, 4);
+    drop(dir);
+}
