@@ -177,6 +177,24 @@ impl GateOwner {
         self.sync_lock()
     }
 
+    /// Only a table's gate holder may change the table. `Ok`: go ahead on
+    /// this table; `Err(Some(table))`: refuse the sender; `Err(None)`: this
+    /// is no table owner. Either refusal is recorded as a violation.
+    fn holder_table(&mut self, op: &OpId, what: &str) -> Result<TableKey, Option<TableKey>> {
+        let Some(table) = self.table().cloned() else {
+            self.violations
+                .push(format!("{what} sent to {:?}", self.kind));
+            return Err(None);
+        };
+        if !self.gate.holds(op) {
+            self.violations.push(format!(
+                "{op:?} asked for a {what} of {table:?} without holding its gate"
+            ));
+            return Err(Some(table));
+        }
+        Ok(table)
+    }
+
     fn table(&self) -> Option<&TableKey> {
         match &self.kind {
             OwnerKind::Table(t) => Some(t),
@@ -223,62 +241,47 @@ impl Machine for GateOwner {
                     Vec::new()
                 }
             },
-            Msg::CommitTable { op, staged } => {
-                let Some(table) = self.table().cloned() else {
-                    self.violations
-                        .push(format!("commit sent to {:?}", self.kind));
-                    return Vec::new();
-                };
-                if !self.gate.holds(&op) {
-                    self.violations.push(format!(
-                        "{op:?} committed {table:?} without holding its gate"
-                    ));
+            Msg::CommitTable { op, staged } => match self.holder_table(&op, "commit") {
+                Ok(table) => {
+                    debug!(op = %op, table = ?table, "table commit");
+                    let io = Io::CommitTable {
+                        op: op.clone(),
+                        table,
+                        staged,
+                    };
+                    vec![self.io(io, Pending::Commit(from, op))]
+                }
+                Err(Some(table)) => {
                     let result = CommitResult::Conflict("not the gate holder".into());
-                    return vec![Effect::Send(
+                    vec![Effect::Send(
                         from,
                         Msg::TableCommitted { op, table, result },
-                    )];
+                    )]
                 }
-                debug!(op = %op, table = ?table, "table commit");
-                let io = Io::CommitTable {
-                    op: op.clone(),
-                    table,
-                    staged,
-                };
-                vec![self.io(io, Pending::Commit(from, op))]
-            }
-            Msg::RestoreTable { op, to } => {
-                let Some(table) = self.table().cloned() else {
-                    self.violations
-                        .push(format!("restore sent to {:?}", self.kind));
-                    return Vec::new();
-                };
-                if !self.gate.holds(&op) {
-                    self.violations.push(format!(
-                        "{op:?} restored {table:?} without holding its gate"
-                    ));
+                Err(None) => Vec::new(),
+            },
+            Msg::RestoreTable { op, to } => match self.holder_table(&op, "restore") {
+                Ok(table) => {
+                    debug!(op = %op, table = ?table, to, "table restore");
+                    vec![self.io(Io::RestoreTable { table, to }, Pending::Restore(from, op))]
+                }
+                Err(Some(table)) => {
                     let result = Err("not the gate holder".to_string());
-                    return vec![Effect::Send(from, Msg::TableRestored { op, table, result })];
+                    vec![Effect::Send(from, Msg::TableRestored { op, table, result })]
                 }
-                debug!(op = %op, table = ?table, to, "table restore");
-                vec![self.io(Io::RestoreTable { table, to }, Pending::Restore(from, op))]
-            }
-            Msg::DropFork { op } => {
-                let Some(table) = self.table().cloned() else {
-                    self.violations
-                        .push(format!("fork drop sent to {:?}", self.kind));
-                    return Vec::new();
-                };
-                if !self.gate.holds(&op) {
-                    self.violations.push(format!(
-                        "{op:?} dropped the fork of {table:?} without holding its gate"
-                    ));
+                Err(None) => Vec::new(),
+            },
+            Msg::DropFork { op } => match self.holder_table(&op, "fork drop") {
+                Ok(table) => {
+                    debug!(op = %op, table = ?table, "drop an unpublished fork");
+                    vec![self.io(Io::DropFork { table }, Pending::DropFork(from, op))]
+                }
+                Err(Some(table)) => {
                     let result = Err("not the gate holder".to_string());
-                    return vec![Effect::Send(from, Msg::ForkDropped { op, table, result })];
+                    vec![Effect::Send(from, Msg::ForkDropped { op, table, result })]
                 }
-                debug!(op = %op, table = ?table, "drop an unpublished fork");
-                vec![self.io(Io::DropFork { table }, Pending::DropFork(from, op))]
-            }
+                Err(None) => Vec::new(),
+            },
             other => {
                 self.violations
                     .push(format!("{:?} got unexpected {other:?}", self.kind));
@@ -394,5 +397,130 @@ impl Machine for GateOwner {
             Some(v) => Err(v.clone()),
             None => Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(s: &str) -> OpId {
+        OpId(s.into())
+    }
+
+    fn owner() -> GateOwner {
+        GateOwner::new(OwnerKind::Branch("main".into()), Bugs::default())
+    }
+
+    fn acquire(o: &mut GateOwner, who: &str) -> Vec<Effect> {
+        o.on_msg(
+            0,
+            Addr::Writer(op(who)),
+            Msg::Acquire {
+                op: op(who),
+                mode: GateMode::Exclusive,
+            },
+        )
+    }
+
+    fn release(o: &mut GateOwner, who: &str) -> Vec<Effect> {
+        o.on_msg(0, Addr::Writer(op(who)), Msg::Release { op: op(who) })
+    }
+
+    /// The one storage request among the effects.
+    fn only_io(fx: &[Effect]) -> (ReqId, Io) {
+        match fx {
+            [Effect::Io(r, io)] => (*r, io.clone()),
+            other => panic!("expected one request, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_lease_hears_of_its_grant_only_after_the_cross_process_lock_is_held() {
+        let mut o = owner();
+        let (r, io) = only_io(&acquire(&mut o, "a"));
+        assert_eq!(
+            io,
+            Io::LockGate {
+                gate: Addr::Branch("main".into()),
+                mode: GateMode::Exclusive
+            }
+        );
+        // Locked: now the view is read, and only then is the lease told.
+        let (r2, io2) = only_io(&o.on_io(0, r, IoOut::Locked(Ok(()))));
+        assert_eq!(
+            io2,
+            Io::ReadHead {
+                branch: "main".into()
+            }
+        );
+        let fx = o.on_io(0, r2, IoOut::Head(Ok(None)));
+        assert!(
+            matches!(&fx[..], [Effect::Send(Addr::Writer(w), Msg::Granted { .. })] if *w == op("a"))
+        );
+        assert_eq!(o.lock_held(), Some(GateMode::Exclusive));
+        o.check().unwrap();
+    }
+
+    #[test]
+    fn an_unlock_in_flight_is_never_overtaken_by_the_next_lock() {
+        let mut o = owner();
+        let (r, _) = only_io(&acquire(&mut o, "a"));
+        let (r, _) = only_io(&o.on_io(0, r, IoOut::Locked(Ok(()))));
+        o.on_io(0, r, IoOut::Head(Ok(None)));
+        let (unlock, io) = only_io(&release(&mut o, "a"));
+        assert_eq!(
+            io,
+            Io::UnlockGate {
+                gate: Addr::Branch("main".into())
+            }
+        );
+        // b asks while the unlock is in flight: nothing happens yet.
+        assert!(acquire(&mut o, "b").is_empty());
+        let (_, io) = only_io(&o.on_io(0, unlock, IoOut::Locked(Ok(()))));
+        assert!(matches!(io, Io::LockGate { .. }), "{io:?}");
+        o.check().unwrap();
+    }
+
+    #[test]
+    fn a_lock_another_process_kept_is_reported_busy_and_not_retried_for_that_lease() {
+        let mut o = owner();
+        let (r, _) = only_io(&acquire(&mut o, "a"));
+        let fx = o.on_io(0, r, IoOut::Locked(Err("held elsewhere".into())));
+        assert!(
+            matches!(&fx[..], [Effect::Send(_, Msg::Granted { view: GateView::Busy(e), .. })] if e == "held elsewhere"),
+            "{fx:?}"
+        );
+        // Its release needs no unlock: the lock was never held.
+        assert!(release(&mut o, "a").is_empty());
+        assert_eq!(o.lock_held(), None);
+        o.check().unwrap();
+    }
+
+    #[test]
+    fn only_the_gate_holder_may_commit() {
+        let mut o = GateOwner::new(
+            OwnerKind::Table(TableKey::new("main", "node:A")),
+            Bugs::default(),
+        );
+        let fx = o.on_msg(
+            0,
+            Addr::Writer(op("x")),
+            Msg::CommitTable {
+                op: op("x"),
+                staged: StagedRef("s".into()),
+            },
+        );
+        assert!(matches!(
+            &fx[..],
+            [Effect::Send(
+                _,
+                Msg::TableCommitted {
+                    result: CommitResult::Conflict(_),
+                    ..
+                }
+            )]
+        ));
+        assert!(o.check().unwrap_err().contains("without holding its gate"));
     }
 }

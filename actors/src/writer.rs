@@ -901,3 +901,150 @@ impl Writer {
         self.state == State::Done
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op() -> OpId {
+        OpId("w".into())
+    }
+
+    fn head() -> Head {
+        Head {
+            commit: CommitId("c0".into()),
+            version: 1,
+        }
+    }
+
+    /// A write on main, taken up to the point where it asks for its first gate.
+    fn writer_asking_for_gates() -> Writer {
+        let mut w = Writer::new(
+            op(),
+            OpKind::Write {
+                branch: "main".into(),
+            },
+            Bugs::default(),
+        );
+        w.on_start(0);
+        w.on_msg(
+            0,
+            Addr::Recovery,
+            Msg::Admitted {
+                op: op(),
+                blocked_by: None,
+            },
+        );
+        let fx = w.on_msg(
+            0,
+            Addr::Branch("main".into()),
+            Msg::HeadReply {
+                op: op(),
+                head: Ok(Some(head())),
+            },
+        );
+        let [Effect::Io(req, Io::Prepare { .. })] = &fx[..] else {
+            panic!("expected a prepare, got {fx:?}");
+        };
+        let plan = Plan {
+            commit: CommitId("c1".into()),
+            schema: "s".into(),
+            class: WriteClass::Retryable,
+            tables: vec![TablePlan {
+                table: TableKey::new("main", "node:A"),
+                base: 1,
+                staged: StagedRef("node:A".into()),
+                txn: "t".into(),
+            }],
+        };
+        let fx = w.on_io(0, *req, IoOut::Prepared(Ok(plan)));
+        assert!(
+            matches!(&fx[..], [Effect::Send(Addr::Schema, Msg::Acquire { .. })]),
+            "{fx:?}"
+        );
+        w
+    }
+
+    #[test]
+    fn a_grant_from_a_gate_it_does_not_wait_for_is_a_violation() {
+        let mut w = writer_asking_for_gates();
+        let fx = w.on_msg(
+            0,
+            Addr::Branch("main".into()),
+            Msg::Granted {
+                op: op(),
+                view: GateView::Branch(Some(head())),
+            },
+        );
+        assert!(fx.is_empty());
+        assert!(w.check().unwrap_err().contains("expected from Schema"));
+    }
+
+    #[test]
+    fn a_reply_for_another_operation_is_a_violation() {
+        let mut w = writer_asking_for_gates();
+        w.on_msg(
+            0,
+            Addr::Schema,
+            Msg::Granted {
+                op: OpId("someone-else".into()),
+                view: GateView::Schema("s".into()),
+            },
+        );
+        assert!(w.check().unwrap_err().contains("someone-else"));
+    }
+
+    #[test]
+    fn orphans_under_the_gates_go_to_recovery_and_the_write_asks_again() {
+        let mut w = writer_asking_for_gates();
+        w.on_msg(
+            0,
+            Addr::Schema,
+            Msg::Granted {
+                op: op(),
+                view: GateView::Schema("s".into()),
+            },
+        );
+        w.on_msg(
+            0,
+            Addr::Branch("main".into()),
+            Msg::Granted {
+                op: op(),
+                view: GateView::Branch(Some(head())),
+            },
+        );
+        let view = TableView {
+            latest: Some(2),
+            named: Some(1),
+            published: true,
+        };
+        let fx = w.on_msg(
+            0,
+            Addr::Table(TableKey::new("main", "node:A")),
+            Msg::Granted {
+                op: op(),
+                view: GateView::Table(view),
+            },
+        );
+        w.check().unwrap();
+        let sent: Vec<&Msg> = fx
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Send(Addr::Recovery, m) => Some(m),
+                _ => None,
+            })
+            .collect();
+        assert!(
+            matches!(sent[..], [Msg::Suspect { .. }, Msg::Admit { .. }]),
+            "{sent:?}"
+        );
+        let releases = fx
+            .iter()
+            .filter(|e| matches!(e, Effect::Send(_, Msg::Release { .. })))
+            .count();
+        assert_eq!(
+            releases, 3,
+            "every gate is released before recovery repairs"
+        );
+    }
+}

@@ -24,6 +24,59 @@ fn rand_ms(state: &mut u64, lo: u64, hi: u64) -> u64 {
     lo + *state % (hi - lo)
 }
 
+/// Reopen the graph (recovery runs) and check it against what was
+/// acknowledged: every acknowledged write is there, and every write is whole
+/// across the node table and the edge table (two people and the edge
+/// between them, or nothing). Returns how many people it holds.
+async fn check_graph(uri: &str, acked: &BTreeSet<u64>) -> usize {
+    let g = Omnigraph::open(uri).await.unwrap();
+    let mut dump = Vec::new();
+    g.export(&Target::main(), &mut dump).await.unwrap();
+    let dump = String::from_utf8(dump).unwrap();
+    let mut people = BTreeSet::new();
+    let mut edges = BTreeSet::new();
+    for line in dump.lines() {
+        let j: serde_json::Value = serde_json::from_str(line).unwrap();
+        if j["type"] == "Person" {
+            people.insert(j["data"]["name"].as_str().unwrap().to_string());
+        } else {
+            edges.insert((
+                j["from"].as_str().unwrap().to_string(),
+                j["to"].as_str().unwrap().to_string(),
+            ));
+        }
+    }
+    for n in acked {
+        assert!(
+            people.contains(&format!("p{n}")),
+            "acknowledged write {n} is missing"
+        );
+    }
+    for p in people.iter().filter(|p| p.starts_with('p')) {
+        let n = &p[1..];
+        assert!(
+            people.contains(&format!("q{n}")),
+            "partial write {n}: p without q"
+        );
+        assert!(
+            edges.contains(&(format!("p{n}"), format!("q{n}"))),
+            "partial write {n}: nodes without their edge"
+        );
+    }
+    for (s, d) in &edges {
+        assert!(
+            people.contains(s) && people.contains(d),
+            "edge {s} -> {d} has a missing endpoint"
+        );
+    }
+    assert_eq!(
+        edges.len() * 2,
+        people.len(),
+        "every write is two people and one edge"
+    );
+    people.len()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_during_writes_never_loses_or_tears_a_commit() {
     let kills: usize = std::env::var("OMNIGRAPH_CHAOS_KILLS")
@@ -81,52 +134,7 @@ async fn sigkill_during_writes_never_loses_or_tears_a_commit() {
             inside_commit += 1;
         }
 
-        let g = Omnigraph::open(&uri).await.unwrap();
-        let mut dump = Vec::new();
-        g.export(&Target::main(), &mut dump).await.unwrap();
-        let dump = String::from_utf8(dump).unwrap();
-        let mut people = BTreeSet::new();
-        let mut edges = Vec::new();
-        for line in dump.lines() {
-            let j: serde_json::Value = serde_json::from_str(line).unwrap();
-            if j["type"] == "Person" {
-                people.insert(j["data"]["name"].as_str().unwrap().to_string());
-            } else {
-                edges.push((
-                    j["from"].as_str().unwrap().to_string(),
-                    j["to"].as_str().unwrap().to_string(),
-                ));
-            }
-        }
-        for n in &acked {
-            assert!(
-                people.contains(&format!("p{n}")),
-                "acknowledged write {n} is missing"
-            );
-        }
-        for p in people.iter().filter(|p| p.starts_with('p')) {
-            let n = &p[1..];
-            assert!(
-                people.contains(&format!("q{n}")),
-                "partial write {n}: p without q"
-            );
-            assert!(
-                edges.contains(&(format!("p{n}"), format!("q{n}"))),
-                "partial write {n}: no edge"
-            );
-        }
-        for (s, d) in &edges {
-            assert!(
-                people.contains(s) && people.contains(d),
-                "edge {s} -> {d} has a missing endpoint"
-            );
-        }
-        assert_eq!(
-            edges.len() * 2,
-            people.len(),
-            "every write is two people and one edge"
-        );
-        drop(g);
+        check_graph(&uri, &acked).await;
     }
     // Still writable after all of that.
     let g = Omnigraph::open(&uri).await.unwrap();
@@ -231,52 +239,13 @@ async fn writer_processes_killed_among_live_ones_lose_nothing() {
     for w in writers {
         stop_writer(w, &mut acked);
     }
-    let g = Omnigraph::open(&uri).await.unwrap();
-    let mut dump = Vec::new();
-    g.export(&Target::main(), &mut dump).await.unwrap();
-    let dump = String::from_utf8(dump).unwrap();
-    let mut people = BTreeSet::new();
-    let mut edges = BTreeSet::new();
-    for line in dump.lines() {
-        let j: serde_json::Value = serde_json::from_str(line).unwrap();
-        if j["type"] == "Person" {
-            people.insert(j["data"]["name"].as_str().unwrap().to_string());
-        } else {
-            edges.insert((
-                j["from"].as_str().unwrap().to_string(),
-                j["to"].as_str().unwrap().to_string(),
-            ));
-        }
-    }
-    for n in &acked {
-        assert!(
-            people.contains(&format!("p{n}")),
-            "acknowledged write {n} is missing"
-        );
-    }
-    // Atomic across the node table and the edge table: each write is two
-    // people and the edge between them, or nothing.
-    for p in people.iter().filter(|p| p.starts_with('p')) {
-        let n = &p[1..];
-        assert!(
-            people.contains(&format!("q{n}")),
-            "partial write {n}: p without q"
-        );
-        assert!(
-            edges.contains(&(format!("p{n}"), format!("q{n}"))),
-            "partial write {n}: nodes without their edge"
-        );
-    }
-    assert_eq!(
-        edges.len() * 2,
-        people.len(),
-        "every write is two people and one edge"
-    );
+    check_graph(&uri, &acked).await;
     assert!(
         acked.len() >= WRITERS,
         "the writers got only {} writes through",
         acked.len()
     );
+    let g = Omnigraph::open(&uri).await.unwrap();
     g.load(
         "main",
         "{\"type\":\"Person\",\"data\":{\"name\":\"final\"}}",
