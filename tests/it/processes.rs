@@ -218,3 +218,49 @@ async fn concurrent_writer_processes_all_commit_and_lose_nothing() {
         commits.len()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_inserting_one_key_get_one_commit_and_one_key_conflict() {
+    let t = loaded_graph().await;
+    let uri = t.uri();
+    drop(t.g);
+    // `load --mode append` is a strict insert (a mutation's insert of a
+    // keyed node is an upsert).
+    let data = t.dir.path().join("eve.jsonl");
+    std::fs::write(
+        &data,
+        "{\"type\":\"Person\",\"data\":{\"name\":\"Eve\",\"age\":30}}\n",
+    )
+    .unwrap();
+    // Both processes start together; whichever loses the race (or comes
+    // second) re-reads under the branch gate and finds the key.
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));
+    let runs: Vec<_> = (0..2)
+        .map(|_| {
+            let (uri, barrier, data) = (uri.clone(), barrier.clone(), data.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                Command::new(env!("CARGO_BIN_EXE_omnigraph"))
+                    .args([
+                        "load",
+                        "--data",
+                        data.to_str().unwrap(),
+                        "--mode",
+                        "append",
+                        &uri,
+                    ])
+                    .output()
+                    .unwrap()
+            })
+        })
+        .collect();
+    let outs: Vec<_> = runs.into_iter().map(|r| r.join().unwrap()).collect();
+    let ok = outs.iter().filter(|o| o.status.success()).count();
+    assert_eq!(ok, 1, "exactly one insert commits: {outs:#?}");
+    let loser = outs.iter().find(|o| !o.status.success()).unwrap();
+    let err = String::from_utf8_lossy(&loser.stderr);
+    assert!(err.contains("error[KeyConflict]"), "{err}");
+    assert!(err.contains("Eve"), "the error names the key: {err}");
+    let g = Omnigraph::open_read_only(&uri).await.unwrap();
+    assert_eq!(count(&g, "main", "Person").await, 4);
+}
