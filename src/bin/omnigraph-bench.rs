@@ -5,6 +5,7 @@
 //! omnigraph-bench append [--n 300]           # 1-row append latency on a graph with 10 types
 //! omnigraph-bench mutations [--n 300]        # mutation latency, writer scaling, latency vs history
 //! omnigraph-bench processes [--writes 25]     # appends from 4 and 16 processes vs as many tasks in one
+//! omnigraph-bench locks [--n 10000]           # the cross-process lock work of one 1-table commit
 //! omnigraph-bench queries DIR --graph URI [--repeats 10] [--reference FILE]
 //!                                             # q1..q6 warm (loads DIR into URI first if URI is empty)
 //! ```
@@ -251,6 +252,43 @@ async fn processes(writes: usize) {
             (n * writes) as f64 / secs
         );
     }
+}
+
+/// What one commit of one table costs in cross-process locks on local disk:
+/// the schema gate (shared), the branch gate and the table gate, each
+/// locked and unlocked, as the gate owners do it.
+async fn locks(n: usize) {
+    use omnigraph::storage::locks::ProcessLocks;
+    use omnigraph_actors::{Addr, GateMode, TableKey};
+    let tmp = Scratch::new("locks.omni");
+    std::fs::create_dir_all(&tmp.0).expect("dir");
+    let l = ProcessLocks::new(&tmp.uri(), "BENCH".into()).expect("locks");
+    let gates = [
+        (Addr::Schema, GateMode::Shared),
+        (Addr::Branch("main".into()), GateMode::Exclusive),
+        (
+            Addr::Table(TableKey::new("main", "node:T0")),
+            GateMode::Exclusive,
+        ),
+    ];
+    let t0 = Instant::now();
+    for _ in 0..n {
+        for (g, m) in &gates {
+            l.lock(g, *m).await.expect("lock");
+        }
+        for (g, _) in gates.iter().rev() {
+            l.unlock(g);
+        }
+    }
+    let us = t0.elapsed().as_secs_f64() * 1e6 / n as f64;
+    let t0 = Instant::now();
+    for _ in 0..n {
+        assert!(!l.owner_alive("GONE"));
+    }
+    let alive_us = t0.elapsed().as_secs_f64() * 1e6 / n as f64;
+    println!("| commits | lock work per 1-table commit | a liveness check of a dead owner |");
+    println!("|---|---|---|");
+    println!("| {n} | {us:.1} µs | {alive_us:.1} µs |");
 }
 
 /// A one-row mutation: the query, its name, and its one string parameter.
@@ -520,6 +558,7 @@ fn main() {
         }
         Some("append") => rt.block_on(append(flag("--n", 300))),
         Some("processes") => rt.block_on(processes(flag("--writes", 25))),
+        Some("locks") => rt.block_on(locks(flag("--n", 10_000))),
         Some("append-worker") => {
             let uri = args.get(2).expect("usage: append-worker URI ID WRITES");
             let id = args.get(3).and_then(|v| v.parse().ok()).expect("ID");
@@ -547,7 +586,7 @@ fn main() {
         }
         _ => {
             eprintln!(
-                "usage: omnigraph-bench (load DIR [--repeats N] | append [--n N] | processes [--writes N] | queries DIR --graph URI [--repeats N] [--reference FILE])"
+                "usage: omnigraph-bench (load DIR [--repeats N] | append [--n N] | processes [--writes N] | locks [--n N] | queries DIR --graph URI [--repeats N] [--reference FILE])"
             );
             std::process::exit(2);
         }
