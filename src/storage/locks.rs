@@ -97,6 +97,7 @@ impl ProcessLocks {
             held: Mutex::new(HashMap::new()),
             wait_limit: Duration::from_millis(GATE_WAIT_LIMIT_MS),
         };
+        locks.sweep_dead_owners();
         if let Some(path) = locks.owner_path(&locks.incarnation) {
             let f = open_lock_file(&path)?;
             if !try_mode(&f, GateMode::Exclusive)? {
@@ -213,6 +214,25 @@ impl ProcessLocks {
         }
     }
 
+    /// Remove the liveness files of processes that are gone (a killed
+    /// process cannot remove its own). Runs once per read-write open, off
+    /// every write's path.
+    fn sweep_dead_owners(&self) {
+        let Some(root) = &self.root else {
+            return;
+        };
+        let Ok(entries) = std::fs::read_dir(root.join("_graph/owners")) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            if let Some(inc) = name.strip_suffix(".lock") {
+                // Removes the file when its owner is gone.
+                self.owner_alive(inc);
+            }
+        }
+    }
+
     /// Drop every lock this process holds, the liveness lock last: after
     /// this, other processes see it as gone.
     pub fn release_all(&self) {
@@ -295,6 +315,25 @@ mod tests {
         assert!(!me.owner_alive("NEVER"));
         assert!(!me.owner_alive(""));
         assert!(!me.owner_alive("../x"));
+    }
+
+    #[test]
+    fn an_open_sweeps_the_liveness_files_of_dead_processes_only() {
+        let d = dir();
+        let uri = d.path().to_string_lossy().to_string();
+        let owners = d.path().join("_graph/owners");
+        let live = ProcessLocks::new(&uri, "LIVE".into()).unwrap();
+        // A process that was killed leaves its file behind.
+        std::fs::write(owners.join("KILLED.lock"), b"").unwrap();
+        let _me = ProcessLocks::new(&uri, "ME".into()).unwrap();
+        let mut left: Vec<String> = std::fs::read_dir(&owners)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().to_string())
+            .collect();
+        left.sort();
+        assert_eq!(left, vec!["LIVE.lock", "ME.lock"]);
+        drop(live);
     }
 
     #[test]
