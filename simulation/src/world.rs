@@ -598,7 +598,10 @@ impl World {
         let rec = self.latest().branches.get(&intent.branch);
         let published = rec.is_some_and(|r| r.head == intent.commit)
             || self.commits.get(&intent.commit).is_some_and(|c| {
-                self.manifests[c.version as usize - 1].carries.as_ref() == Some(&intent.commit)
+                // Trusted only if the version it names exists and carries it.
+                self.manifests
+                    .get(c.version as usize - 1)
+                    .is_some_and(|m| m.carries.as_ref() == Some(&intent.commit))
             });
         let own = rec.map(|r| own_lance(&intent.branch, r.incarnation));
         let mut landed = Vec::new();
@@ -632,6 +635,20 @@ impl World {
 
     fn publish(&mut self, p: Proc, req: &PublishReq, fault: Fault) -> PublishResult {
         if fault == Fault::FailClean {
+            // As on real storage, a commit's record is written before the
+            // version file that carries it: a failure between the two leaves
+            // a record no manifest version carries, which nothing may trust.
+            if let Change::Commit { commit, .. } = &req.change
+                && let Some(rec) = self.latest().branches.get(&req.branch)
+                && Some(rec.head()) == req.expected
+                && !self.commits.contains_key(commit)
+            {
+                let orphan = CommitRec {
+                    parent: Some(rec.head.clone()),
+                    version: self.latest().version + 1,
+                };
+                self.commits.insert(commit.clone(), orphan);
+            }
             return PublishResult::Unknown("injected failure".into());
         }
         let latest = self.latest().clone();
