@@ -58,10 +58,7 @@ impl Gate {
     fn grant(&mut self) -> Vec<Lease> {
         let mut granted = Vec::new();
         while let Some(next) = self.queue.front() {
-            let compatible = match next.mode {
-                GateMode::Exclusive => self.holders.is_empty(),
-                GateMode::Shared => self.holders.iter().all(|h| h.mode == GateMode::Shared),
-            };
+            let compatible = self.holders.iter().all(|h| next.mode.coexists_with(h.mode));
             if !compatible {
                 break;
             }

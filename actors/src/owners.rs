@@ -39,20 +39,10 @@ enum Pending {
     Lock(Option<GateMode>),
 }
 
-/// The strongest mode among some leases.
-fn strongest(leases: &[Lease]) -> Option<GateMode> {
-    leases.iter().map(|l| l.mode).max_by_key(|m| match m {
-        GateMode::Shared => 0,
-        GateMode::Exclusive => 1,
-    })
-}
-
-/// Does a lock held in `held` cover a lease in `want`?
+/// Does a lock held in `held` cover a lease in `want`? (Modes are ordered
+/// by strength.)
 fn covers(held: Option<GateMode>, want: GateMode) -> bool {
-    matches!(
-        (held, want),
-        (Some(GateMode::Exclusive), _) | (Some(GateMode::Shared), GateMode::Shared)
-    )
+    held.is_some_and(|h| h >= want)
 }
 
 pub struct GateOwner {
@@ -110,14 +100,13 @@ impl GateOwner {
         if self.lock_busy {
             return Vec::new();
         }
-        let live: Vec<Lease> = self
+        let want = self
             .gate
             .holders()
             .iter()
             .filter(|l| !self.told_busy.contains(&l.op))
-            .cloned()
-            .collect();
-        let want = strongest(&live);
+            .map(|l| l.mode)
+            .max();
         let change = match (self.lock_held, want) {
             (Some(_), None) => Some(None),
             (held, Some(m)) if !covers(held, m) => Some(Some(m)),

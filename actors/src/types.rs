@@ -90,10 +90,18 @@ pub enum Addr {
     Client(OpId),
 }
 
+/// Ordered by strength: `Shared < Exclusive`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum GateMode {
     Shared,
     Exclusive,
+}
+
+impl GateMode {
+    /// May a holder in this mode hold the gate beside one in `other`?
+    pub fn coexists_with(self, other: GateMode) -> bool {
+        self == GateMode::Shared && other == GateMode::Shared
+    }
 }
 
 /// What a gate owner tells the holder when it grants the gate: the state the

@@ -826,14 +826,13 @@ impl Machine for Writer {
             (State::Preparing(r), IoOut::Prepared(result)) if r == req => match result {
                 Ok(plan) => {
                     debug!(op = %self.op, tables = plan.tables.len(), "prepared");
-                    let mut tables: Vec<TableKey> =
+                    let tables: Vec<TableKey> =
                         plan.tables.iter().map(|t| t.table.clone()).collect();
                     self.plan = Some(plan);
                     if !self.early_gates {
                         return self.start_acquire(tables);
                     }
                     // Schema and branch are held: add the tables, in order.
-                    tables.sort();
                     let more = self.table_gates(&tables);
                     self.gates.extend(more);
                     self.state = State::Acquiring;

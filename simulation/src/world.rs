@@ -228,7 +228,7 @@ impl World {
         holders
             .iter()
             .filter(|(q, _)| **q != p)
-            .all(|(_, m)| mode == GateMode::Shared && *m == GateMode::Shared)
+            .all(|(_, m)| mode.coexists_with(*m))
     }
 
     /// Would this request complete now? Only a gate lock held by another

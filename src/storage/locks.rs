@@ -121,11 +121,6 @@ impl ProcessLocks {
         &self.incarnation
     }
 
-    /// Whether other processes can share this graph (and so need locks).
-    pub fn cross_process(&self) -> bool {
-        self.root.is_some()
-    }
-
     fn owner_path(&self, incarnation: &str) -> Option<PathBuf> {
         let root = self.root.as_ref()?;
         let ok = !incarnation.is_empty() && incarnation.chars().all(|c| c.is_ascii_alphanumeric());
@@ -161,19 +156,21 @@ impl ProcessLocks {
                     self.held.lock().insert(name, file);
                     return Ok(());
                 }
-                Ok(false) => {}
-                Err(e) => return Err(format!("cannot lock {}: {e}", describe(gate))),
-            }
-            if start.elapsed() >= self.wait_limit {
-                if was_held {
-                    // A failed upgrade keeps the weaker lock it had.
-                    self.held.lock().insert(name, file);
+                Ok(false) if start.elapsed() < self.wait_limit => {}
+                outcome => {
+                    if was_held {
+                        // A failed upgrade keeps the weaker lock it had.
+                        self.held.lock().insert(name, file);
+                    }
+                    return Err(match outcome {
+                        Err(e) => format!("cannot lock {}: {e}", describe(gate)),
+                        _ => format!(
+                            "{}, held by another process for more than {} ms",
+                            describe(gate),
+                            self.wait_limit.as_millis()
+                        ),
+                    });
                 }
-                return Err(format!(
-                    "{}, held by another process for more than {} ms",
-                    describe(gate),
-                    self.wait_limit.as_millis()
-                ));
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(LOCK_POLL_MAX);
@@ -336,10 +333,14 @@ mod tests {
         drop(live);
     }
 
-    #[test]
-    fn a_graph_in_memory_has_no_other_processes() {
+    #[tokio::test]
+    async fn a_graph_in_memory_has_no_other_processes() {
         let l = ProcessLocks::new("memory://g", "ME".into()).unwrap();
-        assert!(!l.cross_process());
+        let other = ProcessLocks::new("memory://g", "OTHER".into()).unwrap();
+        // Only in-process gates apply: both take the same gate at once.
+        let gate = Addr::Branch("main".into());
+        l.lock(&gate, GateMode::Exclusive).await.unwrap();
+        other.lock(&gate, GateMode::Exclusive).await.unwrap();
         assert!(!l.owner_alive("OTHER"));
     }
 }

@@ -231,17 +231,15 @@ impl LanceSubstrate {
             .ok_or_else(|| OmniError::Storage(format!("unknown table {key}")))
     }
 
-    /// A physical table: its folder and the Lance branch the graph branch
-    /// writes on.
-    async fn physical(&self, table: &TableKey) -> Result<Option<Physical>> {
-        let latest = self.g.manifests.refresh().await?;
+    /// A physical table in a manifest already read: its folder and the
+    /// Lance branch the graph branch writes on.
+    fn physical(&self, latest: &Manifest, table: &TableKey) -> Result<Option<Physical>> {
         let Some(rec) = latest.branches.get(&table.branch) else {
             return Ok(None);
         };
-        let lance_branch = rec.own_lance_branch(&table.branch);
         Ok(Some(Physical {
             dir: self.table_def(&table.table)?.table_dir(),
-            lance_branch,
+            lance_branch: rec.own_lance_branch(&table.branch),
         }))
     }
 
@@ -295,15 +293,15 @@ impl LanceSubstrate {
         if view.published || view.latest.is_none() {
             return Ok(());
         }
+        // The manifest version the view just read.
         let latest = self.g.manifests.latest().await?;
-        let Some(rec) = latest.branches.get(&table.branch) else {
+        let Some(p) = self.physical(&latest, table)? else {
             return Ok(());
         };
-        let own = rec
-            .own_lance_branch(&table.branch)
+        let own = p
+            .lance_branch
             .ok_or_else(|| OmniError::Storage("main has no forks".into()))?;
-        let dir = self.table_def(&table.table)?.table_dir();
-        self.g.tables.drop_branch(&dir, &own).await
+        self.g.tables.drop_branch(&p.dir, &own).await
     }
 
     async fn prepare(&self, op: OpId, attempt: u32, branch: String, head: Head) -> IoOut {
@@ -386,9 +384,9 @@ impl LanceSubstrate {
     }
 
     async fn restore(&self, table: &TableKey, to: u64) -> Result<u64> {
+        let latest = self.g.manifests.refresh().await?;
         let p = self
-            .physical(table)
-            .await?
+            .physical(&latest, table)?
             .ok_or_else(|| OmniError::NotFound(format!("branch '{}'", table.branch)))?;
         self.g
             .tables
@@ -408,7 +406,7 @@ impl LanceSubstrate {
         let mut landed = Vec::new();
         let mut latest_versions = Vec::new();
         for t in &intent.tables {
-            match self.physical(&t.table).await? {
+            match self.physical(&latest, &t.table)? {
                 Some(p) => {
                     let (l, top) = self
                         .g
