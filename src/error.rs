@@ -75,6 +75,11 @@ pub enum OmniError {
     ReadOnly(String),
     #[error("recovery required for operation {operation_id}")]
     RecoveryRequired { operation_id: String },
+    /// On object storage: this process's lease on the graph lapsed or was
+    /// taken over, so it published nothing; the process that took the lease
+    /// over resolves the write in flight. The handle writes nothing more.
+    #[error("lease lost: {reason}")]
+    LeaseLost { reason: String },
     #[error("resource limit exceeded: {what} (limit {limit})")]
     ResourceLimitExceeded { what: String, limit: String },
     #[error("not found: {0}")]
@@ -130,6 +135,7 @@ impl OmniError {
             Self::Contended { .. } => "Contended",
             Self::ReadOnly(_) => "ReadOnly",
             Self::RecoveryRequired { .. } => "RecoveryRequired",
+            Self::LeaseLost { .. } => "LeaseLost",
             Self::ResourceLimitExceeded { .. } => "ResourceLimitExceeded",
             Self::NotFound(_) => "NotFound",
             Self::AlreadyExists(_) => "AlreadyExists",

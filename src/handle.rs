@@ -17,6 +17,7 @@ use crate::exec::cache::{DEFAULT_LIMIT, RuntimeCache};
 use crate::exec::export;
 use crate::exec::run::{self, QueryResult};
 use crate::storage::manifest::{CommitRecord, MAIN, validate_branch_name};
+use crate::storage::requests::{Counters, Requests, counted_session};
 use crate::storage::substrate::{LanceSubstrate, PrepareWork};
 use crate::storage::{GraphStorage, Snapshot, Target};
 use crate::util::ulid::new_ulid;
@@ -36,6 +37,11 @@ pub struct Options {
     /// How long a write waits for a gate another process holds before it
     /// fails `Contended` (default 60 s; `OMNIGRAPH_GATE_WAIT_MS` sets it).
     pub gate_wait: std::time::Duration,
+    /// On object storage, how long this process's liveness lease lasts
+    /// unrenewed: a process that stops renewing (killed, paused, cut off)
+    /// is taken over after this plus a clock-skew margin (default 10 s;
+    /// `OMNIGRAPH_LEASE_MS` sets it).
+    pub lease: std::time::Duration,
     /// Halt this handle's storage at a crash point from the start, so that
     /// recovery at open can be interrupted too (tests only).
     #[cfg(feature = "fault-injection")]
@@ -52,6 +58,7 @@ impl Default for Options {
             actor: std::env::var("USER").unwrap_or_else(|_| "omnigraph".into()),
             session: None,
             gate_wait: std::time::Duration::from_millis(gate_wait_ms),
+            lease: crate::storage::locks::lease_time(),
             #[cfg(feature = "fault-injection")]
             crash_at: None,
         }
@@ -107,6 +114,8 @@ struct Writes {
 
 struct Inner {
     graph: Arc<GraphStorage>,
+    /// The object-store requests of this handle's own session.
+    requests: Arc<Counters>,
     cache: RuntimeCache,
     writes: Option<Writes>,
     recovery: RecoveryReport,
@@ -120,6 +129,15 @@ impl Drop for Inner {
             // must not: other processes may now resolve this one's intents.
             w.substrate.locks().release_all();
         }
+    }
+}
+
+/// The handle's Lance session: the caller's, or a new one that counts its
+/// object-store requests.
+fn session_of(opts: &Options) -> (Arc<Session>, Arc<Counters>) {
+    match &opts.session {
+        Some(s) => (s.clone(), Arc::new(Counters::default())),
+        None => counted_session(),
     }
 }
 
@@ -158,9 +176,9 @@ impl Omnigraph {
 
     pub async fn init_with(uri: &str, schema_source: &str, opts: Options) -> Result<Self> {
         let catalog = schema::compile(schema_source)?;
-        let session = opts.session.clone().unwrap_or_default();
+        let (session, requests) = session_of(&opts);
         let graph = GraphStorage::init(session, uri, schema_source, catalog, &opts.actor).await?;
-        Self::start(graph, opts).await
+        Self::start(graph, requests, opts).await
     }
 
     /// Open an existing graph for reads and writes; recovery resolves the
@@ -178,11 +196,12 @@ impl Omnigraph {
     }
 
     pub async fn open_read_only_with(uri: &str, opts: Options) -> Result<Self> {
-        let session = opts.session.clone().unwrap_or_default();
+        let (session, requests) = session_of(&opts);
         let graph = Arc::new(GraphStorage::open(session, uri).await?);
         Ok(Self {
             inner: Arc::new(Inner {
                 graph,
+                requests,
                 cache: RuntimeCache::new(DEFAULT_LIMIT),
                 writes: None,
                 recovery: RecoveryReport::default(),
@@ -202,18 +221,22 @@ impl Omnigraph {
     }
 
     pub async fn open_with(uri: &str, opts: Options) -> Result<Self> {
-        let session = opts.session.clone().unwrap_or_default();
+        let (session, requests) = session_of(&opts);
         let graph = GraphStorage::open(session, uri).await?;
-        Self::start(graph, opts).await
+        Self::start(graph, requests, opts).await
     }
 
-    async fn start(graph: GraphStorage, opts: Options) -> Result<Self> {
+    async fn start(graph: GraphStorage, requests: Arc<Counters>, opts: Options) -> Result<Self> {
         let graph = Arc::new(graph);
-        let substrate = Arc::new(LanceSubstrate::new(
-            graph.clone(),
-            opts.actor.clone(),
-            opts.gate_wait,
-        )?);
+        let substrate = Arc::new(
+            LanceSubstrate::new(
+                graph.clone(),
+                opts.actor.clone(),
+                opts.gate_wait,
+                opts.lease,
+            )
+            .await?,
+        );
         #[cfg(feature = "fault-injection")]
         if let Some(point) = opts.crash_at {
             substrate.crash_at(point);
@@ -225,7 +248,7 @@ impl Omnigraph {
             .ok_or_else(|| OmniError::Storage("recovery did not finish".into()))?;
         if let Some(op) = recovery.unresolved.first() {
             host.shutdown().await;
-            substrate.locks().release_all();
+            substrate.locks().close().await;
             return Err(OmniError::RecoveryRequired {
                 operation_id: op.0.clone(),
             });
@@ -233,11 +256,29 @@ impl Omnigraph {
         Ok(Self {
             inner: Arc::new(Inner {
                 graph,
+                requests,
                 cache: RuntimeCache::new(DEFAULT_LIMIT),
                 writes: Some(Writes { substrate, host }),
                 recovery,
             }),
         })
+    }
+
+    /// The object-store requests (on `s3://`) this handle has sent so far,
+    /// by kind. A handle given a session of its own counts nothing.
+    pub fn requests(&self) -> Requests {
+        self.inner.requests.read()
+    }
+
+    /// Finish with the graph: stop the actors and give back every
+    /// cross-process lock and lease at once. A handle that is only dropped
+    /// releases its file locks too, but its leases on object storage lapse
+    /// (other processes wait out the lease time before taking them over).
+    pub async fn close(self) {
+        if let Some(w) = &self.inner.writes {
+            w.host.shutdown().await;
+            w.substrate.locks().close().await;
+        }
     }
 
     pub fn catalog(&self) -> Arc<Catalog> {
@@ -276,6 +317,17 @@ impl Omnigraph {
         w.substrate.register(&op, label, work);
         let outcome = w.host.run(op.clone(), kind).await;
         let ctx = w.substrate.finish(&op);
+        // A write that failed because this process lost its lease says so,
+        // whatever step noticed first.
+        if matches!(
+            outcome,
+            Outcome::RecoveryRequired { .. }
+                | Outcome::StorageFailed(_)
+                | Outcome::Contended { .. }
+        ) && let Err(reason) = w.substrate.locks().valid()
+        {
+            return Err(OmniError::LeaseLost { reason });
+        }
         let (commit, version) = outcome_to_result(outcome, ctx.error)?;
         Ok((commit, version, ctx.summary))
     }

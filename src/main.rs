@@ -112,7 +112,8 @@ enum Cmd {
         /// table | json | jsonl | csv
         #[arg(long, default_value = "table")]
         format: omnigraph::exec::output::Format,
-        /// Print the runtime cache's counters to stderr afterwards.
+        /// Print the runtime cache's counters, and the object-store requests
+        /// by kind, to stderr afterwards.
         #[arg(long, hide = true)]
         stats: bool,
     },
@@ -363,13 +364,16 @@ async fn run(cmd: Cmd) -> Result<(), OmniError> {
                 OmniError::BadRequest(format!("cannot read schema {}: {e}", schema.display()))
             })?;
             let g = Omnigraph::init(graph.uri()?, &src).await?;
-            let snap = g.snapshot(&Target::main()).await?;
+            let snap = g.snapshot(&Target::main()).await;
+            let uri = g.uri().to_string();
+            g.close().await;
+            let snap = snap?;
             if json {
                 print_json(&snap);
             } else {
                 println!(
                     "initialised {} with {} types (commit {})",
-                    g.uri(),
+                    uri,
                     snap.types.len(),
                     snap.head_commit
                 );
@@ -395,6 +399,7 @@ async fn run(cmd: Cmd) -> Result<(), OmniError> {
                 .load_from(&branch, from.as_deref(), reader, mode, move |b| p.update(b))
                 .await;
             progress.bar.finish_and_clear();
+            g.close().await;
             let report = result?;
             if json {
                 print_json(&report);
@@ -410,7 +415,9 @@ async fn run(cmd: Cmd) -> Result<(), OmniError> {
                 json,
             } => {
                 let g = Omnigraph::open(graph.uri()?).await?;
-                let b = g.branch_create(&name, &from).await?;
+                let b = g.branch_create(&name, &from).await;
+                g.close().await;
+                let b = b?;
                 if json {
                     print_json(&b);
                 } else {
@@ -431,7 +438,9 @@ async fn run(cmd: Cmd) -> Result<(), OmniError> {
             }
             BranchCmd::Delete { name, graph, json } => {
                 let g = Omnigraph::open(graph.uri()?).await?;
-                g.branch_delete(&name).await?;
+                let r = g.branch_delete(&name).await;
+                g.close().await;
+                r?;
                 if json {
                     print_json(&serde_json::json!({ "deleted": name }));
                 } else {
@@ -477,6 +486,7 @@ async fn run(cmd: Cmd) -> Result<(), OmniError> {
             }
             if stats {
                 eprintln!("{}", g.cache_stats());
+                eprintln!("object store: {}", g.requests());
             }
         }
         Cmd::Mutate {
@@ -489,7 +499,9 @@ async fn run(cmd: Cmd) -> Result<(), OmniError> {
             let g = Omnigraph::open(&uri).await?;
             let r = g
                 .mutate_if(&branch, &source, &name, &params, if_commit.as_deref())
-                .await?;
+                .await;
+            g.close().await;
+            let r = r?;
             if json {
                 print_json(&r);
             } else {

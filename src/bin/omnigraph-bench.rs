@@ -140,6 +140,91 @@ async fn append(n: usize) {
     );
 }
 
+/// What a graph at `uri` (meant for `s3://`) costs per operation: wall
+/// time, and object-store requests by kind, for a 1-row commit, a branch
+/// create and a read-write open. The graph is the 10-type one of `append`.
+async fn object_store(uri: &str, n: usize) {
+    use omnigraph::storage::requests::Requests;
+    let mut schema = String::new();
+    for i in 0..10 {
+        schema.push_str(&format!("node T{i} {{ name: String @key\n v: I64? }}\n"));
+    }
+    let g = Omnigraph::init(uri, &schema).await.expect("init");
+    g.load(
+        "main",
+        "{\"type\":\"T0\",\"data\":{\"name\":\"warm\"}}",
+        LoadMode::Append,
+    )
+    .await
+    .expect("warm");
+    fn row(what: &str, ms: &mut [f64], reqs: &[Requests]) {
+        ms.sort_by(f64::total_cmp);
+        let mean =
+            |f: fn(&Requests) -> u64| reqs.iter().map(f).sum::<u64>() as f64 / reqs.len() as f64;
+        println!(
+            "| {what} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            ms.len(),
+            percentile(ms, 0.5),
+            percentile(ms, 0.9),
+            mean(|r| r.total()),
+            mean(|r| r.get),
+            mean(|r| r.head),
+            mean(|r| r.put),
+            mean(|r| r.conditional_put),
+            mean(|r| r.list),
+            mean(|r| r.delete),
+        );
+    }
+    println!(
+        "| operation | runs | median ms | p90 ms | requests | GET | HEAD | PUT | cond. PUT | LIST | DELETE |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    let (mut ms, mut reqs) = (Vec::new(), Vec::new());
+    for k in 0..n {
+        let line = format!(
+            "{{\"type\":\"T{}\",\"data\":{{\"name\":\"a{k}\",\"v\":{k}}}}}",
+            k % 10
+        );
+        let before = g.requests();
+        let t0 = Instant::now();
+        g.load("main", &line, LoadMode::Append)
+            .await
+            .expect("append");
+        ms.push(t0.elapsed().as_secs_f64() * 1000.0);
+        reqs.push(g.requests().since(&before));
+    }
+    row("1-row commit (append)", &mut ms, &reqs);
+    let (mut ms, mut reqs) = (Vec::new(), Vec::new());
+    for k in 0..n.min(20) {
+        let before = g.requests();
+        let t0 = Instant::now();
+        g.branch_create(&format!("b{k}"), "main")
+            .await
+            .expect("branch");
+        ms.push(t0.elapsed().as_secs_f64() * 1000.0);
+        reqs.push(g.requests().since(&before));
+    }
+    row("branch create (10 tables)", &mut ms, &reqs);
+    g.close().await;
+    let (mut ms, mut reqs) = (Vec::new(), Vec::new());
+    for _ in 0..n.min(10) {
+        let t0 = Instant::now();
+        let h = Omnigraph::open(uri).await.expect("open");
+        ms.push(t0.elapsed().as_secs_f64() * 1000.0);
+        reqs.push(h.requests());
+        h.close().await;
+    }
+    row("read-write open (recovery scan)", &mut ms, &reqs);
+    let (mut ms, mut reqs) = (Vec::new(), Vec::new());
+    for _ in 0..n.min(10) {
+        let t0 = Instant::now();
+        let h = Omnigraph::open_read_only(uri).await.expect("open");
+        ms.push(t0.elapsed().as_secs_f64() * 1000.0);
+        reqs.push(h.requests());
+    }
+    row("read-only open", &mut ms, &reqs);
+}
+
 const ITEMS_SCHEMA: &str =
     "node Item { name: String @key }\nnode Tag { name: String @key }\nedge HasTag: Item -> Tag";
 
@@ -262,7 +347,13 @@ async fn locks(n: usize) {
     use omnigraph_actors::{Addr, GateMode, TableKey};
     let tmp = Scratch::new("locks.omni");
     std::fs::create_dir_all(&tmp.0).expect("dir");
-    let l = ProcessLocks::new(&tmp.uri(), "BENCH".into()).expect("locks");
+    let store =
+        omnigraph::storage::objstore::Store::open(&lance::session::Session::default(), &tmp.uri())
+            .await
+            .expect("store");
+    let l = ProcessLocks::new(&store, "BENCH".into())
+        .await
+        .expect("locks");
     let gates = [
         (Addr::Schema, GateMode::Shared),
         (Addr::Branch("main".into()), GateMode::Exclusive),
@@ -277,13 +368,13 @@ async fn locks(n: usize) {
             l.lock(g, *m).await.expect("lock");
         }
         for (g, _) in gates.iter().rev() {
-            l.unlock(g);
+            l.unlock(g).await;
         }
     }
     let us = t0.elapsed().as_secs_f64() * 1e6 / n as f64;
     let t0 = Instant::now();
     for _ in 0..n {
-        assert!(!l.owner_alive("GONE"));
+        assert!(!l.owner_alive("GONE").await);
     }
     let alive_us = t0.elapsed().as_secs_f64() * 1e6 / n as f64;
     println!("| commits | lock work per 1-table commit | a liveness check of a dead owner |");
@@ -559,6 +650,12 @@ fn main() {
         Some("append") => rt.block_on(append(flag("--n", 300))),
         Some("processes") => rt.block_on(processes(flag("--writes", 25))),
         Some("locks") => rt.block_on(locks(flag("--n", 10_000))),
+        Some("object-store") => {
+            let uri = args
+                .get(2)
+                .expect("usage: omnigraph-bench object-store URI [--n N]");
+            rt.block_on(object_store(uri, flag("--n", 30)));
+        }
         Some("append-worker") => {
             let uri = args.get(2).expect("usage: append-worker URI ID WRITES");
             let id = args.get(3).and_then(|v| v.parse().ok()).expect("ID");
@@ -586,7 +683,7 @@ fn main() {
         }
         _ => {
             eprintln!(
-                "usage: omnigraph-bench (load DIR [--repeats N] | append [--n N] | processes [--writes N] | locks [--n N] | queries DIR --graph URI [--repeats N] [--reference FILE])"
+                "usage: omnigraph-bench (load DIR [--repeats N] | append [--n N] | processes [--writes N] | locks [--n N] | object-store URI [--n N] | queries DIR --graph URI [--repeats N] [--reference FILE])"
             );
             std::process::exit(2);
         }

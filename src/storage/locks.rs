@@ -4,10 +4,11 @@
 //!
 //! On a local path both are OS file locks (`flock`) under `_graph/locks/`
 //! and `_graph/owners/`: the kernel drops them when the process dies, however
-//! it dies, so a free liveness lock proves its owner is gone. Waiting for a
-//! gate lock polls with backoff up to a named time limit, then fails naming
+//! it dies, so a free liveness lock proves its owner is gone. On an object
+//! store they are leases kept by conditional writes (`leases.rs`). Waiting
+//! for a gate polls with backoff up to a named time limit, then fails naming
 //! the gate. A `memory://` graph lives in one process, where the in-process
-//! gates are enough. Object stores have no locks; see docs/architecture.md.
+//! gates are enough.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions, TryLockError};
@@ -19,23 +20,39 @@ use parking_lot::Mutex;
 use omnigraph_actors::limits::GATE_WAIT_LIMIT_MS;
 use omnigraph_actors::{Addr, GateMode};
 
+use super::leases::Leases;
+use super::objstore::Store;
+use crate::error::{OmniError, Result};
+
 /// First and longest pause between two tries of a held gate lock.
 const LOCK_POLL_FIRST: Duration = Duration::from_micros(200);
 const LOCK_POLL_MAX: Duration = Duration::from_millis(20);
 
 pub struct ProcessLocks {
-    /// The graph's folder, when it is on a local path.
-    root: Option<PathBuf>,
     /// This process's incarnation: stamped into every sidecar it writes.
     incarnation: String,
-    /// The liveness lock, held for as long as this value lives.
-    liveness: Mutex<Option<File>>,
-    held: Mutex<HashMap<String, File>>,
+    backend: Backend,
     wait_limit: Duration,
 }
 
-/// A file name for a gate: stable, and safe for any branch or table name.
-fn gate_file(gate: &Addr) -> String {
+enum Backend {
+    Files(FileLocks),
+    Leases(Leases),
+    /// A graph no other process can reach.
+    Alone,
+}
+
+struct FileLocks {
+    /// The graph's folder.
+    root: PathBuf,
+    /// The liveness lock, held for as long as this value lives.
+    liveness: Mutex<Option<File>>,
+    held: Mutex<HashMap<String, File>>,
+}
+
+/// A file name (without extension) for a gate: stable, and safe for any
+/// branch or table name.
+fn gate_name(gate: &Addr) -> String {
     let name = match gate {
         Addr::Schema => "schema".to_string(),
         Addr::Branch(b) => format!("branch-{b}"),
@@ -49,7 +66,11 @@ fn gate_file(gate: &Addr) -> String {
             _ => format!("%{b:02x}"),
         })
         .collect();
-    format!("{safe}.lock")
+    safe
+}
+
+fn gate_file(gate: &Addr) -> String {
+    format!("{}.lock", gate_name(gate))
 }
 
 fn describe(gate: &Addr) -> String {
@@ -85,30 +106,41 @@ fn try_mode(f: &File, mode: GateMode) -> Result<bool, std::io::Error> {
     }
 }
 
+/// How long a liveness lease on object storage lasts unrenewed.
+pub fn lease_time() -> Duration {
+    let ms = std::env::var("OMNIGRAPH_LEASE_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(super::leases::LEASE_TIME_MS);
+    Duration::from_millis(ms)
+}
+
 impl ProcessLocks {
-    /// Locks for the graph at `uri`; on a local path this takes the
-    /// process's liveness lock at once.
-    pub fn new(uri: &str, incarnation: String) -> std::io::Result<Self> {
-        let root = (!uri.contains("://")).then(|| PathBuf::from(uri));
-        let locks = Self {
-            root,
-            incarnation,
-            liveness: Mutex::new(None),
-            held: Mutex::new(HashMap::new()),
-            wait_limit: Duration::from_millis(GATE_WAIT_LIMIT_MS),
+    /// Locks for the graph in `store`; this takes the process's liveness
+    /// lock (or lease) at once.
+    pub async fn new(store: &Store, incarnation: String) -> Result<Self> {
+        Self::with_lease(store, incarnation, lease_time()).await
+    }
+
+    /// As `new`, with the lease time of object storage given.
+    pub async fn with_lease(store: &Store, incarnation: String, lease: Duration) -> Result<Self> {
+        let uri = store.uri();
+        let backend = if uri.starts_with("memory://") {
+            Backend::Alone
+        } else if uri.contains("://") {
+            Backend::Leases(Leases::start(store.clone(), incarnation.clone(), lease).await?)
+        } else {
+            Backend::Files(
+                FileLocks::new(PathBuf::from(uri), &incarnation).map_err(|e| {
+                    OmniError::Storage(format!("cannot take the liveness lock: {e}"))
+                })?,
+            )
         };
-        locks.sweep_dead_owners();
-        if let Some(path) = locks.owner_path(&locks.incarnation) {
-            let f = open_lock_file(&path)?;
-            if !try_mode(&f, GateMode::Exclusive)? {
-                return Err(std::io::Error::other(format!(
-                    "liveness lock {} is held by another process",
-                    path.display()
-                )));
-            }
-            *locks.liveness.lock() = Some(f);
-        }
-        Ok(locks)
+        Ok(Self {
+            incarnation,
+            backend,
+            wait_limit: Duration::from_millis(GATE_WAIT_LIMIT_MS),
+        })
     }
 
     /// Shorten the gate wait limit (tests of the limit itself).
@@ -121,28 +153,129 @@ impl ProcessLocks {
         &self.incarnation
     }
 
-    fn owner_path(&self, incarnation: &str) -> Option<PathBuf> {
-        let root = self.root.as_ref()?;
-        let ok = !incarnation.is_empty() && incarnation.chars().all(|c| c.is_ascii_alphanumeric());
-        ok.then(|| {
-            root.join("_graph/owners")
-                .join(format!("{incarnation}.lock"))
-        })
+    /// Does deciding that an owner is dead need a fence (a manifest version
+    /// published after the decision)? Only where liveness is a lease: a
+    /// taken-over writer may still be about to publish on an old base.
+    pub fn needs_fence(&self) -> bool {
+        matches!(self.backend, Backend::Leases(_))
+    }
+
+    /// May this process still commit and publish? Only a lapsed or
+    /// taken-over lease says no.
+    pub fn valid(&self) -> std::result::Result<(), String> {
+        match &self.backend {
+            Backend::Leases(l) => l.valid(),
+            _ => Ok(()),
+        }
+    }
+
+    /// Stop (or resume) renewing the liveness lease, as a paused process
+    /// would (tests of a takeover).
+    #[cfg(feature = "fault-injection")]
+    pub fn pause_renewal(&self, paused: bool) {
+        if let Backend::Leases(l) = &self.backend {
+            l.pause_renewal(paused);
+        }
     }
 
     /// Take (or strengthen to `mode`) this process's lock on `gate`, waiting
     /// while another process holds it, up to the wait limit.
-    pub async fn lock(&self, gate: &Addr, mode: GateMode) -> Result<(), String> {
-        let Some(root) = &self.root else {
-            return Ok(());
+    pub async fn lock(&self, gate: &Addr, mode: GateMode) -> std::result::Result<(), String> {
+        match &self.backend {
+            Backend::Files(f) => f.lock(gate, mode, self.wait_limit).await,
+            Backend::Leases(l) => {
+                l.lock(&gate_name(gate), &describe(gate), self.wait_limit)
+                    .await
+            }
+            Backend::Alone => Ok(()),
+        }
+    }
+
+    /// Give up this process's lock on `gate`.
+    pub async fn unlock(&self, gate: &Addr) {
+        match &self.backend {
+            Backend::Files(f) => f.unlock(gate),
+            Backend::Leases(l) => l.unlock(&gate_name(gate)).await,
+            Backend::Alone => {}
+        }
+    }
+
+    /// Is the process that stamped a sidecar with `incarnation` alive? A
+    /// graph that no other process can reach has no other live writers.
+    pub async fn owner_alive(&self, incarnation: &str) -> bool {
+        if incarnation == self.incarnation {
+            return true;
+        }
+        match &self.backend {
+            Backend::Files(f) => f.owner_alive(incarnation),
+            // Unknown: never resolve what might be alive.
+            Backend::Leases(l) => l.owner_alive(incarnation).await.unwrap_or(true),
+            Backend::Alone => false,
+        }
+    }
+
+    /// Drop every lock this process holds, the liveness lock last: after
+    /// this, other processes see it as gone. Leases need storage writes, so
+    /// they are given back by `close`; dropped unclosed, they lapse.
+    pub fn release_all(&self) {
+        if let Backend::Files(f) = &self.backend {
+            f.release_all(&self.incarnation);
+        }
+    }
+
+    /// Release everything, leases included.
+    pub async fn close(&self) {
+        match &self.backend {
+            Backend::Files(f) => f.release_all(&self.incarnation),
+            Backend::Leases(l) => l.close().await,
+            Backend::Alone => {}
+        }
+    }
+}
+
+impl FileLocks {
+    fn new(root: PathBuf, incarnation: &str) -> std::io::Result<Self> {
+        let locks = Self {
+            root,
+            liveness: Mutex::new(None),
+            held: Mutex::new(HashMap::new()),
         };
+        locks.sweep_dead_owners();
+        if let Some(path) = locks.owner_path(incarnation) {
+            let f = open_lock_file(&path)?;
+            if !try_mode(&f, GateMode::Exclusive)? {
+                return Err(std::io::Error::other(format!(
+                    "liveness lock {} is held by another process",
+                    path.display()
+                )));
+            }
+            *locks.liveness.lock() = Some(f);
+        }
+        Ok(locks)
+    }
+
+    fn owner_path(&self, incarnation: &str) -> Option<PathBuf> {
+        let ok = !incarnation.is_empty() && incarnation.chars().all(|c| c.is_ascii_alphanumeric());
+        ok.then(|| {
+            self.root
+                .join("_graph/owners")
+                .join(format!("{incarnation}.lock"))
+        })
+    }
+
+    async fn lock(
+        &self,
+        gate: &Addr,
+        mode: GateMode,
+        wait_limit: Duration,
+    ) -> std::result::Result<(), String> {
         let name = gate_file(gate);
         let (file, was_held) = {
             let mut held = self.held.lock();
             match held.remove(&name) {
                 Some(f) => (f, true),
                 None => (
-                    open_lock_file(&root.join("_graph/locks").join(&name))
+                    open_lock_file(&self.root.join("_graph/locks").join(&name))
                         .map_err(|e| format!("cannot open the lock of {}: {e}", describe(gate)))?,
                     false,
                 ),
@@ -156,7 +289,7 @@ impl ProcessLocks {
                     self.held.lock().insert(name, file);
                     return Ok(());
                 }
-                Ok(false) if start.elapsed() < self.wait_limit => {}
+                Ok(false) if start.elapsed() < wait_limit => {}
                 outcome => {
                     if was_held {
                         // A failed upgrade keeps the weaker lock it had.
@@ -167,7 +300,7 @@ impl ProcessLocks {
                         _ => format!(
                             "{}, held by another process for more than {} ms",
                             describe(gate),
-                            self.wait_limit.as_millis()
+                            wait_limit.as_millis()
                         ),
                     });
                 }
@@ -177,21 +310,15 @@ impl ProcessLocks {
         }
     }
 
-    /// Give up this process's lock on `gate`.
-    pub fn unlock(&self, gate: &Addr) {
+    fn unlock(&self, gate: &Addr) {
         if let Some(f) = self.held.lock().remove(&gate_file(gate)) {
             // Closing the file would release it too; say so explicitly.
             let _ = f.unlock();
         }
     }
 
-    /// Is the process that stamped a sidecar with `incarnation` alive? Only
-    /// a liveness lock someone holds says yes. A graph that no other process
-    /// can reach has no other live writers.
-    pub fn owner_alive(&self, incarnation: &str) -> bool {
-        if incarnation == self.incarnation {
-            return true;
-        }
+    /// Only a liveness lock someone holds says alive.
+    fn owner_alive(&self, incarnation: &str) -> bool {
         let Some(path) = self.owner_path(incarnation) else {
             return false;
         };
@@ -212,13 +339,9 @@ impl ProcessLocks {
     }
 
     /// Remove the liveness files of processes that are gone (a killed
-    /// process cannot remove its own). Runs once per read-write open, off
-    /// every write's path.
+    /// process cannot remove its own).
     fn sweep_dead_owners(&self) {
-        let Some(root) = &self.root else {
-            return;
-        };
-        let Ok(entries) = std::fs::read_dir(root.join("_graph/owners")) else {
+        let Ok(entries) = std::fs::read_dir(self.root.join("_graph/owners")) else {
             return;
         };
         for e in entries.flatten() {
@@ -230,13 +353,11 @@ impl ProcessLocks {
         }
     }
 
-    /// Drop every lock this process holds, the liveness lock last: after
-    /// this, other processes see it as gone.
-    pub fn release_all(&self) {
+    fn release_all(&self, incarnation: &str) {
         self.held.lock().clear();
         if let Some(f) = self.liveness.lock().take() {
             let _ = f.unlock();
-            if let Some(path) = self.owner_path(&self.incarnation) {
+            if let Some(path) = self.owner_path(incarnation) {
                 let _ = std::fs::remove_file(path);
             }
         }
@@ -253,6 +374,15 @@ impl Drop for ProcessLocks {
 mod tests {
     use super::*;
     use omnigraph_actors::TableKey;
+
+    async fn locks_at(uri: &str, incarnation: &str) -> ProcessLocks {
+        let store = Store::open(&lance::session::Session::default(), uri)
+            .await
+            .expect("store");
+        ProcessLocks::new(&store, incarnation.into())
+            .await
+            .expect("locks")
+    }
 
     fn dir() -> tempfile::TempDir {
         tempfile::tempdir().expect("tempdir")
@@ -271,16 +401,16 @@ mod tests {
     async fn a_gate_held_by_another_holder_is_waited_for_then_refused_by_name() {
         let d = dir();
         let uri = d.path().to_string_lossy().to_string();
-        let a = ProcessLocks::new(&uri, "A".into()).unwrap();
-        let b = ProcessLocks::new(&uri, "B".into())
-            .unwrap()
+        let a = locks_at(&uri, "A").await;
+        let b = locks_at(&uri, "B")
+            .await
             .with_wait_limit(Duration::from_millis(30));
         let gate = Addr::Branch("main".into());
         a.lock(&gate, GateMode::Exclusive).await.unwrap();
         let err = b.lock(&gate, GateMode::Exclusive).await.unwrap_err();
         assert!(err.contains("the gate of branch 'main'"), "{err}");
         assert!(err.contains("held by another process"), "{err}");
-        a.unlock(&gate);
+        a.unlock(&gate).await;
         b.lock(&gate, GateMode::Exclusive).await.unwrap();
     }
 
@@ -288,41 +418,41 @@ mod tests {
     async fn shared_locks_coexist_and_keep_an_exclusive_one_out() {
         let d = dir();
         let uri = d.path().to_string_lossy().to_string();
-        let a = ProcessLocks::new(&uri, "A".into()).unwrap();
-        let b = ProcessLocks::new(&uri, "B".into())
-            .unwrap()
+        let a = locks_at(&uri, "A").await;
+        let b = locks_at(&uri, "B")
+            .await
             .with_wait_limit(Duration::from_millis(20));
         a.lock(&Addr::Schema, GateMode::Shared).await.unwrap();
         b.lock(&Addr::Schema, GateMode::Shared).await.unwrap();
-        b.unlock(&Addr::Schema);
+        b.unlock(&Addr::Schema).await;
         assert!(b.lock(&Addr::Schema, GateMode::Exclusive).await.is_err());
     }
 
-    #[test]
-    fn liveness_follows_the_owner() {
+    #[tokio::test]
+    async fn liveness_follows_the_owner() {
         let d = dir();
         let uri = d.path().to_string_lossy().to_string();
-        let me = ProcessLocks::new(&uri, "ME".into()).unwrap();
-        let other = ProcessLocks::new(&uri, "OTHER".into()).unwrap();
-        assert!(me.owner_alive("ME"));
-        assert!(me.owner_alive("OTHER"));
+        let me = locks_at(&uri, "ME").await;
+        let other = locks_at(&uri, "OTHER").await;
+        assert!(me.owner_alive("ME").await);
+        assert!(me.owner_alive("OTHER").await);
         drop(other);
-        assert!(!me.owner_alive("OTHER"));
+        assert!(!me.owner_alive("OTHER").await);
         // Never written, or not a valid incarnation: gone.
-        assert!(!me.owner_alive("NEVER"));
-        assert!(!me.owner_alive(""));
-        assert!(!me.owner_alive("../x"));
+        assert!(!me.owner_alive("NEVER").await);
+        assert!(!me.owner_alive("").await);
+        assert!(!me.owner_alive("../x").await);
     }
 
-    #[test]
-    fn an_open_sweeps_the_liveness_files_of_dead_processes_only() {
+    #[tokio::test]
+    async fn an_open_sweeps_the_liveness_files_of_dead_processes_only() {
         let d = dir();
         let uri = d.path().to_string_lossy().to_string();
         let owners = d.path().join("_graph/owners");
-        let live = ProcessLocks::new(&uri, "LIVE".into()).unwrap();
+        let live = locks_at(&uri, "LIVE").await;
         // A process that was killed leaves its file behind.
         std::fs::write(owners.join("KILLED.lock"), b"").unwrap();
-        let _me = ProcessLocks::new(&uri, "ME".into()).unwrap();
+        let _me = locks_at(&uri, "ME").await;
         let mut left: Vec<String> = std::fs::read_dir(&owners)
             .unwrap()
             .flatten()
@@ -335,12 +465,12 @@ mod tests {
 
     #[tokio::test]
     async fn a_graph_in_memory_has_no_other_processes() {
-        let l = ProcessLocks::new("memory://g", "ME".into()).unwrap();
-        let other = ProcessLocks::new("memory://g", "OTHER".into()).unwrap();
+        let l = locks_at("memory://g", "ME").await;
+        let other = locks_at("memory://g", "OTHER").await;
         // Only in-process gates apply: both take the same gate at once.
         let gate = Addr::Branch("main".into());
         l.lock(&gate, GateMode::Exclusive).await.unwrap();
         other.lock(&gate, GateMode::Exclusive).await.unwrap();
-        assert!(!l.owner_alive("OTHER"));
+        assert!(!l.owner_alive("OTHER").await);
     }
 }

@@ -220,10 +220,55 @@ impl Manifests {
     /// publisher took that version first.
     pub async fn publish(&self, next: &Manifest, commit: Option<&CommitRecord>) -> Result<bool> {
         if let Some(c) = commit {
-            self.store
-                .put(&commit_file(&c.id), &serde_json::to_vec_pretty(c)?)
-                .await?;
+            match self.claim_record(c, None, false).await? {
+                Claim::Mine(_) => {}
+                Claim::Published | Claim::Taken => {
+                    return Err(OmniError::AlreadyExists(format!("commit {}", c.id)));
+                }
+            }
         }
+        self.publish_version(next).await
+    }
+
+    /// Write a commit record before publishing the version that carries it,
+    /// never replacing a record another publisher may stand on: the record
+    /// is created if absent; an existing one is replaced (If-Match on the
+    /// tag read) only when it is this publisher's own (`mine`, from a lost
+    /// compare-and-swap) or, for a recovery (`replace_stale`), when no
+    /// version carries it. Two publishers of one commit id (a writer taken
+    /// over while stalled, and the recovery that rolled its intent forward)
+    /// so never clobber each other's record.
+    pub async fn claim_record(
+        &self,
+        c: &CommitRecord,
+        mine: Option<&str>,
+        replace_stale: bool,
+    ) -> Result<Claim> {
+        let file = commit_file(&c.id);
+        let bytes = serde_json::to_vec_pretty(c)?;
+        for _ in 0..MAX_RECORD_RACES {
+            if let Some(tag) = self.store.create_tagged(&file, bytes.clone()).await? {
+                return Ok(Claim::Mine(tag));
+            }
+            let Some((_, tag)) = self.store.read_tagged(&file).await? else {
+                continue;
+            };
+            if self.commit(&c.id).await?.is_some() {
+                return Ok(Claim::Published);
+            }
+            if !(replace_stale || mine == Some(tag.as_str())) {
+                return Ok(Claim::Taken);
+            }
+            if let Some(t) = self.store.put_if_match(&file, bytes.clone(), &tag).await? {
+                return Ok(Claim::Mine(t));
+            }
+        }
+        Ok(Claim::Taken)
+    }
+
+    /// Create version `next.version` if absent: the compare-and-swap of
+    /// every publish. Its commit record must already be written.
+    pub async fn publish_version(&self, next: &Manifest) -> Result<bool> {
         let bytes = serde_json::to_vec_pretty(next)?;
         if !self
             .store
@@ -259,6 +304,20 @@ impl Manifests {
         }
     }
 }
+
+/// How a commit record write ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Claim {
+    /// Written: the record is this publisher's (its entity tag).
+    Mine(String),
+    /// A published version already carries this commit.
+    Published,
+    /// Another publisher's record, not yet published, stands there.
+    Taken,
+}
+
+/// Races lost in a row on one commit record before giving up.
+const MAX_RECORD_RACES: u32 = 8;
 
 /// Check a new branch name: letters, digits and `/ _ . -`, no `..`, no empty
 /// path segment, no leading or trailing `/`, and not a path prefix of (or

@@ -11,13 +11,17 @@
 //! _graph/recovery/<op>.json    recovery sidecars of in-flight writes
 //! _graph/locks/<gate>.lock     cross-process gate locks (local paths)
 //! _graph/owners/<proc>.lock    liveness lock of each read-write process (local paths)
+//! _graph/locks/<gate>.json     gate leases (object stores)
+//! _graph/owners/<proc>.json    liveness lease of each read-write process (object stores)
 //! nodes/<Type>.lance           one Lance dataset per node type
 //! edges/<Type>.lance           one Lance dataset per edge type
 //! ```
 
+pub mod leases;
 pub mod locks;
 pub mod manifest;
 pub mod objstore;
+pub mod requests;
 pub mod sidecar;
 pub mod stage;
 pub mod substrate;

@@ -8,8 +8,8 @@ use bytes::Bytes;
 use futures::TryStreamExt;
 use lance::io::{ObjectStore, ObjectStoreParams};
 use lance::session::Session;
-use object_store::ObjectStoreExt;
 use object_store::path::Path;
+use object_store::{GetOptions, ObjectStoreExt, PutMode, PutOptions, UpdateVersion};
 
 use crate::error::{OmniError, Result};
 
@@ -100,6 +100,75 @@ impl Store {
         {
             Ok(()) => Ok(true),
             Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
+            Err(e) => Err(OmniError::storage(e)),
+        }
+    }
+
+    /// Read an object with its entity tag, for a later `put_if_match`.
+    pub async fn read_tagged(&self, rel: &str) -> Result<Option<(Bytes, String)>> {
+        let got = match self
+            .os
+            .inner
+            .get_opts(&self.path(rel), GetOptions::default())
+            .await
+        {
+            Ok(g) => g,
+            Err(e) if not_found(&e) => return Ok(None),
+            Err(e) => return Err(OmniError::storage(e)),
+        };
+        let tag = got.meta.e_tag.clone().unwrap_or_default();
+        let bytes = got.bytes().await.map_err(OmniError::storage)?;
+        Ok(Some((bytes, tag)))
+    }
+
+    /// Create only if absent, returning the new object's entity tag;
+    /// `None` when the object already exists.
+    pub async fn create_tagged(&self, rel: &str, bytes: Vec<u8>) -> Result<Option<String>> {
+        self.put_mode(rel, bytes, PutMode::Create).await
+    }
+
+    /// Replace an object only while its entity tag is still `tag` (S3's
+    /// If-Match): the compare-and-swap a lease takeover rests on. Returns the
+    /// new tag, or `None` when the object changed or vanished meanwhile.
+    ///
+    /// A local path has no entity-tag conditions, so there this replaces
+    /// unconditionally: on local disk the gate and liveness locks are OS
+    /// locks, exact and process-bound, so no second writer of such an
+    /// object can exist at the same time.
+    pub async fn put_if_match(
+        &self,
+        rel: &str,
+        bytes: Vec<u8>,
+        tag: &str,
+    ) -> Result<Option<String>> {
+        if !self.uri.contains("://") {
+            self.put(rel, &bytes).await?;
+            return Ok(Some(String::new()));
+        }
+        let version = UpdateVersion {
+            e_tag: Some(tag.to_string()),
+            version: None,
+        };
+        self.put_mode(rel, bytes, PutMode::Update(version)).await
+    }
+
+    async fn put_mode(&self, rel: &str, bytes: Vec<u8>, mode: PutMode) -> Result<Option<String>> {
+        let opts = PutOptions {
+            mode,
+            ..Default::default()
+        };
+        match self
+            .os
+            .inner
+            .put_opts(&self.path(rel), Bytes::from(bytes).into(), opts)
+            .await
+        {
+            Ok(r) => Ok(Some(r.e_tag.unwrap_or_default())),
+            Err(
+                object_store::Error::AlreadyExists { .. }
+                | object_store::Error::Precondition { .. }
+                | object_store::Error::NotFound { .. },
+            ) => Ok(None),
             Err(e) => Err(OmniError::storage(e)),
         }
     }

@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 use tracing::{debug, warn};
 
 use super::locks::ProcessLocks;
-use super::manifest::{BranchRecord, ChangeNote, CommitRecord, MAIN, Manifest, TableRef};
+use super::manifest::{BranchRecord, ChangeNote, Claim, CommitRecord, MAIN, Manifest, TableRef};
 use super::{GraphStorage, Snapshot, sidecar};
 use crate::compiler::catalog::{Catalog, TypeDef};
 use crate::error::{OmniError, Result};
@@ -150,6 +150,9 @@ pub enum CrashPoint {
 #[cfg(feature = "fault-injection")]
 #[derive(Default)]
 struct Faults {
+    /// Stall this long (with the lease unrenewed) between the last lease
+    /// check and the publish: a process paused at the worst moment.
+    stall_before_publish: Option<std::time::Duration>,
     crash_at: Option<CrashPoint>,
     commits: u32,
     halted: bool,
@@ -163,17 +166,21 @@ pub struct LanceSubstrate {
     actor: String,
     /// This process's cross-process gate locks and liveness lock.
     locks: ProcessLocks,
+    /// Dead owners whose intents this process has fenced.
+    fenced: Mutex<std::collections::HashSet<String>>,
     #[cfg(feature = "fault-injection")]
     faults: Mutex<Faults>,
 }
 
 impl LanceSubstrate {
-    pub fn new(
+    pub async fn new(
         g: Arc<GraphStorage>,
         actor: String,
         gate_wait: std::time::Duration,
+        lease: std::time::Duration,
     ) -> Result<Self> {
-        let locks = ProcessLocks::new(g.store.uri(), crate::util::ulid::new_ulid())?
+        let locks = ProcessLocks::with_lease(&g.store, crate::util::ulid::new_ulid(), lease)
+            .await?
             .with_wait_limit(gate_wait);
         Ok(Self {
             g,
@@ -181,6 +188,7 @@ impl LanceSubstrate {
             deleted: Mutex::new(HashMap::new()),
             actor,
             locks,
+            fenced: Mutex::new(Default::default()),
             #[cfg(feature = "fault-injection")]
             faults: Mutex::new(Faults::default()),
         })
@@ -217,6 +225,22 @@ impl LanceSubstrate {
         let mut f = self.faults.lock();
         f.crash_at = Some(point);
         f.commits = 0;
+    }
+
+    /// Stall the next publish (tests of a lease taken over from a slow writer).
+    #[cfg(feature = "fault-injection")]
+    pub fn stall_before_publish(&self, d: std::time::Duration) {
+        self.faults.lock().stall_before_publish = Some(d);
+    }
+
+    #[cfg(feature = "fault-injection")]
+    async fn stall_if_asked(&self) {
+        let stall = self.faults.lock().stall_before_publish.take();
+        if let Some(d) = stall {
+            self.locks.pause_renewal(true);
+            tokio::time::sleep(d).await;
+            self.locks.pause_renewal(false);
+        }
     }
 
     #[cfg(feature = "fault-injection")]
@@ -370,6 +394,10 @@ impl LanceSubstrate {
     }
 
     async fn commit_table(&self, op: &OpId, table: &TableKey, staged: &StagedRef) -> CommitResult {
+        if let Err(e) = self.locks.valid() {
+            // Nothing committed: the staged data stays unreferenced.
+            return CommitResult::Unknown(e);
+        }
         let taken = {
             let mut ops = self.ops.lock();
             ops.get_mut(op).and_then(|c| c.staged.remove(&staged.0))
@@ -435,7 +463,11 @@ impl LanceSubstrate {
     async fn publish(&self, req: PublishReq) -> PublishResult {
         // A create-if-absent lost to another process: re-read and try again
         // (bounded); the expected-head check decides whether we may.
+        let mut record_tag: Option<String> = None;
         for _ in 0..MAX_PUBLISH_CAS_ATTEMPTS {
+            if let Err(e) = self.locks.valid() {
+                return PublishResult::Unknown(e);
+            }
             let latest = match self.g.manifests.refresh().await {
                 Ok(m) => m,
                 Err(e) => return PublishResult::Unknown(e.to_string()),
@@ -462,7 +494,40 @@ impl LanceSubstrate {
                     head: actual,
                 };
             }
-            match self.g.manifests.publish(&next, commit.as_ref()).await {
+            // A process whose lease was taken over must not publish: its
+            // intent is another process's to resolve now. Checked after the
+            // base was read: a takeover after this check comes with a fence
+            // version, which this compare-and-swap then loses.
+            if let Err(e) = self.locks.valid() {
+                return PublishResult::Unknown(e);
+            }
+            #[cfg(feature = "fault-injection")]
+            self.stall_if_asked().await;
+            if let Some(c) = &commit {
+                let recovered = c.kind == "recovered";
+                match self
+                    .g
+                    .manifests
+                    .claim_record(c, record_tag.as_deref(), recovered)
+                    .await
+                {
+                    Ok(Claim::Mine(tag)) => record_tag = Some(tag),
+                    Ok(Claim::Published) => {
+                        return PublishResult::Unknown(format!(
+                            "commit {} was published by another process",
+                            c.id
+                        ));
+                    }
+                    Ok(Claim::Taken) => {
+                        return PublishResult::Unknown(format!(
+                            "another process is publishing commit {}",
+                            c.id
+                        ));
+                    }
+                    Err(e) => return PublishResult::Unknown(e.to_string()),
+                }
+            }
+            match self.g.manifests.publish_version(&next).await {
                 Ok(true) => {
                     if matches!(req.change, Change::DeleteBranch)
                         && let Some(rec) = current
@@ -609,6 +674,48 @@ impl LanceSubstrate {
         }
     }
 
+    /// Every intent on storage, with whether its writer lives. Where
+    /// liveness is a lease, an intent found dead is fenced first: a manifest
+    /// version published after the decision makes any publish its stalled
+    /// writer still attempts lose its compare-and-swap, and on retry that
+    /// writer finds its own lease gone.
+    async fn list_sidecars(&self) -> Result<Vec<FoundIntent>> {
+        let mut found = Vec::new();
+        let mut fence = false;
+        for (intent, owner) in sidecar::list(&self.g.store).await? {
+            let owner_alive = self.locks.owner_alive(&owner).await;
+            fence |= !owner_alive && self.locks.needs_fence() && self.fenced.lock().insert(owner);
+            found.push(FoundIntent {
+                intent,
+                owner_alive,
+            });
+        }
+        if fence {
+            self.publish_fence().await?;
+        }
+        Ok(found)
+    }
+
+    async fn publish_fence(&self) -> Result<()> {
+        for _ in 0..MAX_PUBLISH_CAS_ATTEMPTS {
+            let latest = self.g.manifests.refresh().await?;
+            let mut next = (*latest).clone();
+            next.version = latest.version + 1;
+            next.change = ChangeNote {
+                kind: "fence".into(),
+                branch: MAIN.into(),
+                commit: None,
+                op: crate::util::ulid::new_ulid(),
+            };
+            if self.g.manifests.publish(&next, None).await? {
+                return Ok(());
+            }
+        }
+        Err(OmniError::Storage(
+            "the fence after a lease takeover kept losing manifest races".into(),
+        ))
+    }
+
     async fn run(&self, io: Io) -> IoOut {
         fn s<T>(r: Result<T>) -> std::result::Result<T, String> {
             r.map_err(|e| e.to_string())
@@ -619,7 +726,7 @@ impl LanceSubstrate {
             Io::TableView { table } => IoOut::TableView(s(self.table_view(&table).await)),
             Io::LockGate { gate, mode } => IoOut::Locked(self.locks.lock(&gate, mode).await),
             Io::UnlockGate { gate } => {
-                self.locks.unlock(&gate);
+                self.locks.unlock(&gate).await;
                 IoOut::Locked(Ok(()))
             }
             Io::DropFork { table } => IoOut::Done(s(self.drop_fork(&table).await)),
@@ -642,17 +749,7 @@ impl LanceSubstrate {
             )
             .await)),
             Io::DeleteSidecar { op } => IoOut::Done(s(sidecar::delete(&self.g.store, &op).await)),
-            Io::ListSidecars => {
-                IoOut::Sidecars(s(sidecar::list(&self.g.store).await.map(|found| {
-                    found
-                        .into_iter()
-                        .map(|(intent, owner)| FoundIntent {
-                            intent,
-                            owner_alive: self.locks.owner_alive(&owner),
-                        })
-                        .collect()
-                })))
-            }
+            Io::ListSidecars => IoOut::Sidecars(s(self.list_sidecars().await)),
             Io::CommitTable { op, table, staged } => {
                 IoOut::TableCommit(self.commit_table(&op, &table, &staged).await)
             }
@@ -707,6 +804,8 @@ impl LanceSubstrate {
             {
                 warn!("fault injection: the process halts before its sidecar");
                 f.halted = true;
+                // A crashed process renews nothing: its lease lapses.
+                self.locks.pause_renewal(true);
             }
             if f.halted {
                 return Self::halted_answer(&io);
@@ -729,6 +828,7 @@ impl LanceSubstrate {
         if point.is_some() && point == f.crash_at {
             warn!(?point, "fault injection: the process halts here");
             f.halted = true;
+            self.locks.pause_renewal(true);
             return answer;
         }
         out

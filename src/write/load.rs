@@ -390,10 +390,12 @@ impl PrepareWork for LoadWork {
             }
             // Tables are written side by side: a node table's encoding
             // overlaps the edge table's.
-            let mut targets = Vec::new();
-            for pt in self.parsed.types.values() {
-                targets.push(cx.target(&pt.def).await?);
-            }
+            // On object storage each is a round trip or more: resolve them
+            // together too.
+            let targets = futures::future::try_join_all(
+                self.parsed.types.values().map(|pt| cx.target(&pt.def)),
+            )
+            .await?;
             let staged = self.parsed.types.values().zip(&targets).map(|(pt, target)| {
                 let (target, batches) = (target.clone(), pt.batches.clone());
                 async move {

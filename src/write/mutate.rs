@@ -942,12 +942,20 @@ impl PrepareWork for MutationWork {
                 };
                 staged.push((def.clone(), input));
             }
-            for (def, input) in staged {
-                let target = cx.target(&def).await?;
-                let txn = match input {
-                    Staged::Rows(batch) => stage::upsert(target.clone(), vec![batch]).await?,
-                    Staged::Deletes(ids) => stage::delete_ids(target.clone(), &ids).await?,
-                };
+            // The tables are staged side by side: on object storage each
+            // is several round trips.
+            let cx_ref = &*cx;
+            let txns =
+                futures::future::try_join_all(staged.into_iter().map(|(def, input)| async move {
+                    let target = cx_ref.target(&def).await?;
+                    let txn = match input {
+                        Staged::Rows(batch) => stage::upsert(target.clone(), vec![batch]).await?,
+                        Staged::Deletes(ids) => stage::delete_ids(target.clone(), &ids).await?,
+                    };
+                    Ok::<_, OmniError>((def, target, txn))
+                }))
+                .await?;
+            for (def, target, txn) in txns {
                 cx.stage(&def, target, txn)?;
             }
             let class = if self.plan.strict || self.if_commit.is_some() {

@@ -103,3 +103,52 @@ pub async fn state(g: &Omnigraph) -> String {
     }
     out
 }
+
+/// Where a test's graph lives: a temporary folder, or a fresh prefix of the
+/// local S3 server's bucket (started by `scripts/test.sh`).
+pub enum Place {
+    Local(tempfile::TempDir),
+    S3 {
+        prefix: String,
+        /// For the test's own files (JSONL inputs).
+        scratch: tempfile::TempDir,
+    },
+}
+
+impl Place {
+    pub fn local() -> Self {
+        Place::Local(tempfile::tempdir().unwrap())
+    }
+
+    pub fn s3() -> Self {
+        let bucket = std::env::var("OMNIGRAPH_TEST_S3").expect(
+            "the S3 tests need the local S3 server and its environment: run ./scripts/test.sh",
+        );
+        Place::S3 {
+            prefix: format!("{bucket}/{}", omnigraph::util::ulid::new_ulid()),
+            scratch: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    pub fn uri(&self, name: &str) -> String {
+        match self {
+            Place::Local(d) => d.path().join(name).to_string_lossy().to_string(),
+            Place::S3 { prefix, .. } => format!("{prefix}/{name}"),
+        }
+    }
+
+    pub fn scratch(&self) -> &std::path::Path {
+        match self {
+            Place::Local(d) => d.path(),
+            Place::S3 { scratch, .. } => scratch.path(),
+        }
+    }
+}
+
+/// The object names under a folder of a graph, on any store.
+pub async fn stored(uri: &str, dir: &str) -> Vec<String> {
+    let store = omnigraph::storage::objstore::Store::open(&lance::session::Session::default(), uri)
+        .await
+        .unwrap();
+    store.list(dir).await.unwrap()
+}

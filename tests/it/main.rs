@@ -14,3 +14,4 @@ mod mutate;
 mod processes;
 mod query;
 mod recovery;
+mod s3;

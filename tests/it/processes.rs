@@ -161,9 +161,20 @@ const LOADS: usize = 6;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_writer_processes_all_commit_and_lose_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let uri = dir.path().join("p.omni").to_string_lossy().to_string();
-    drop(Omnigraph::init(&uri, "node Item { name: String @key }\nnode Tag { name: String @key }\nedge HasTag: Item -> Tag").await.unwrap());
+    writer_processes_all_commit_in(Place::local()).await;
+}
+
+pub async fn writer_processes_all_commit_in(place: Place) {
+    let uri = place.uri("p.omni");
+    let dir = place.scratch();
+    Omnigraph::init(
+        &uri,
+        "node Item { name: String @key }\nnode Tag { name: String @key }\nedge HasTag: Item -> Tag",
+    )
+    .await
+    .unwrap()
+    .close()
+    .await;
     let g = Omnigraph::open(&uri).await.unwrap();
     g.load(
         "main",
@@ -172,11 +183,11 @@ async fn concurrent_writer_processes_all_commit_and_lose_nothing() {
     )
     .await
     .unwrap();
-    drop(g);
+    g.close().await;
     let workers: Vec<_> = (0..PROCS)
         .map(|p| {
             let uri = uri.clone();
-            let dir = dir.path().to_path_buf();
+            let dir = dir.to_path_buf();
             std::thread::spawn(move || {
                 let mut failures = Vec::new();
                 for n in 0..LOADS {
@@ -221,12 +232,17 @@ async fn concurrent_writer_processes_all_commit_and_lose_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_processes_inserting_one_key_get_one_commit_and_one_key_conflict() {
-    let t = loaded_graph().await;
-    let uri = t.uri();
-    drop(t.g);
+    one_key_conflict_across_processes_in(Place::local()).await;
+}
+
+pub async fn one_key_conflict_across_processes_in(place: Place) {
+    let uri = place.uri("g.omni");
+    let g = Omnigraph::init(&uri, SCHEMA).await.unwrap();
+    g.load("main", PEOPLE, LoadMode::Overwrite).await.unwrap();
+    g.close().await;
     // `load --mode append` is a strict insert (a mutation's insert of a
     // keyed node is an upsert).
-    let data = t.dir.path().join("eve.jsonl");
+    let data = place.scratch().join("eve.jsonl");
     std::fs::write(
         &data,
         "{\"type\":\"Person\",\"data\":{\"name\":\"Eve\",\"age\":30}}\n",

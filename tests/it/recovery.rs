@@ -11,32 +11,46 @@ use crate::common::*;
 /// Touches two tables (Person and Knows), so there are two table commits.
 const TWO_TABLES: &str = "{\"type\":\"Person\",\"data\":{\"name\":\"Dan\"}}\n{\"edge\":\"Knows\",\"from\":\"Dan\",\"to\":\"Alice\"}";
 
-async fn crash_and_reopen(point: CrashPoint) -> (String, String, Omnigraph, tempfile::TempDir) {
-    let t = loaded_graph().await;
-    let uri = t.uri();
-    let old = state(&t.g).await;
-    t.g.substrate().crash_at(point);
-    let err = t.g.load("main", TWO_TABLES, LoadMode::Append).await;
+/// The lease time of graphs on S3 in these tests: a crashed writer is
+/// certainly dead once it has lapsed.
+pub const TEST_LEASE: std::time::Duration = std::time::Duration::from_millis(1000);
+
+pub fn test_options() -> omnigraph::Options {
+    omnigraph::Options {
+        lease: TEST_LEASE,
+        ..Default::default()
+    }
+}
+
+/// Load, crash the writer at `point`, reopen (after the crashed process's
+/// lease would have lapsed, on S3) and return the states before and after.
+pub async fn crash_and_reopen_in(
+    place: Place,
+    point: CrashPoint,
+) -> (String, String, Omnigraph, Place) {
+    let uri = place.uri("g.omni");
+    let g = Omnigraph::init_with(&uri, SCHEMA, test_options())
+        .await
+        .unwrap();
+    g.load("main", PEOPLE, LoadMode::Overwrite).await.unwrap();
+    let old = state(&g).await;
+    g.substrate().crash_at(point);
+    let err = g.load("main", TWO_TABLES, LoadMode::Append).await;
     assert!(
         err.is_err(),
         "the interrupted write must not report success"
     );
-    assert!(t.g.substrate().halted());
-    let TestGraph { dir, g } = t;
+    assert!(g.substrate().halted());
     drop(g);
-    let reopened = Omnigraph::open(&uri).await.unwrap();
+    if matches!(place, Place::S3 { .. }) {
+        tokio::time::sleep(TEST_LEASE * 2).await;
+    }
+    let reopened = Omnigraph::open_with(&uri, test_options()).await.unwrap();
     let now = state(&reopened).await;
     // No sidecar is left behind for a resolved intent.
-    let recovery_dir = dir.path().join("g.omni/_graph/recovery");
-    let left: Vec<_> = std::fs::read_dir(&recovery_dir)
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
-                .collect()
-        })
-        .unwrap_or_default();
+    let left = stored(&uri, "_graph/recovery").await;
     assert!(left.is_empty(), "sidecars left: {left:?}");
-    (old, now, reopened, dir)
+    (old, now, reopened, place)
 }
 
 async fn assert_writable(g: &Omnigraph) {
@@ -51,7 +65,11 @@ fn has_new_state(fp: &str) -> bool {
 
 #[tokio::test]
 async fn crash_after_sidecar_write_rolls_back() {
-    let (old, now, g, _dir) = crash_and_reopen(CrashPoint::AfterSidecarWrite).await;
+    crash_after_sidecar_write_rolls_back_in(Place::local()).await;
+}
+
+pub async fn crash_after_sidecar_write_rolls_back_in(place: Place) {
+    let (old, now, g, _place) = crash_and_reopen_in(place, CrashPoint::AfterSidecarWrite).await;
     assert_eq!(old, now);
     assert_eq!(g.recovery_report().rolled_back.len(), 1);
     assert_writable(&g).await;
@@ -59,7 +77,11 @@ async fn crash_after_sidecar_write_rolls_back() {
 
 #[tokio::test]
 async fn crash_after_first_of_two_table_commits_rolls_back() {
-    let (old, now, g, _dir) = crash_and_reopen(CrashPoint::AfterTableCommit(1)).await;
+    crash_after_first_of_two_table_commits_rolls_back_in(Place::local()).await;
+}
+
+pub async fn crash_after_first_of_two_table_commits_rolls_back_in(place: Place) {
+    let (old, now, g, _place) = crash_and_reopen_in(place, CrashPoint::AfterTableCommit(1)).await;
     assert_eq!(old, now, "a partial commit must not be visible");
     assert_eq!(g.recovery_report().rolled_back.len(), 1);
     assert_writable(&g).await;
@@ -70,7 +92,11 @@ async fn crash_after_first_of_two_table_commits_rolls_back() {
 
 #[tokio::test]
 async fn crash_after_all_table_commits_rolls_forward() {
-    let (old, now, g, _dir) = crash_and_reopen(CrashPoint::AfterTableCommit(2)).await;
+    crash_after_all_table_commits_rolls_forward_in(Place::local()).await;
+}
+
+pub async fn crash_after_all_table_commits_rolls_forward_in(place: Place) {
+    let (old, now, g, _place) = crash_and_reopen_in(place, CrashPoint::AfterTableCommit(2)).await;
     assert_ne!(old, now);
     assert!(has_new_state(&now), "{now}");
     assert_eq!(g.recovery_report().rolled_forward.len(), 1);
@@ -85,7 +111,11 @@ async fn crash_after_all_table_commits_rolls_forward() {
 
 #[tokio::test]
 async fn crash_after_publish_keeps_the_commit() {
-    let (old, now, g, _dir) = crash_and_reopen(CrashPoint::AfterPublish).await;
+    crash_after_publish_keeps_the_commit_in(Place::local()).await;
+}
+
+pub async fn crash_after_publish_keeps_the_commit_in(place: Place) {
+    let (old, now, g, _place) = crash_and_reopen_in(place, CrashPoint::AfterPublish).await;
     assert_ne!(old, now);
     assert!(has_new_state(&now));
     assert_eq!(g.recovery_report().already_published.len(), 1);

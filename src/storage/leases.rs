@@ -1,0 +1,525 @@
+//! Cross-process locks on object storage, which has no OS locks: a liveness
+//! lease per process and a lease object per gate, both kept by conditional
+//! writes (create-if-absent, and replace-while-the-entity-tag-matches).
+//!
+//! A process's liveness lease `_graph/owners/<incarnation>.json` carries a
+//! wall-clock deadline that a background task renews with If-Match on the
+//! tag it last wrote. Another process declares the owner dead only by
+//! replacing that record, with If-Match on the expired record's tag, by a
+//! `dead` one: a renewal and a takeover cannot both succeed, and the loser
+//! learns it from the failed condition. The owner trusts its lease until the
+//! start of its last renewal plus the lease time minus the skew margin;
+//! others take it over only after the deadline plus that margin. So, while
+//! clocks differ by less than the margin, a process that was taken over has
+//! already stopped trusting its lease, and it checks before every table
+//! commit and every publish.
+//!
+//! A gate lease `_graph/locks/<gate>.json` names its holder, or none. It is
+//! taken from free, or from a dead holder, with If-Match on the tag read, and
+//! given back the same way, so two processes never both hold it. Object
+//! stores have no shared leases: a shared gate is leased exclusively across
+//! processes (the tasks of one process still share it).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use tracing::{debug, warn};
+
+use super::objstore::Store;
+use crate::error::Result;
+use crate::util::ulid::new_ulid;
+
+/// How long a liveness lease lasts unrenewed (`OMNIGRAPH_LEASE_MS` sets it).
+pub const LEASE_TIME_MS: u64 = 10_000;
+/// Renewals per lease time: a renewal can fail this many times minus one
+/// before the lease lapses.
+const RENEWALS_PER_LEASE: u32 = 4;
+/// The largest clock difference between two processes the leases tolerate,
+/// as a fraction of the lease time.
+const SKEW_MARGIN_DIVISOR: u32 = 5;
+/// First and longest pause between two tries of a held gate lease: each try
+/// is two requests, so waiters poll slower than on local locks.
+const LEASE_POLL_FIRST: Duration = Duration::from_millis(5);
+const LEASE_POLL_MAX: Duration = Duration::from_millis(100);
+/// Conditional-write races lost in a row before a lease read gives up.
+const MAX_LEASE_RACES: u32 = 16;
+
+const OWNERS: &str = "_graph/owners";
+const LOCKS: &str = "_graph/locks";
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+enum State {
+    Alive,
+    Dead,
+}
+
+#[derive(Serialize, Deserialize)]
+struct OwnerRecord {
+    state: State,
+    /// Milliseconds since the Unix epoch after which the lease has lapsed.
+    deadline_ms: u64,
+    /// Who declared it dead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    taken_by: Option<String>,
+    /// Makes every write's content, and so its entity tag, distinct.
+    nonce: String,
+}
+
+#[derive(Serialize, Deserialize)]
+struct GateLease {
+    holder: Option<String>,
+    nonce: String,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// This process's own lease as it last renewed it.
+struct Own {
+    tag: String,
+    valid_until: Instant,
+    /// Another process took it over: it never comes back.
+    lost: bool,
+    /// Renewals skipped, as by a paused process (tests).
+    paused: bool,
+}
+
+pub struct Leases {
+    store: Store,
+    incarnation: String,
+    lease: Duration,
+    own: Arc<Mutex<Own>>,
+    /// Gate name -> the tag of the lease this process holds.
+    held: Mutex<HashMap<String, String>>,
+    /// Gate name -> the tag of the free record this process last wrote,
+    /// so that taking the gate again costs one conditional write.
+    freed: Mutex<HashMap<String, String>>,
+    renewer: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+fn owner_file(incarnation: &str) -> String {
+    format!("{OWNERS}/{incarnation}.json")
+}
+
+fn lease_file(gate: &str) -> String {
+    format!("{LOCKS}/{gate}.json")
+}
+
+fn encode<T: Serialize>(v: &T) -> Vec<u8> {
+    serde_json::to_vec(v).expect("lease records serialise")
+}
+
+impl Leases {
+    /// Write this process's liveness lease and start renewing it.
+    pub async fn start(store: Store, incarnation: String, lease: Duration) -> Result<Self> {
+        let started = Instant::now();
+        let rec = OwnerRecord {
+            state: State::Alive,
+            deadline_ms: now_ms() + lease.as_millis() as u64,
+            taken_by: None,
+            nonce: new_ulid(),
+        };
+        let tag = store
+            .create_tagged(&owner_file(&incarnation), encode(&rec))
+            .await?
+            .ok_or_else(|| {
+                crate::error::OmniError::Storage(format!(
+                    "the liveness lease of process {incarnation} already exists"
+                ))
+            })?;
+        let own = Arc::new(Mutex::new(Own {
+            tag,
+            valid_until: started + trusted(lease),
+            lost: false,
+            paused: false,
+        }));
+        let leases = Self {
+            store,
+            incarnation,
+            lease,
+            own,
+            held: Mutex::new(HashMap::new()),
+            freed: Mutex::new(HashMap::new()),
+            renewer: Mutex::new(None),
+        };
+        *leases.renewer.lock() = Some(tokio::spawn(renew_forever(
+            leases.store.clone(),
+            leases.incarnation.clone(),
+            lease,
+            leases.own.clone(),
+        )));
+        leases.sweep_dead_owners().await;
+        Ok(leases)
+    }
+
+    pub fn pause_renewal(&self, paused: bool) {
+        self.own.lock().paused = paused;
+    }
+
+    /// May this process still act on what its leases cover?
+    pub fn valid(&self) -> std::result::Result<(), String> {
+        let own = self.own.lock();
+        if own.lost {
+            return Err(format!(
+                "this process's lease on the graph was taken over by another process (it stalled for more than {} ms): this process publishes nothing more, and the taker resolves its write in flight; reopen the graph",
+                self.lease.as_millis()
+            ));
+        }
+        if Instant::now() >= own.valid_until {
+            return Err(format!(
+                "this process's lease on the graph lapsed (not renewed within {} ms): this process publishes nothing, and whoever takes the lease over resolves its write in flight",
+                trusted(self.lease).as_millis()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Is the process with this incarnation alive? A lapsed lease is taken
+    /// over here (so it can never be renewed again), which makes "dead" final.
+    pub async fn owner_alive(&self, incarnation: &str) -> Result<bool> {
+        if incarnation == self.incarnation {
+            return Ok(true);
+        }
+        if incarnation.is_empty() || !incarnation.chars().all(|c| c.is_ascii_alphanumeric()) {
+            // Not an incarnation this code writes: from before owners were
+            // recorded, so long gone.
+            return Ok(false);
+        }
+        let file = owner_file(incarnation);
+        for _ in 0..MAX_LEASE_RACES {
+            let Some((bytes, tag)) = self.store.read_tagged(&file).await? else {
+                return Ok(false);
+            };
+            let Ok(rec) = serde_json::from_slice::<OwnerRecord>(&bytes) else {
+                // Unreadable: never resolve what might be alive.
+                warn!(incarnation, "unreadable liveness lease; treated as alive");
+                return Ok(true);
+            };
+            if rec.state == State::Dead {
+                return Ok(false);
+            }
+            if now_ms() <= rec.deadline_ms + skew_margin(self.lease).as_millis() as u64 {
+                return Ok(true);
+            }
+            let dead = OwnerRecord {
+                state: State::Dead,
+                deadline_ms: rec.deadline_ms,
+                taken_by: Some(self.incarnation.clone()),
+                nonce: new_ulid(),
+            };
+            if self
+                .store
+                .put_if_match(&file, encode(&dead), &tag)
+                .await?
+                .is_some()
+            {
+                debug!(incarnation, "took over a lapsed liveness lease");
+                return Ok(false);
+            }
+            // Renewed (or taken by someone else) meanwhile: read again.
+        }
+        Ok(true)
+    }
+
+    /// Take the lease of a gate, waiting (up to `wait_limit`) while a live
+    /// process holds it.
+    pub async fn lock(
+        &self,
+        file: &str,
+        what: &str,
+        wait_limit: Duration,
+    ) -> std::result::Result<(), String> {
+        self.valid()?;
+        if self.held.lock().contains_key(file) {
+            return Ok(());
+        }
+        let rel = lease_file(file);
+        let mine = || {
+            encode(&GateLease {
+                holder: Some(self.incarnation.clone()),
+                nonce: new_ulid(),
+            })
+        };
+        let io = |e: crate::error::OmniError| format!("cannot lease {what}: {e}");
+        let start = Instant::now();
+        let mut pause = LEASE_POLL_FIRST;
+        loop {
+            self.valid()?;
+            // Fast path: this process freed it last, and nobody took it since.
+            let freed = self.freed.lock().remove(file);
+            if let Some(tag) = freed
+                && let Some(t) = self
+                    .store
+                    .put_if_match(&rel, mine(), &tag)
+                    .await
+                    .map_err(io)?
+            {
+                self.held.lock().insert(file.to_string(), t);
+                return Ok(());
+            }
+            let taken = match self.store.read_tagged(&rel).await.map_err(io)? {
+                None => self.store.create_tagged(&rel, mine()).await.map_err(io)?,
+                Some((bytes, tag)) => {
+                    let holder = serde_json::from_slice::<GateLease>(&bytes)
+                        .map_err(|e| format!("the lease of {what} is unreadable: {e}"))?
+                        .holder;
+                    let free = match &holder {
+                        None => true,
+                        // Left held by a release that failed: still ours.
+                        Some(h) if *h == self.incarnation => true,
+                        Some(h) => !self.owner_alive(h).await.map_err(io)?,
+                    };
+                    if free {
+                        self.store
+                            .put_if_match(&rel, mine(), &tag)
+                            .await
+                            .map_err(io)?
+                    } else {
+                        None
+                    }
+                }
+            };
+            if let Some(t) = taken {
+                self.held.lock().insert(file.to_string(), t);
+                return Ok(());
+            }
+            if start.elapsed() >= wait_limit {
+                return Err(format!(
+                    "{what}, held by another process for more than {} ms",
+                    wait_limit.as_millis()
+                ));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(LEASE_POLL_MAX);
+        }
+    }
+
+    /// Give a gate lease back. Only the tag this process wrote can be
+    /// replaced, so a lease another process took over is left alone.
+    pub async fn unlock(&self, file: &str) {
+        let Some(tag) = self.held.lock().remove(file) else {
+            return;
+        };
+        let free = encode(&GateLease {
+            holder: None,
+            nonce: new_ulid(),
+        });
+        match self.store.put_if_match(&lease_file(file), free, &tag).await {
+            Ok(Some(t)) => {
+                self.freed.lock().insert(file.to_string(), t);
+            }
+            Ok(None) => warn!(file, "a gate lease was taken over before its release"),
+            // Left held: it is taken over once this process's lease lapses.
+            Err(e) => warn!(file, error = %e, "a gate lease could not be released"),
+        }
+    }
+
+    /// Remove the liveness leases of processes that are gone. Runs once per
+    /// read-write open, off every write's path.
+    async fn sweep_dead_owners(&self) {
+        let Ok(names) = self.store.list(OWNERS).await else {
+            return;
+        };
+        for name in names {
+            let Some(inc) = name.strip_suffix(".json") else {
+                continue;
+            };
+            if inc != self.incarnation && matches!(self.owner_alive(inc).await, Ok(false)) {
+                let _ = self.store.delete(&owner_file(inc)).await;
+            }
+        }
+    }
+
+    /// Stop renewing, give back every gate lease, and remove the liveness
+    /// lease: after this, other processes see this one as gone.
+    pub async fn close(&self) {
+        if let Some(h) = self.renewer.lock().take() {
+            h.abort();
+        }
+        let held: Vec<String> = self.held.lock().keys().cloned().collect();
+        for file in held {
+            self.unlock(&file).await;
+        }
+        let _ = self.store.delete(&owner_file(&self.incarnation)).await;
+    }
+}
+
+impl Drop for Leases {
+    fn drop(&mut self) {
+        if let Some(h) = self.renewer.lock().take() {
+            h.abort();
+        }
+    }
+}
+
+/// How long after a renewal starts its owner trusts the lease.
+fn trusted(lease: Duration) -> Duration {
+    lease.saturating_sub(skew_margin(lease))
+}
+
+fn skew_margin(lease: Duration) -> Duration {
+    lease / SKEW_MARGIN_DIVISOR
+}
+
+async fn renew_forever(store: Store, incarnation: String, lease: Duration, own: Arc<Mutex<Own>>) {
+    let file = owner_file(&incarnation);
+    loop {
+        tokio::time::sleep(lease / RENEWALS_PER_LEASE).await;
+        let started = Instant::now();
+        let (tag, paused) = {
+            let o = own.lock();
+            (o.tag.clone(), o.paused)
+        };
+        if paused {
+            continue;
+        }
+        let rec = OwnerRecord {
+            state: State::Alive,
+            deadline_ms: now_ms() + lease.as_millis() as u64,
+            taken_by: None,
+            nonce: new_ulid(),
+        };
+        match store.put_if_match(&file, encode(&rec), &tag).await {
+            Ok(Some(t)) => {
+                let mut o = own.lock();
+                o.tag = t;
+                o.valid_until = started + trusted(lease);
+            }
+            Ok(None) => {
+                warn!(incarnation, "this process's liveness lease was taken over");
+                own.lock().lost = true;
+                return;
+            }
+            // Try again next time; the lease lapses on its own if this lasts.
+            Err(e) => warn!(incarnation, error = %e, "liveness lease renewal failed"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LEASE: Duration = Duration::from_millis(400);
+
+    async fn store() -> Store {
+        let base = std::env::var("OMNIGRAPH_TEST_S3").expect(
+            "the lease tests need the local S3 server and its environment: run ./scripts/test.sh",
+        );
+        Store::open(
+            &lance::session::Session::default(),
+            &format!("{base}/{}", new_ulid()),
+        )
+        .await
+        .expect("store")
+    }
+
+    /// Long enough for a paused owner's lease to be past its deadline plus
+    /// the skew margin.
+    async fn outlive_lease() {
+        tokio::time::sleep(LEASE + skew_margin(LEASE) * 2).await;
+    }
+
+    #[tokio::test]
+    async fn a_gate_lease_has_one_holder_and_passes_on_when_given_back() {
+        let s = store().await;
+        let a = Leases::start(s.clone(), "A".into(), LEASE).await.unwrap();
+        let b = Leases::start(s.clone(), "B".into(), LEASE).await.unwrap();
+        a.lock("g", "the gate g", Duration::ZERO).await.unwrap();
+        let err = b
+            .lock("g", "the gate g", Duration::from_millis(50))
+            .await
+            .unwrap_err();
+        assert!(
+            err.starts_with("the gate g, held by another process"),
+            "{err}"
+        );
+        a.unlock("g").await;
+        b.lock("g", "the gate g", Duration::ZERO).await.unwrap();
+        // A freed it last, but B holds it now: A's one-write retake fails
+        // its condition instead of taking it from B.
+        let err = a
+            .lock("g", "the gate g", Duration::from_millis(50))
+            .await
+            .unwrap_err();
+        assert!(err.contains("held by another process"), "{err}");
+        b.unlock("g").await;
+        a.lock("g", "the gate g", Duration::ZERO).await.unwrap();
+        a.close().await;
+        b.close().await;
+    }
+
+    #[tokio::test]
+    async fn a_renewing_owner_is_never_taken_over() {
+        let s = store().await;
+        let a = Leases::start(s.clone(), "A".into(), LEASE).await.unwrap();
+        let b = Leases::start(s.clone(), "B".into(), LEASE).await.unwrap();
+        for _ in 0..6 {
+            tokio::time::sleep(LEASE / 2).await;
+            assert!(b.owner_alive("A").await.unwrap());
+            assert_eq!(a.valid(), Ok(()));
+        }
+        a.close().await;
+        // A closed owner is gone.
+        assert!(!b.owner_alive("A").await.unwrap());
+        b.close().await;
+    }
+
+    #[tokio::test]
+    async fn a_lapsed_owner_is_taken_over_and_its_late_renewal_learns_it() {
+        let s = store().await;
+        let a = Leases::start(s.clone(), "A".into(), LEASE).await.unwrap();
+        let b = Leases::start(s.clone(), "B".into(), LEASE).await.unwrap();
+        a.pause_renewal(true);
+        // Before the deadline plus the margin it is still alive.
+        assert!(b.owner_alive("A").await.unwrap());
+        outlive_lease().await;
+        // A stopped trusting its lease before anyone could take it over.
+        let lapsed = a.valid().unwrap_err();
+        assert!(lapsed.contains("lapsed"), "{lapsed}");
+        assert!(!b.owner_alive("A").await.unwrap());
+        // The process wakes up; its next renewal loses to the takeover.
+        a.pause_renewal(false);
+        tokio::time::sleep(LEASE).await;
+        let lost = a.valid().unwrap_err();
+        assert!(lost.contains("taken over"), "{lost}");
+        // Dead is final, for everyone.
+        let c = Leases::start(s.clone(), "C".into(), LEASE).await.unwrap();
+        assert!(!c.owner_alive("A").await.unwrap());
+        // Invalid incarnations never name a live process.
+        assert!(!c.owner_alive("../x").await.unwrap());
+        b.close().await;
+        c.close().await;
+    }
+
+    #[tokio::test]
+    async fn a_gate_left_by_a_dead_process_is_taken_over() {
+        let s = store().await;
+        let a = Leases::start(s.clone(), "A".into(), LEASE).await.unwrap();
+        let b = Leases::start(s.clone(), "B".into(), LEASE).await.unwrap();
+        a.lock("g", "the gate g", Duration::ZERO).await.unwrap();
+        // A is killed: it renews nothing and gives nothing back.
+        a.pause_renewal(true);
+        b.lock("g", "the gate g", LEASE * 4).await.unwrap();
+        // The dead process cannot take it again, nor give B's lease away.
+        let err = a.lock("g", "the gate g", Duration::ZERO).await.unwrap_err();
+        assert!(err.contains("lapsed"), "{err}");
+        a.unlock("g").await;
+        let c = Leases::start(s.clone(), "C".into(), LEASE).await.unwrap();
+        let err = c
+            .lock("g", "the gate g", Duration::from_millis(50))
+            .await
+            .unwrap_err();
+        assert!(err.contains("held by another process"), "{err}");
+        b.close().await;
+        c.close().await;
+    }
+}

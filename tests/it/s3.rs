@@ -1,0 +1,249 @@
+//! The same guarantees on object storage: graphs on `s3://` against the local
+//! S3-compatible server `scripts/test.sh` starts. Load, query, mutate,
+//! branches, crash recovery and writer processes run here as on local disk;
+//! the rest is what only leases have: a writer taken over while merely slow
+//! fails typed and publishes nothing, and the request cost of a commit.
+
+use omnigraph::{LoadMode, OmniError, Omnigraph, Target};
+use serde_json::{Value, json};
+
+use crate::common::*;
+use crate::recovery::{self, TEST_LEASE, test_options};
+
+/// The one column of a query's rows.
+fn names(r: &omnigraph::exec::run::QueryResult) -> Vec<Value> {
+    omnigraph::exec::output::rows(r)
+        .into_iter()
+        .map(|row| row.into_iter().next().expect("one column").1)
+        .collect()
+}
+
+#[tokio::test]
+async fn load_query_mutate_and_time_travel_on_s3() {
+    let place = Place::s3();
+    let uri = place.uri("g.omni");
+    let g = Omnigraph::init(&uri, SCHEMA).await.unwrap();
+    g.load("main", PEOPLE, LoadMode::Overwrite).await.unwrap();
+    let before = g.snapshot(&Target::main()).await.unwrap().manifest_version;
+    let q = "query q($min: I32) { match { $p: Person  $p.age >= $min } return { $p.name } order { $p.name } }";
+    let r = g
+        .query(&Target::main(), q, "q", &json!({ "min": 35 }))
+        .await
+        .unwrap();
+    assert_eq!(names(&r), vec![json!("Bob")]);
+    g.mutate(
+        "main",
+        "query m() { update Person set { age: 50 } where name = \"Alice\" }",
+        "m",
+        &Value::Null,
+    )
+    .await
+    .unwrap();
+    let r = g
+        .query(&Target::main(), q, "q", &json!({ "min": 35 }))
+        .await
+        .unwrap();
+    assert_eq!(names(&r), vec![json!("Alice"), json!("Bob")]);
+    // The version before the mutation still reads as it was.
+    let old = Target::Version {
+        version: before,
+        branch: "main".into(),
+    };
+    let r = g.query(&old, q, "q", &json!({ "min": 35 })).await.unwrap();
+    assert_eq!(names(&r), vec![json!("Bob")]);
+    // A refused write changes nothing, on S3 too.
+    let fp = fingerprint(&g).await;
+    let err = g
+        .load(
+            "main",
+            "{\"type\":\"Person\",\"data\":{\"name\":\"X\",\"age\":900}}",
+            LoadMode::Append,
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, OmniError::Invalid { at, .. } if at.line == Some(1)),
+        "{err}"
+    );
+    assert_eq!(fp, fingerprint(&g).await);
+    g.close().await;
+    // Another process (a fresh handle) sees every acknowledged write.
+    let r = Omnigraph::open_read_only(&uri).await.unwrap();
+    assert_eq!(count(&r, "main", "Person").await, 3);
+    assert_eq!(count(&r, "main", "Knows").await, 2);
+}
+
+#[tokio::test]
+async fn branches_on_s3() {
+    let place = Place::s3();
+    let g = Omnigraph::init(&place.uri("g.omni"), SCHEMA).await.unwrap();
+    g.load("main", PEOPLE, LoadMode::Overwrite).await.unwrap();
+    g.branch_create("feature/x", "main").await.unwrap();
+    g.load(
+        "feature/x",
+        "{\"type\":\"Person\",\"data\":{\"name\":\"Dan\"}}",
+        LoadMode::Append,
+    )
+    .await
+    .unwrap();
+    assert_eq!(count(&g, "feature/x", "Person").await, 4);
+    assert_eq!(count(&g, "main", "Person").await, 3);
+    g.branch_delete("feature/x").await.unwrap();
+    // Its name is free again, and the new branch starts from main.
+    g.branch_create("feature/x", "main").await.unwrap();
+    assert_eq!(count(&g, "feature/x", "Person").await, 3);
+    g.close().await;
+}
+
+#[tokio::test]
+async fn crash_after_sidecar_write_rolls_back_on_s3() {
+    recovery::crash_after_sidecar_write_rolls_back_in(Place::s3()).await;
+}
+
+#[tokio::test]
+async fn crash_after_first_of_two_table_commits_rolls_back_on_s3() {
+    recovery::crash_after_first_of_two_table_commits_rolls_back_in(Place::s3()).await;
+}
+
+#[tokio::test]
+async fn crash_after_all_table_commits_rolls_forward_on_s3() {
+    recovery::crash_after_all_table_commits_rolls_forward_in(Place::s3()).await;
+}
+
+#[tokio::test]
+async fn crash_after_publish_keeps_the_commit_on_s3() {
+    recovery::crash_after_publish_keeps_the_commit_in(Place::s3()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writer_processes_all_commit_on_s3() {
+    crate::processes::writer_processes_all_commit_in(Place::s3()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_key_conflict_across_processes_on_s3() {
+    crate::processes::one_key_conflict_across_processes_in(Place::s3()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writer_processes_killed_among_live_ones_lose_nothing_on_s3() {
+    crate::chaos::writer_processes_killed_among_live_ones_lose_nothing_in(Place::s3()).await;
+}
+
+/// A writer that stalls between its last lease check and its publish (a
+/// paused process) loses its lease to another process, which resolves its
+/// intent (complete, so rolled forward) behind a fence. When the slow
+/// writer wakes it fails typed and publishes nothing itself: its write is
+/// in the graph once, as the recoverer's commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_taken_over_while_merely_slow_fails_typed_and_publishes_nothing() {
+    let place = Place::s3();
+    let uri = place.uri("g.omni");
+    let slow = Omnigraph::init_with(&uri, SCHEMA, test_options())
+        .await
+        .unwrap();
+    slow.load("main", PEOPLE, LoadMode::Overwrite)
+        .await
+        .unwrap();
+    slow.substrate().stall_before_publish(TEST_LEASE * 4);
+    let stalled = {
+        let slow = slow.clone();
+        tokio::spawn(async move {
+            slow.load(
+                "main",
+                "{\"type\":\"Person\",\"data\":{\"name\":\"Slow\"}}",
+                LoadMode::Append,
+            )
+            .await
+        })
+    };
+    // Another process opens once the slow one's lease has lapsed: it takes
+    // the lease over and resolves the intent it finds, then writes.
+    tokio::time::sleep(TEST_LEASE * 2).await;
+    let other = Omnigraph::open_with(&uri, test_options()).await.unwrap();
+    assert_eq!(other.recovery_report().rolled_forward.len(), 1);
+    other
+        .load(
+            "main",
+            "{\"type\":\"Person\",\"data\":{\"name\":\"Other\"}}",
+            LoadMode::Append,
+        )
+        .await
+        .unwrap();
+    let err = stalled.await.unwrap().unwrap_err();
+    match &err {
+        OmniError::LeaseLost { reason } => {
+            assert!(reason.contains("lease on the graph"), "{reason}")
+        }
+        other => panic!("expected LeaseLost, got {other:?}"),
+    }
+    let r = Omnigraph::open_read_only(&uri).await.unwrap();
+    let all = r
+        .query(
+            &Target::main(),
+            "query q() { match { $p: Person } return { $p.name } order { $p.name } }",
+            "q",
+            &Value::Null,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        names(&all),
+        vec![
+            json!("Alice"),
+            json!("Bob"),
+            json!("Carol"),
+            json!("Other"),
+            json!("Slow")
+        ]
+    );
+    // Init, the first load, the recovered commit, Other's load: the slow
+    // writer's own publish never landed.
+    let kinds: Vec<String> = r
+        .commits("main", None)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.kind)
+        .collect();
+    assert_eq!(kinds, vec!["load", "recovered", "load", "init"]);
+    assert!(stored(&uri, "_graph/recovery").await.is_empty());
+    // The taken-over handle refuses further writes rather than act unleased.
+    let again = slow
+        .load(
+            "main",
+            "{\"type\":\"Person\",\"data\":{\"name\":\"Again\"}}",
+            LoadMode::Append,
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(again, OmniError::LeaseLost { .. }), "{again}");
+    other.close().await;
+}
+
+/// A 1-row commit on S3 lists nothing: every listing is off the hot path.
+#[tokio::test]
+async fn a_one_row_commit_on_s3_sends_no_listing() {
+    let place = Place::s3();
+    let uri = place.uri("g.omni");
+    let g = Omnigraph::init(&uri, SCHEMA).await.unwrap();
+    g.load("main", PEOPLE, LoadMode::Overwrite).await.unwrap();
+    for n in 0..3 {
+        let before = g.requests();
+        g.mutate(
+            "main",
+            "query m($n: String) { insert Person { name: $n } }",
+            "m",
+            &json!({ "n": format!("r{n}") }),
+        )
+        .await
+        .unwrap();
+        let cost = g.requests().since(&before);
+        assert_eq!(cost.list, 0, "commit {n}: {cost}");
+        assert!(
+            cost.conditional_put > 0,
+            "the publish is a conditional PUT: {cost}"
+        );
+    }
+    g.close().await;
+}
