@@ -2,7 +2,8 @@
 //! the cost model of a graph on S3, where every request is a round trip and
 //! is billed. Every store the handle's own Lance session opens for `s3://`
 //! passes through the counter, Lance's dataset I/O included. The same
-//! provider keeps listings off the write path (see `new_store`).
+//! provider keeps listings off the write path (see `new_store`). Each
+//! request is traced (`OMNIGRAPH_LOG=omnigraph::storage::requests=trace`).
 
 use std::fmt;
 use std::sync::Arc;
@@ -20,6 +21,7 @@ use object_store::{
     PutMode, PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions,
 };
 use serde::Serialize;
+use tracing::trace;
 use url::Url;
 
 /// Requests by kind since the process started (or since `reset`).
@@ -210,6 +212,7 @@ impl ObjectStore for Counting {
             PutMode::Overwrite => bump(&self.c.put),
             PutMode::Create | PutMode::Update(_) => bump(&self.c.conditional_put),
         }
+        trace!(kind = ?opts.mode, %location, "PUT");
         self.inner.put_opts(location, payload, opts).await
     }
 
@@ -235,6 +238,7 @@ impl ObjectStore for Counting {
         } else {
             &self.c.get
         });
+        trace!(head = options.head, range = ?options.range, %location, "GET");
         self.inner.get_opts(location, options).await
     }
 
@@ -254,6 +258,7 @@ impl ObjectStore for Counting {
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
         bump(&self.c.list);
+        trace!(?prefix, "LIST");
         self.inner.list(prefix)
     }
 
