@@ -72,12 +72,11 @@ impl Store {
             .fold(self.root.clone(), |p, s| p.join(s))
     }
 
+    /// Read a whole object; `None` when it does not exist. One request:
+    /// Lance's own reader retries a missing object, and the manifest probe
+    /// asks for a missing version on every refresh.
     pub async fn read(&self, rel: &str) -> Result<Option<Bytes>> {
-        match self.os.read_one_all(&self.path(rel)).await {
-            Ok(b) => Ok(Some(b)),
-            Err(e) if lance_not_found(&e) => Ok(None),
-            Err(e) => Err(e.into()),
-        }
+        Ok(self.read_tagged(rel).await?.map(|(bytes, _)| bytes))
     }
 
     pub async fn exists(&self, rel: &str) -> Result<bool> {

@@ -247,3 +247,21 @@ async fn a_one_row_commit_on_s3_sends_no_listing() {
     }
     g.close().await;
 }
+
+/// Probing for something absent (the next manifest version, on every
+/// refresh) is one request, not a retried read.
+#[tokio::test]
+async fn a_missing_object_costs_one_request() {
+    let (session, counters) = omnigraph::storage::requests::counted_session();
+    let place = Place::s3();
+    let store = omnigraph::storage::objstore::Store::open(&session, &place.uri("g.omni"))
+        .await
+        .unwrap();
+    let before = counters.read();
+    assert_eq!(
+        store.read("_graph/versions/absent.json").await.unwrap(),
+        None
+    );
+    let cost = counters.read().since(&before);
+    assert_eq!(cost.total(), 1, "{cost}");
+}
