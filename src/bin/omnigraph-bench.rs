@@ -88,11 +88,23 @@ async fn load(dir: &str, repeats: usize) {
     }
 }
 
+/// The graph of the 1-row commit figures: ten small node types.
+fn ten_types_schema() -> String {
+    (0..10)
+        .map(|i| format!("node T{i} {{ name: String @key\n v: I64? }}\n"))
+        .collect()
+}
+
+/// The `k`-th 1-row append of those figures, round-robin over the types.
+fn ten_types_row(k: usize) -> String {
+    format!(
+        "{{\"type\":\"T{}\",\"data\":{{\"name\":\"a{k}\",\"v\":{k}}}}}",
+        k % 10
+    )
+}
+
 async fn append(n: usize) {
-    let mut schema = String::new();
-    for i in 0..10 {
-        schema.push_str(&format!("node T{i} {{ name: String @key\n v: I64? }}\n"));
-    }
+    let schema = ten_types_schema();
     let tmp = Scratch::new("ten.omni");
     let uri = tmp.uri();
     let g = Omnigraph::init(&uri, &schema).await.expect("init");
@@ -117,10 +129,7 @@ async fn append(n: usize) {
     .expect("warm");
     let mut ms = Vec::with_capacity(n);
     for k in 0..n {
-        let line = format!(
-            "{{\"type\":\"T{}\",\"data\":{{\"name\":\"a{k}\",\"v\":{k}}}}}",
-            k % 10
-        );
+        let line = ten_types_row(k);
         let t0 = Instant::now();
         g.load("main", &line, LoadMode::Append)
             .await
@@ -145,10 +154,7 @@ async fn append(n: usize) {
 /// create and a read-write open. The graph is the 10-type one of `append`.
 async fn object_store(uri: &str, n: usize) {
     use omnigraph::storage::requests::Requests;
-    let mut schema = String::new();
-    for i in 0..10 {
-        schema.push_str(&format!("node T{i} {{ name: String @key\n v: I64? }}\n"));
-    }
+    let schema = ten_types_schema();
     let g = Omnigraph::init(uri, &schema).await.expect("init");
     g.load(
         "main",
@@ -181,10 +187,7 @@ async fn object_store(uri: &str, n: usize) {
     println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let (mut ms, mut reqs) = (Vec::new(), Vec::new());
     for k in 0..n {
-        let line = format!(
-            "{{\"type\":\"T{}\",\"data\":{{\"name\":\"a{k}\",\"v\":{k}}}}}",
-            k % 10
-        );
+        let line = ten_types_row(k);
         let before = g.requests();
         let t0 = Instant::now();
         g.load("main", &line, LoadMode::Append)

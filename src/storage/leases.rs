@@ -75,6 +75,18 @@ struct GateLease {
     nonce: String,
 }
 
+impl OwnerRecord {
+    /// A live owner's record, good for `lease` from now.
+    fn alive(lease: Duration) -> Self {
+        Self {
+            state: State::Alive,
+            deadline_ms: now_ms() + lease.as_millis() as u64,
+            taken_by: None,
+            nonce: new_ulid(),
+        }
+    }
+}
+
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -121,14 +133,11 @@ impl Leases {
     /// Write this process's liveness lease and start renewing it.
     pub async fn start(store: Store, incarnation: String, lease: Duration) -> Result<Self> {
         let started = Instant::now();
-        let rec = OwnerRecord {
-            state: State::Alive,
-            deadline_ms: now_ms() + lease.as_millis() as u64,
-            taken_by: None,
-            nonce: new_ulid(),
-        };
         let tag = store
-            .create_tagged(&owner_file(&incarnation), encode(&rec))
+            .create_tagged(
+                &owner_file(&incarnation),
+                encode(&OwnerRecord::alive(lease)),
+            )
             .await?
             .ok_or_else(|| {
                 crate::error::OmniError::Storage(format!(
@@ -188,7 +197,7 @@ impl Leases {
         if incarnation == self.incarnation {
             return Ok(true);
         }
-        if incarnation.is_empty() || !incarnation.chars().all(|c| c.is_ascii_alphanumeric()) {
+        if !super::locks::valid_incarnation(incarnation) {
             // Not an incarnation this code writes: from before owners were
             // recorded, so long gone.
             return Ok(false);
@@ -237,10 +246,6 @@ impl Leases {
         what: &str,
         wait_limit: Duration,
     ) -> std::result::Result<(), String> {
-        self.valid()?;
-        if self.held.lock().contains_key(file) {
-            return Ok(());
-        }
         let rel = lease_file(file);
         let mine = || {
             encode(&GateLease {
@@ -253,6 +258,9 @@ impl Leases {
         let mut pause = LEASE_POLL_FIRST;
         loop {
             self.valid()?;
+            if self.held.lock().contains_key(file) {
+                return Ok(());
+            }
             // Fast path: this process freed it last, and nobody took it since.
             let freed = self.freed.lock().remove(file);
             if let Some(tag) = freed
@@ -381,12 +389,7 @@ async fn renew_forever(store: Store, incarnation: String, lease: Duration, own: 
         if paused {
             continue;
         }
-        let rec = OwnerRecord {
-            state: State::Alive,
-            deadline_ms: now_ms() + lease.as_millis() as u64,
-            taken_by: None,
-            nonce: new_ulid(),
-        };
+        let rec = OwnerRecord::alive(lease);
         match store.put_if_match(&file, encode(&rec), &tag).await {
             Ok(Some(t)) => {
                 let mut o = own.lock();

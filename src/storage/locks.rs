@@ -106,6 +106,12 @@ fn try_mode(f: &File, mode: GateMode) -> Result<bool, std::io::Error> {
     }
 }
 
+/// Is this a process incarnation this code writes (a ULID)? Anything else
+/// in a sidecar predates owners, or is not a name to build a path from.
+pub(super) fn valid_incarnation(incarnation: &str) -> bool {
+    !incarnation.is_empty() && incarnation.chars().all(|c| c.is_ascii_alphanumeric())
+}
+
 /// How long a liveness lease on object storage lasts unrenewed.
 pub fn lease_time() -> Duration {
     let ms = std::env::var("OMNIGRAPH_LEASE_MS")
@@ -255,8 +261,7 @@ impl FileLocks {
     }
 
     fn owner_path(&self, incarnation: &str) -> Option<PathBuf> {
-        let ok = !incarnation.is_empty() && incarnation.chars().all(|c| c.is_ascii_alphanumeric());
-        ok.then(|| {
+        valid_incarnation(incarnation).then(|| {
             self.root
                 .join("_graph/owners")
                 .join(format!("{incarnation}.lock"))

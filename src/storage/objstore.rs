@@ -92,15 +92,7 @@ impl Store {
     /// Create only if absent: the compare-and-swap every publish rests on.
     /// Returns false when the object already exists.
     pub async fn create(&self, rel: &str, bytes: Vec<u8>) -> Result<bool> {
-        match self
-            .os
-            .put_if_absent(&self.path(rel), Bytes::from(bytes).into())
-            .await
-        {
-            Ok(()) => Ok(true),
-            Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
-            Err(e) => Err(OmniError::storage(e)),
-        }
+        Ok(self.create_tagged(rel, bytes).await?.is_some())
     }
 
     /// Read an object with its entity tag, for a later `put_if_match`.

@@ -147,6 +147,10 @@ pub enum CrashPoint {
     AfterRestore,
 }
 
+/// The kind of a commit published by recovery for a write whose process is
+/// gone (this process has no context for its operation).
+const RECOVERED_KIND: &str = "recovered";
+
 #[cfg(feature = "fault-injection")]
 #[derive(Default)]
 struct Faults {
@@ -465,13 +469,18 @@ impl LanceSubstrate {
         // (bounded); the expected-head check decides whether we may.
         let mut record_tag: Option<String> = None;
         for _ in 0..MAX_PUBLISH_CAS_ATTEMPTS {
-            if let Err(e) = self.locks.valid() {
-                return PublishResult::Unknown(e);
-            }
             let latest = match self.g.manifests.refresh().await {
                 Ok(m) => m,
                 Err(e) => return PublishResult::Unknown(e.to_string()),
             };
+            // A process whose lease was taken over must not publish: its
+            // intent is another process's to resolve now. Checked after the
+            // base was read: a takeover after this check comes with a fence
+            // version, which this compare-and-swap then loses, and the retry
+            // stops here.
+            if let Err(e) = self.locks.valid() {
+                return PublishResult::Unknown(e);
+            }
             let current = latest.branches.get(&req.branch);
             let actual = current.map(|r| Head {
                 commit: CommitId(r.head.clone()),
@@ -494,17 +503,10 @@ impl LanceSubstrate {
                     head: actual,
                 };
             }
-            // A process whose lease was taken over must not publish: its
-            // intent is another process's to resolve now. Checked after the
-            // base was read: a takeover after this check comes with a fence
-            // version, which this compare-and-swap then loses.
-            if let Err(e) = self.locks.valid() {
-                return PublishResult::Unknown(e);
-            }
             #[cfg(feature = "fault-injection")]
             self.stall_if_asked().await;
             if let Some(c) = &commit {
-                let recovered = c.kind == "recovered";
+                let recovered = c.kind == RECOVERED_KIND;
                 match self
                     .g
                     .manifests
@@ -584,7 +586,7 @@ impl LanceSubstrate {
                     let ops = self.ops.lock();
                     match ops.get(&req.op) {
                         Some(c) => (c.kind.clone(), c.summary.clone()),
-                        None => ("recovered".to_string(), serde_json::Value::Null),
+                        None => (RECOVERED_KIND.to_string(), serde_json::Value::Null),
                     }
                 };
                 commit_record = Some(CommitRecord {
