@@ -326,7 +326,14 @@ impl Omnigraph {
                 | Outcome::Contended { .. }
         ) && let Err(reason) = w.substrate.locks().valid()
         {
-            return Err(OmniError::LeaseLost { reason });
+            // A lease that lapsed because storage stopped answering is an
+            // outage, not a stall: say so, with the store's own error.
+            return Err(match w.substrate.locks().renewal_failure() {
+                Some(cause) => OmniError::Storage(format!(
+                    "the object store stopped answering ({cause}), so {reason}"
+                )),
+                None => OmniError::LeaseLost { reason },
+            });
         }
         let (commit, version) = outcome_to_result(outcome, ctx.error)?;
         Ok((commit, version, ctx.summary))

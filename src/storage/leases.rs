@@ -102,6 +102,11 @@ struct Own {
     lost: bool,
     /// Renewals skipped, as by a paused process (tests).
     paused: bool,
+    /// Why the last renewal failed, if it did: a lease that lapses this way
+    /// was cut off from storage, not stalled.
+    renewal_failure: Option<String>,
+    /// When the renewal now waiting for the store was sent.
+    renewing_since: Option<Instant>,
 }
 
 pub struct Leases {
@@ -149,6 +154,8 @@ impl Leases {
             valid_until: started + trusted(lease),
             lost: false,
             paused: false,
+            renewal_failure: None,
+            renewing_since: None,
         }));
         let leases = Self {
             store,
@@ -189,6 +196,24 @@ impl Leases {
             ));
         }
         Ok(())
+    }
+
+    /// Why the store keeps the lease from being renewed, while it does: the
+    /// last renewal's error, or a renewal left unanswered for longer than
+    /// the renewal interval.
+    pub fn renewal_failure(&self) -> Option<String> {
+        let own = self.own.lock();
+        if let Some(e) = &own.renewal_failure {
+            return Some(e.clone());
+        }
+        let since = own.renewing_since?;
+        let waited = since.elapsed();
+        (waited > self.lease / RENEWALS_PER_LEASE).then(|| {
+            format!(
+                "a lease renewal has gone unanswered for {} ms",
+                waited.as_millis()
+            )
+        })
     }
 
     /// Is the process with this incarnation alive? A lapsed lease is taken
@@ -383,18 +408,24 @@ async fn renew_forever(store: Store, incarnation: String, lease: Duration, own: 
         tokio::time::sleep(lease / RENEWALS_PER_LEASE).await;
         let started = Instant::now();
         let (tag, paused) = {
-            let o = own.lock();
+            let mut o = own.lock();
+            if !o.paused {
+                o.renewing_since = Some(started);
+            }
             (o.tag.clone(), o.paused)
         };
         if paused {
             continue;
         }
         let rec = OwnerRecord::alive(lease);
-        match store.put_if_match(&file, encode(&rec), &tag).await {
+        let answer = store.put_if_match(&file, encode(&rec), &tag).await;
+        own.lock().renewing_since = None;
+        match answer {
             Ok(Some(t)) => {
                 let mut o = own.lock();
                 o.tag = t;
                 o.valid_until = started + trusted(lease);
+                o.renewal_failure = None;
             }
             Ok(None) => {
                 warn!(incarnation, "this process's liveness lease was taken over");
@@ -402,7 +433,10 @@ async fn renew_forever(store: Store, incarnation: String, lease: Duration, own: 
                 return;
             }
             // Try again next time; the lease lapses on its own if this lasts.
-            Err(e) => warn!(incarnation, error = %e, "liveness lease renewal failed"),
+            Err(e) => {
+                warn!(incarnation, error = %e, "liveness lease renewal failed");
+                own.lock().renewal_failure = Some(e.to_string());
+            }
         }
     }
 }

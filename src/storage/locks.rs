@@ -175,6 +175,15 @@ impl ProcessLocks {
         }
     }
 
+    /// The storage error that keeps the liveness lease from being renewed,
+    /// if any: a lapse with one is an outage of the store.
+    pub fn renewal_failure(&self) -> Option<String> {
+        match &self.backend {
+            Backend::Leases(l) => l.renewal_failure(),
+            _ => None,
+        }
+    }
+
     /// Stop (or resume) renewing the liveness lease, as a paused process
     /// would (tests of a takeover).
     #[cfg(feature = "fault-injection")]

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use omnigraph::{LoadMode, Omnigraph, Target};
 
-use crate::common::Place;
+use crate::common::{Place, assert_each_write_published_once, stored};
 
 /// Kills per run (override with OMNIGRAPH_CHAOS_KILLS).
 const KILLS: usize = 50;
@@ -113,6 +113,7 @@ async fn sigkill_during_writes_never_loses_or_tears_a_commit() {
 
         check_graph(&uri, &acked).await;
     }
+    assert_each_write_published_once(&uri).await;
     // Still writable after all of that.
     let g = Omnigraph::open(&uri).await.unwrap();
     g.load(
@@ -233,6 +234,9 @@ pub async fn writer_processes_killed_among_live_ones_lose_nothing_in(place: Plac
         stop_writer(w, &mut acked);
     }
     check_graph(&uri, &acked).await;
+    // Every dead writer's intent was resolved by exactly one of the others.
+    assert_each_write_published_once(&uri).await;
+    assert!(stored(&uri, "_graph/recovery").await.is_empty());
     assert!(
         acked.len() >= WRITERS,
         "the writers got only {} writes through",

@@ -152,3 +152,40 @@ pub async fn stored(uri: &str, dir: &str) -> Vec<String> {
         .unwrap();
     store.list(dir).await.unwrap()
 }
+
+/// Every graph version's change note: (kind, op).
+pub async fn changes(uri: &str) -> Vec<(String, String)> {
+    let store = omnigraph::storage::objstore::Store::open(&lance::session::Session::default(), uri)
+        .await
+        .unwrap();
+    let mut names = store.list("_graph/versions").await.unwrap();
+    names.sort();
+    let mut out = Vec::new();
+    for name in names {
+        let bytes = store
+            .read(&format!("_graph/versions/{name}"))
+            .await
+            .unwrap()
+            .expect("a listed version exists");
+        let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        out.push((
+            v["change"]["kind"].as_str().unwrap().to_string(),
+            v["change"]["op"].as_str().unwrap().to_string(),
+        ));
+    }
+    out
+}
+
+/// Every write was published once: no operation names two versions that
+/// changed a branch's tables (a commit, or a recovery's re-point), however
+/// many processes raced to resolve it.
+pub async fn assert_each_write_published_once(uri: &str) {
+    let mut seen = std::collections::BTreeMap::new();
+    for (v, (kind, op)) in changes(uri).await.into_iter().enumerate() {
+        if (kind == "commit" || kind == "repoint")
+            && let Some(first) = seen.insert(op.clone(), v)
+        {
+            panic!("operation {op} published twice: versions {first} and {v}");
+        }
+    }
+}

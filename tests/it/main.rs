@@ -11,6 +11,7 @@ mod differential;
 mod export;
 mod load;
 mod mutate;
+mod outage;
 mod processes;
 mod query;
 mod recovery;
