@@ -10,7 +10,7 @@ use lance::session::Session;
 use serde::Serialize;
 
 use crate::compiler::catalog::Catalog;
-use crate::compiler::query::{check, parser};
+use crate::compiler::query::{check, mutation, parser};
 use crate::compiler::schema;
 use crate::error::{OmniError, Result};
 use crate::exec::cache::{DEFAULT_LIMIT, RuntimeCache};
@@ -585,7 +585,7 @@ impl Omnigraph {
         self.writes("mutate")?;
         let file = parser::parse(source)?;
         let decl = check::find(&file, name)?;
-        let plan = mutate::check(&self.inner.graph.catalog, decl)?;
+        let plan = mutation::check(&self.inner.graph.catalog, decl)?;
         let values = run::bind(&plan.name, &plan.params, params)?;
         let work = Arc::new(MutationWork::new(
             plan,

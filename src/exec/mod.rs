@@ -5,3 +5,4 @@ pub mod export;
 pub mod graph;
 pub mod output;
 pub mod run;
+pub mod scalar;

@@ -12,7 +12,6 @@ use std::time::Instant;
 
 use arrow::compute::{SortColumn, SortOptions, concat, lexsort_to_indices, take};
 use arrow_array::cast::AsArray;
-use arrow_array::types::*;
 use arrow_array::{Array, ArrayRef, RecordBatch, StringArray, UInt32Array, new_null_array};
 use arrow_schema::{DataType, Field, Schema};
 use datafusion::prelude::{Expr as DfExpr, col, lit};
@@ -21,6 +20,7 @@ use futures::TryStreamExt;
 
 use super::cache::{Key, Phys, RuntimeCache};
 use super::graph::GraphIndex;
+use super::scalar::{S, cmp_s, holds, s_at, s_of};
 use crate::compiler::catalog::{ID, PropType, TypeDef};
 use crate::compiler::query::ast::CmpOp;
 use crate::compiler::query::ir::{AggFunc, Dir, Op, Plan, Pred, RetExpr, ValExpr, Value, VarKind};
@@ -71,83 +71,6 @@ impl Frame {
                 .collect(),
             rows: keep.len(),
         }
-    }
-}
-
-/// A value read during evaluation (strings borrowed from columns).
-#[derive(Clone, Debug)]
-enum S<'a> {
-    Null,
-    Bool(bool),
-    I(i128),
-    F(f64),
-    Str(&'a str),
-    List(ArrayRef),
-}
-
-fn cmp_s(a: &S, b: &S) -> Option<Ordering> {
-    match (a, b) {
-        (S::Null, _) | (_, S::Null) => None,
-        (S::I(x), S::I(y)) => Some(x.cmp(y)),
-        (S::I(x), S::F(y)) => (*x as f64).partial_cmp(y),
-        (S::F(x), S::I(y)) => x.partial_cmp(&(*y as f64)),
-        (S::F(x), S::F(y)) => x.partial_cmp(y),
-        (S::Str(x), S::Str(y)) => Some(x.cmp(y)),
-        (S::Bool(x), S::Bool(y)) => Some(x.cmp(y)),
-        (S::List(x), S::List(y)) => Some(if x.to_data() == y.to_data() {
-            Ordering::Equal
-        } else {
-            Ordering::Less
-        }),
-        _ => None,
-    }
-}
-
-fn s_at(a: &ArrayRef, i: usize) -> S<'_> {
-    if a.is_null(i) {
-        return S::Null;
-    }
-    match a.data_type() {
-        DataType::Utf8 => S::Str(a.as_string::<i32>().value(i)),
-        DataType::Boolean => S::Bool(a.as_boolean().value(i)),
-        DataType::Int32 => S::I(a.as_primitive::<Int32Type>().value(i) as i128),
-        DataType::Int64 => S::I(a.as_primitive::<Int64Type>().value(i) as i128),
-        DataType::UInt32 => S::I(a.as_primitive::<UInt32Type>().value(i) as i128),
-        DataType::UInt64 => S::I(a.as_primitive::<UInt64Type>().value(i) as i128),
-        DataType::Float32 => S::F(a.as_primitive::<Float32Type>().value(i) as f64),
-        DataType::Float64 => S::F(a.as_primitive::<Float64Type>().value(i)),
-        DataType::Date32 => S::I(a.as_primitive::<Date32Type>().value(i) as i128),
-        DataType::Date64 => S::I(a.as_primitive::<Date64Type>().value(i) as i128),
-        DataType::List(_) => S::List(a.as_list::<i32>().value(i)),
-        _ => S::Null,
-    }
-}
-
-fn s_of(v: &Value) -> S<'_> {
-    match v {
-        Value::Null => S::Null,
-        Value::Bool(b) => S::Bool(*b),
-        Value::Int(i) => S::I(*i as i128),
-        Value::UInt(u) => S::I(*u as i128),
-        Value::Float(f) => S::F(*f),
-        Value::Str(s) => S::Str(s),
-        Value::Date(d) => S::I(*d as i128),
-        Value::DateTime(ms) => S::I(*ms as i128),
-        Value::List(_) | Value::Vector(_) => S::Null,
-    }
-}
-
-fn holds(op: CmpOp, l: &S, r: &S) -> bool {
-    match op {
-        CmpOp::Contains => match (l, r) {
-            (S::List(items), r) => {
-                (0..items.len()).any(|i| cmp_s(&s_at(items, i), r) == Some(Ordering::Equal))
-            }
-            (S::Str(a), S::Str(b)) => a.contains(b),
-            _ => false,
-        },
-        CmpOp::StartsWith => matches!((l, r), (S::Str(a), S::Str(b)) if a.starts_with(b)),
-        _ => cmp_s(l, r).is_some_and(|o| op.accepts(o)),
     }
 }
 

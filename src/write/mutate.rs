@@ -1,5 +1,6 @@
-//! Mutations: `insert`, `update ... set ... where`, `delete ... where`.
-//! Checked before any I/O ([`check`]); then, in the protocol's prepare step,
+//! Mutations: `insert`, `update ... set ... where`, `delete ... where`,
+//! executed from the plan the compiler checked
+//! ([`crate::compiler::query::mutation`]). In the protocol's prepare step,
 //! every statement accumulates into one in-memory change set that later
 //! statements read (pending rows shadow committed ones). The change set is
 //! validated against committed + pending state (keys, endpoints, `@unique`,
@@ -17,59 +18,15 @@ use super::cell::Cell;
 use super::columns::{TableBuilder, TypeRules, Val};
 use super::ids;
 use super::load::{MAX_KEYED_BYTES, MAX_KEYED_ROWS};
-use crate::compiler::catalog::{Catalog, DST, ID, PropType, SRC, TypeDef, TypeKind};
-use crate::compiler::lexer::Pos;
-use crate::compiler::query::ast::{Body, CmpOp, Expr, Lit, QueryDecl, Statement};
-use crate::compiler::query::check::type_error;
-use crate::compiler::query::ir::Value;
+use crate::compiler::catalog::{DST, ID, PropType, SRC, TypeDef, TypeKind};
+use crate::compiler::query::ast::CmpOp;
+use crate::compiler::query::ir::{MutStmt, MutationPlan, Pred, ValExpr, Value};
 use crate::error::{Location, OmniError, Result};
 use crate::exec::export::cell_json;
+use crate::exec::scalar::{holds, s_of};
 use crate::storage::stage;
 use crate::storage::substrate::{BoxFut, PrepareCx, PrepareWork, Prepared};
 use omnigraph_actors::WriteClass;
-
-/// A value in a statement: a literal, a parameter or `now()`.
-#[derive(Clone, Debug, PartialEq)]
-enum Src {
-    Const(Value),
-    Param(String),
-    Now,
-}
-
-#[derive(Clone, Debug)]
-struct Filter {
-    prop: String,
-    op: CmpOp,
-    value: Src,
-}
-
-#[derive(Clone, Debug)]
-enum Stmt {
-    Insert {
-        ty: String,
-        values: BTreeMap<String, Src>,
-    },
-    Update {
-        ty: String,
-        set: BTreeMap<String, Src>,
-        filter: Option<Filter>,
-    },
-    Delete {
-        ty: String,
-        filter: Filter,
-    },
-}
-
-/// A checked mutation.
-#[derive(Clone, Debug)]
-pub struct MutationPlan {
-    pub name: String,
-    pub params: Vec<(String, PropType, bool)>,
-    stmts: Vec<Stmt>,
-    /// Updates and deletes read what they change: a moved branch is
-    /// `ReadSetChanged`, never a silent retry.
-    strict: bool,
-}
 
 /// What a mutation did.
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -82,212 +39,13 @@ pub struct MutationResult {
     pub edges: BTreeMap<String, usize>,
 }
 
-fn src_of(e: &Expr, params: &BTreeMap<String, (PropType, bool)>) -> Result<Src> {
-    match e {
-        Expr::Lit { lit, pos } => Ok(Src::Const(lit_value(lit, *pos)?)),
-        Expr::Now { .. } => Ok(Src::Now),
-        Expr::Var { var, pos } => {
-            if params.contains_key(var) {
-                Ok(Src::Param(var.clone()))
-            } else {
-                Err(type_error(
-                    "Q010",
-                    *pos,
-                    format!("${var} is not a declared parameter"),
-                ))
-            }
-        }
-        Expr::Call { func, pos, args } if func == "date" || func == "datetime" => {
-            let _ = args;
-            Err(type_error(
-                "Q009",
-                *pos,
-                format!("{func}(...) takes a string literal"),
-            ))
-        }
-        other => Err(type_error(
-            "Q009",
-            other.pos(),
-            "expected a literal, a $parameter or now()",
-        )),
+/// The column a filter reads (`prop op value`) and its type.
+fn filter_column(p: &Pred) -> (&str, PropType) {
+    match &p.left {
+        ValExpr::Prop { prop, ty, .. } => (prop, ty.clone()),
+        ValExpr::Id { .. } => (ID, PropType::String),
+        other => unreachable!("checked: a mutation filter reads a property, not {other:?}"),
     }
-}
-
-fn lit_value(lit: &Lit, pos: Pos) -> Result<Value> {
-    use crate::write::columns::{days_from_date, ms_from_datetime};
-    Ok(match lit {
-        Lit::Str(s) => Value::Str(s.clone()),
-        Lit::Int(i) => Value::Int(*i),
-        Lit::Float(f) => Value::Float(*f),
-        Lit::Bool(b) => Value::Bool(*b),
-        Lit::Null => Value::Null,
-        Lit::Date(s) => Value::Date(
-            days_from_date(s)
-                .ok_or_else(|| type_error("Q009", pos, format!("{s:?} is not a date")))?,
-        ),
-        Lit::DateTime(s) => Value::DateTime(
-            ms_from_datetime(s)
-                .ok_or_else(|| type_error("Q009", pos, format!("{s:?} is not a date-time")))?,
-        ),
-        Lit::List(items) => Value::List(
-            items
-                .iter()
-                .map(|l| lit_value(l, pos))
-                .collect::<Result<_>>()?,
-        ),
-    })
-}
-
-/// Check a mutation against the catalog before any I/O.
-pub fn check(catalog: &Catalog, q: &QueryDecl) -> Result<MutationPlan> {
-    let Body::Mutation(stmts) = &q.body else {
-        return Err(type_error(
-            "Q020",
-            q.pos,
-            format!("'{}' is a read query; run it with query", q.name),
-        ));
-    };
-    let params: BTreeMap<String, (PropType, bool)> = q
-        .params
-        .iter()
-        .map(|p| (p.name.clone(), (p.ty.clone(), p.optional)))
-        .collect();
-    let constructive = stmts
-        .iter()
-        .any(|s| matches!(s, Statement::Insert { .. } | Statement::Update { .. }));
-    let destructive = stmts.iter().any(|s| matches!(s, Statement::Delete { .. }));
-    if constructive && destructive {
-        return Err(OmniError::BadRequest(format!(
-            "mutation '{}' mixes inserts/updates and deletes; split into separate mutations: (1) inserts and updates, then (2) deletes",
-            q.name
-        )));
-    }
-    let ty_of = |name: &str, pos: Pos| -> Result<&TypeDef> {
-        catalog
-            .get(name)
-            .ok_or_else(|| type_error("Q001", pos, format!("{name} is not a type of the schema")))
-    };
-    let prop_ok = |t: &TypeDef, p: &str, pos: Pos| -> Result<()> {
-        if t.property(p).is_some() || p == ID || (t.is_edge() && (p == "from" || p == "to")) {
-            Ok(())
-        } else {
-            Err(type_error(
-                "Q002",
-                pos,
-                format!("{} has no property '{p}'", t.name),
-            ))
-        }
-    };
-    let filter = |t: &TypeDef, f: &crate::compiler::query::ast::Predicate| -> Result<Filter> {
-        if f.prop != ID && t.property(&f.prop).is_none() {
-            return Err(type_error(
-                "Q002",
-                f.pos,
-                format!("{} has no property '{}'", t.name, f.prop),
-            ));
-        }
-        Ok(Filter {
-            prop: f.prop.clone(),
-            op: f.op,
-            value: src_of(&f.value, &params)?,
-        })
-    };
-    let mut out = Vec::new();
-    let mut strict = destructive;
-    for s in stmts {
-        out.push(match s {
-            Statement::Insert {
-                type_name,
-                values,
-                pos,
-            } => {
-                let t = ty_of(type_name, *pos)?;
-                let mut map = BTreeMap::new();
-                for a in values {
-                    prop_ok(t, &a.prop, a.pos)?;
-                    if map
-                        .insert(a.prop.clone(), src_of(&a.value, &params)?)
-                        .is_some()
-                    {
-                        return Err(type_error(
-                            "Q002",
-                            a.pos,
-                            format!("'{}' is given twice", a.prop),
-                        ));
-                    }
-                }
-                if t.is_edge() && !(map.contains_key("from") && map.contains_key("to")) {
-                    return Err(type_error(
-                        "Q002",
-                        *pos,
-                        format!("inserting a {} edge needs from: and to:", t.name),
-                    ));
-                }
-                Stmt::Insert {
-                    ty: t.name.clone(),
-                    values: map,
-                }
-            }
-            Statement::Update {
-                type_name,
-                set,
-                filter: f,
-                pos,
-            } => {
-                strict = true;
-                let t = ty_of(type_name, *pos)?;
-                let mut map = BTreeMap::new();
-                for a in set {
-                    prop_ok(t, &a.prop, a.pos)?;
-                    if a.prop == ID || a.prop == "from" || a.prop == "to" || t.key.contains(&a.prop)
-                    {
-                        return Err(type_error(
-                            "Q022",
-                            a.pos,
-                            format!(
-                                "{}.{} identifies the row and cannot be changed by update",
-                                t.name, a.prop
-                            ),
-                        ));
-                    }
-                    map.insert(a.prop.clone(), src_of(&a.value, &params)?);
-                }
-                if t.properties.iter().any(|p| p.ty == PropType::Blob) {
-                    return Err(type_error(
-                        "Q015",
-                        *pos,
-                        format!(
-                            "updating {} (a type with Blob properties) is not supported yet",
-                            t.name
-                        ),
-                    ));
-                }
-                let filter = f.as_ref().map(|f| filter(t, f)).transpose()?;
-                Stmt::Update {
-                    ty: t.name.clone(),
-                    set: map,
-                    filter,
-                }
-            }
-            Statement::Delete {
-                type_name,
-                filter: f,
-                pos,
-            } => {
-                let t = ty_of(type_name, *pos)?;
-                Stmt::Delete {
-                    ty: t.name.clone(),
-                    filter: filter(t, f)?,
-                }
-            }
-        });
-    }
-    Ok(MutationPlan {
-        name: q.name.clone(),
-        params: params.into_iter().map(|(n, (t, o))| (n, t, o)).collect(),
-        stmts: out,
-        strict,
-    })
 }
 
 fn value_cell(v: &Value) -> Cell<'static> {
@@ -357,11 +115,14 @@ impl MutationWork {
         }
     }
 
-    fn value(&self, s: &Src) -> Value {
-        match s {
-            Src::Const(v) => v.clone(),
-            Src::Param(p) => self.params.get(p).cloned().unwrap_or(Value::Null),
-            Src::Now => Value::DateTime(chrono::Utc::now().timestamp_millis()),
+    fn value(&self, e: &ValExpr) -> Value {
+        match e {
+            ValExpr::Const(v) => v.clone(),
+            ValExpr::Param { name } => self.params.get(name).cloned().unwrap_or(Value::Null),
+            ValExpr::Now => Value::DateTime(chrono::Utc::now().timestamp_millis()),
+            ValExpr::Prop { .. } | ValExpr::Id { .. } => {
+                unreachable!("checked: a mutation value is a constant, a parameter or now()")
+            }
         }
     }
 }
@@ -376,53 +137,36 @@ fn loc(ty: &str, prop: Option<&str>, value: Option<String>) -> Location {
 }
 
 /// Does a row's value satisfy `prop op value`?
-fn row_matches(rules: &TypeRules, row: &Row, f: &Filter, v: &Value) -> bool {
-    let val: Val = if f.prop == ID {
-        Val::Str(row.id.clone().into())
-    } else {
-        match rules.prop_index(&f.prop) {
+fn row_matches(rules: &TypeRules, row: &Row, f: &Pred, v: &Value) -> bool {
+    let val: Val = match &f.left {
+        ValExpr::Id { .. } => Val::Str(row.id.clone().into()),
+        _ => match rules.prop_index(filter_column(f).0) {
             Some(i) => row.vals[i].clone(),
             None => return false,
-        }
+        },
     };
     compare(&val, f.op, v)
 }
 
 fn compare(a: &Val, op: CmpOp, b: &Value) -> bool {
-    let num = |v: &Val| -> Option<f64> {
-        match v {
-            Val::Int(i) => Some(*i as f64),
-            Val::UInt(u) => Some(*u as f64),
-            Val::Float(f) => Some(*f),
-            Val::Date(d) => Some(*d as f64),
-            Val::DateTime(d) => Some(*d as f64),
-            _ => None,
-        }
-    };
-    let bnum = match b {
-        Value::Int(i) => Some(*i as f64),
-        Value::UInt(u) => Some(*u as f64),
-        Value::Float(f) => Some(*f),
-        Value::Date(d) => Some(*d as f64),
-        Value::DateTime(d) => Some(*d as f64),
-        _ => None,
-    };
-    let ord = match (a, b) {
-        (Val::Str(x), Value::Str(y)) => match op {
-            CmpOp::Contains => return x.contains(y.as_str()),
-            CmpOp::StartsWith => return x.starts_with(y.as_str()),
-            _ => Some(x.as_ref().cmp(y.as_str())),
-        },
-        (Val::Bool(x), Value::Bool(y)) => Some(x.cmp(y)),
-        (Val::List(items), v) if op == CmpOp::Contains => {
-            return items.iter().any(|i| compare(i, CmpOp::Eq, v));
-        }
-        _ => match (num(a), bnum) {
-            (Some(x), Some(y)) => x.partial_cmp(&y),
-            _ => None,
-        },
-    };
-    ord.is_some_and(|o| op.accepts(o))
+    let a = val_value(a);
+    holds(op, &s_of(&a), &s_of(b))
+}
+
+/// A validated cell as a plan value, to compare it as reads do.
+fn val_value(v: &Val) -> Value {
+    match v {
+        Val::Null | Val::Bytes(_) => Value::Null,
+        Val::Bool(b) => Value::Bool(*b),
+        Val::Int(i) => Value::Int(*i),
+        Val::UInt(u) => Value::UInt(*u),
+        Val::Float(f) => Value::Float(*f),
+        Val::Str(s) => Value::Str(s.to_string()),
+        Val::Date(d) => Value::Date(*d),
+        Val::DateTime(ms) => Value::DateTime(*ms),
+        Val::Vector(xs) => Value::Vector(xs.clone()),
+        Val::List(items) => Value::List(items.iter().map(val_value).collect()),
+    }
 }
 
 /// The change set being built, with what it has read of the snapshot.
@@ -467,7 +211,7 @@ impl<'c> Staging<'c> {
 
     /// Committed rows of `ty` that match (all of them when no filter),
     /// read whole and validated into rows.
-    async fn committed(&mut self, ty: &str, filter: Option<(&Filter, &Value)>) -> Result<Vec<Row>> {
+    async fn committed(&mut self, ty: &str, filter: Option<(&Pred, &Value)>) -> Result<Vec<Row>> {
         let def = self.def(ty);
         let rules = self.rules(ty)?;
         let ds = self.cx.read(def).await?;
@@ -484,12 +228,8 @@ impl<'c> Staging<'c> {
         );
         scan.project(&cols)?;
         let pushed = filter.and_then(|(f, v)| {
-            let ty = if f.prop == ID {
-                PropType::String
-            } else {
-                def.property(&f.prop)?.ty.clone()
-            };
-            crate::exec::run::prop_filter(&f.prop, &ty, f.op, v)
+            let (column, ty) = filter_column(f);
+            crate::exec::run::prop_filter(column, &ty, f.op, v)
         });
         if let Some(e) = pushed {
             scan.filter_expr(e);
@@ -536,7 +276,7 @@ impl<'c> Staging<'c> {
 
     /// Rows of `ty` as this mutation sees them: pending shadow committed,
     /// deleted ones are gone.
-    async fn visible(&mut self, ty: &str, filter: Option<(&Filter, &Value)>) -> Result<Vec<Row>> {
+    async fn visible(&mut self, ty: &str, filter: Option<(&Pred, &Value)>) -> Result<Vec<Row>> {
         let rules = self.rules(ty)?;
         let mut rows: BTreeMap<String, Row> = BTreeMap::new();
         for r in self.committed(ty, filter).await? {
@@ -562,7 +302,7 @@ impl MutationWork {
         &self,
         s: &mut Staging<'_>,
         ty: &str,
-        values: &BTreeMap<String, Src>,
+        values: &BTreeMap<String, ValExpr>,
     ) -> Result<()> {
         let def = s.def(ty);
         let rules = s.rules(ty)?;
@@ -635,11 +375,11 @@ impl MutationWork {
         &self,
         s: &mut Staging<'_>,
         ty: &str,
-        set: &BTreeMap<String, Src>,
-        filter: Option<&Filter>,
+        set: &BTreeMap<String, ValExpr>,
+        filter: Option<&Pred>,
     ) -> Result<()> {
         let rules = s.rules(ty)?;
-        let fv = filter.map(|f| (f, self.value(&f.value)));
+        let fv = filter.map(|f| (f, self.value(&f.right)));
         let matches = s.visible(ty, fv.as_ref().map(|(f, v)| (*f, v))).await?;
         // Stream the matches against the remaining budget.
         let room = MAX_KEYED_ROWS.saturating_sub(s.changes.get(ty).map_or(0, |c| c.upserts.len()));
@@ -667,8 +407,8 @@ impl MutationWork {
         Ok(())
     }
 
-    async fn delete(&self, s: &mut Staging<'_>, ty: &str, filter: &Filter) -> Result<()> {
-        let v = self.value(&filter.value);
+    async fn delete(&self, s: &mut Staging<'_>, ty: &str, filter: &Pred) -> Result<()> {
+        let v = self.value(&filter.right);
         let matches = s.visible(ty, Some((filter, &v))).await?;
         let ids: Vec<String> = matches.into_iter().map(|r| r.id).collect();
         self.delete_ids(s, ty, ids).await
@@ -892,11 +632,11 @@ impl PrepareWork for MutationWork {
             };
             for stmt in &self.plan.stmts {
                 match stmt {
-                    Stmt::Insert { ty, values } => self.insert(&mut s, ty, values).await?,
-                    Stmt::Update { ty, set, filter } => {
+                    MutStmt::Insert { ty, values } => self.insert(&mut s, ty, values).await?,
+                    MutStmt::Update { ty, set, filter } => {
                         self.update(&mut s, ty, set, filter.as_ref()).await?
                     }
-                    Stmt::Delete { ty, filter } => self.delete(&mut s, ty, filter).await?,
+                    MutStmt::Delete { ty, filter } => self.delete(&mut s, ty, filter).await?,
                 }
             }
             self.validate(&mut s).await?;

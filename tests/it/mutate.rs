@@ -310,3 +310,91 @@ async fn an_update_racing_inserts_is_never_lost() {
         assert_eq!(p.len(), 3 + 6, "every insert landed");
     }
 }
+
+/// A mutation's filter is typed as the same filter in a read query, and a
+/// parameter declared twice is refused: both before anything runs.
+#[tokio::test]
+async fn mutation_filters_and_parameters_follow_the_read_rules() {
+    let t = loaded_graph().await;
+    let before = fingerprint(&t.g).await;
+    let typed = |src: &'static str, params: Value| {
+        let g = t.g.clone();
+        async move { g.mutate("main", src, "q", &params).await.unwrap_err() }
+    };
+    for src in [
+        r#"query q() { update Person set { email: "z@z" } where age = "old" }"#,
+        r#"query q() { delete Person where name > 3 }"#,
+        r#"query q() { delete Knows where since = "not a date" }"#,
+    ] {
+        match typed(src, Value::Null).await {
+            OmniError::Type { code: "Q009", .. } => {}
+            other => panic!("{src}: expected Q009, got {other:?}"),
+        }
+    }
+    match typed(
+        "query q($n: String, $n: I32) { insert Person { name: $n } }",
+        json!({"n": "Zed"}),
+    )
+    .await
+    {
+        OmniError::Type {
+            code: "Q010",
+            message,
+            ..
+        } => {
+            assert!(message.contains("declared twice"), "{message}")
+        }
+        other => panic!("expected Q010, got {other:?}"),
+    }
+    assert_eq!(before, fingerprint(&t.g).await);
+    // A date string in a filter is a date, as in reads.
+    let r =
+        t.g.mutate(
+            "main",
+            r#"query q() { delete Knows where since = "2020-01-01" }"#,
+            "q",
+            &Value::Null,
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.edges.get("Knows"), Some(&1));
+}
+
+/// Reads and mutations compare through one function: a list equals a list
+/// constant with the same items, in both.
+#[tokio::test]
+async fn lists_compare_by_content_in_reads_and_mutations() {
+    let t = loaded_graph().await;
+    let r =
+        t.g.query(
+            &Target::main(),
+            "query q() { match { $p: Person\n $p.tags = [\"a\", \"b\"] } return { $p.name } }",
+            "q",
+            &Value::Null,
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.num_rows(), 1);
+    let u =
+        t.g.mutate(
+            "main",
+            r#"query q() { update Person set { age: 35 } where tags = ["a", "b"] }"#,
+            "q",
+            &Value::Null,
+        )
+        .await
+        .unwrap();
+    assert_eq!(u.nodes.get("Person"), Some(&1));
+    let u =
+        t.g.mutate(
+            "main",
+            r#"query q() { update Person set { age: 36 } where tags = ["b", "a"] }"#,
+            "q",
+            &Value::Null,
+        )
+        .await
+        .unwrap();
+    assert_eq!(u.nodes.get("Person"), None);
+    let ages: Vec<(String, Value)> = people(&t.g).await;
+    assert!(ages.contains(&("Alice".to_string(), json!(35))), "{ages:?}");
+}

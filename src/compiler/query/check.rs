@@ -57,7 +57,7 @@ pub fn edge_by_word<'c>(catalog: &'c Catalog, word: &str) -> Option<&'c TypeDef>
     })
 }
 
-struct Checker<'a> {
+pub(super) struct Checker<'a> {
     catalog: &'a Catalog,
     params: BTreeMap<String, (PropType, bool)>,
     vars: Vec<VarInfo>,
@@ -154,7 +154,50 @@ fn lit_value(lit: &Lit, pos: Pos) -> Result<(ir::Value, ir::ValType)> {
     })
 }
 
+/// The declared parameters `name -> (type, optional)`; a name declared
+/// twice is Q010, for reads and mutations alike.
+pub(super) fn declare_params(q: &QueryDecl) -> Result<BTreeMap<String, (PropType, bool)>> {
+    let mut params = BTreeMap::new();
+    for p in &q.params {
+        if params
+            .insert(p.name.clone(), (p.ty.clone(), p.optional))
+            .is_some()
+        {
+            return Err(type_error(
+                "Q010",
+                p.pos,
+                format!("parameter ${} is declared twice", p.name),
+            ));
+        }
+    }
+    Ok(params)
+}
+
 impl<'a> Checker<'a> {
+    pub(super) fn new(catalog: &'a Catalog, params: BTreeMap<String, (PropType, bool)>) -> Self {
+        Self {
+            catalog,
+            params,
+            vars: Vec::new(),
+            names: BTreeMap::new(),
+        }
+    }
+
+    /// Bind `name` to the rows of one type (a mutation's target).
+    pub(super) fn bind_rows(&mut self, name: &str, t: &TypeDef) -> usize {
+        let kind = if t.is_edge() {
+            VarKind::Edge(t.name.clone())
+        } else {
+            VarKind::Node(t.name.clone())
+        };
+        self.vars.push(VarInfo {
+            name: name.to_string(),
+            kind,
+        });
+        self.names.insert(name.to_string(), self.vars.len() - 1);
+        self.vars.len() - 1
+    }
+
     fn var(&self, name: &str, pos: Pos) -> Result<usize> {
         self.names
             .get(name)
@@ -220,7 +263,7 @@ impl<'a> Checker<'a> {
     }
 
     /// A value expression in a filter or binding.
-    fn value(&self, e: &Expr) -> Result<(ValExpr, ir::ValType)> {
+    pub(super) fn value(&self, e: &Expr) -> Result<(ValExpr, ir::ValType)> {
         match e {
             Expr::Prop { var, prop, pos } => {
                 let v = self.var(var, *pos)?;
@@ -247,6 +290,9 @@ impl<'a> Checker<'a> {
                 Ok((ValExpr::Const(v), t))
             }
             Expr::Now { .. } => Ok((ValExpr::Now, ir::ValType::Known(PropType::DateTime))),
+            Expr::Call { func, pos, .. } if func == "date" || func == "datetime" => Err(
+                type_error("Q009", *pos, format!("{func}(...) takes a string literal")),
+            ),
             Expr::Call { func, pos, .. } => Err(self.unsupported_call(func, *pos, false)),
             Expr::Alias { name, pos } => Err(type_error(
                 "Q013",
@@ -314,7 +360,7 @@ impl<'a> Checker<'a> {
         }
     }
 
-    fn pred(&self, left: &Expr, op: CmpOp, right: &Expr, pos: Pos) -> Result<Pred> {
+    pub(super) fn pred(&self, left: &Expr, op: CmpOp, right: &Expr, pos: Pos) -> Result<Pred> {
         let l = self.value(left)?;
         let r = self.value(right)?;
         let l = self.coerce(l, &r.1.clone(), pos)?;
@@ -701,25 +747,8 @@ pub fn check(catalog: &Catalog, q: &QueryDecl) -> Result<Plan> {
             format!("'{}' is a mutation; run it with mutate", q.name),
         ));
     };
-    let mut params = BTreeMap::new();
-    for p in &q.params {
-        if params
-            .insert(p.name.clone(), (p.ty.clone(), p.optional))
-            .is_some()
-        {
-            return Err(type_error(
-                "Q010",
-                p.pos,
-                format!("parameter ${} is declared twice", p.name),
-            ));
-        }
-    }
-    let mut c = Checker {
-        catalog,
-        params: params.clone(),
-        vars: Vec::new(),
-        names: BTreeMap::new(),
-    };
+    let params = declare_params(q)?;
+    let mut c = Checker::new(catalog, params.clone());
     let ops = c.clauses(&r.clauses)?;
     // nearest(...) ordering requires a limit (checked before "not supported").
     for o in &r.order {

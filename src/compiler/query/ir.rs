@@ -2,6 +2,8 @@
 //! frame of bindings (one column per variable), then projection,
 //! aggregation, ordering and a limit.
 
+use std::collections::BTreeMap;
+
 use crate::compiler::catalog::PropType;
 
 use super::ast::CmpOp;
@@ -204,4 +206,35 @@ impl Plan {
         out.dedup();
         out
     }
+}
+
+/// A checked mutation: its statements run in order against one change set.
+#[derive(Clone, Debug)]
+pub struct MutationPlan {
+    pub name: String,
+    pub params: Vec<(String, PropType, bool)>,
+    pub stmts: Vec<MutStmt>,
+    /// Updates and deletes read what they change: a moved branch is
+    /// `ReadSetChanged`, never a silent retry.
+    pub strict: bool,
+}
+
+/// One mutation statement over the rows of one type. Values are
+/// constants, parameters or `now()`; a filter's left side is the row's
+/// property or id (variable 0).
+#[derive(Clone, Debug)]
+pub enum MutStmt {
+    Insert {
+        ty: String,
+        values: BTreeMap<String, ValExpr>,
+    },
+    Update {
+        ty: String,
+        set: BTreeMap<String, ValExpr>,
+        filter: Option<Pred>,
+    },
+    Delete {
+        ty: String,
+        filter: Pred,
+    },
 }

@@ -3,4 +3,5 @@
 pub mod ast;
 pub mod check;
 pub mod ir;
+pub mod mutation;
 pub mod parser;
