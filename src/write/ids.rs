@@ -29,6 +29,30 @@ pub fn derive_id(parts: &[String]) -> String {
     }
 }
 
+/// A row's id, the one rule for loads and inserts: a keyed row's id is
+/// derived from its key (an id given beside the key must be that one); an
+/// unkeyed row keeps the id it was given. `Ok(None)`: unkeyed and none
+/// given, so the caller generates one. `Err`: the derived id the given one
+/// contradicts.
+pub fn row_id<'g>(
+    key: &[usize],
+    vals: &[Val],
+    given: Option<Cow<'g, str>>,
+) -> Result<Option<Cow<'g, str>>, String> {
+    if key.is_empty() {
+        return Ok(given);
+    }
+    let parts: Vec<String> = key
+        .iter()
+        .map(|&i| key_part(&vals[i]).unwrap_or_default())
+        .collect();
+    let derived = derive_id(&parts);
+    match given {
+        Some(g) if *g != *derived => Err(derived),
+        _ => Ok(Some(Cow::Owned(derived))),
+    }
+}
+
 /// An edge endpoint as written in JSONL (`"from"`/`"to"`): a string id, an
 /// integer key, or a composite key written as a list. A string borrows.
 pub fn endpoint_id<'c>(c: &'c Cell) -> Option<Cow<'c, str>> {
@@ -66,5 +90,30 @@ mod tests {
             r#"["acme","3"]"#
         );
         assert!(endpoint_id(&Cell::Float(1.5)).is_none());
+    }
+
+    #[test]
+    fn a_keyed_row_takes_its_id_from_the_key() {
+        let vals = [Val::Str("alice".into()), Val::Int(3)];
+        assert_eq!(row_id(&[0], &vals, None).unwrap().as_deref(), Some("alice"));
+        assert_eq!(
+            row_id(&[0], &vals, Some("alice".into()))
+                .unwrap()
+                .as_deref(),
+            Some("alice")
+        );
+        assert_eq!(
+            row_id(&[0], &vals, Some("bob".into())).unwrap_err(),
+            "alice"
+        );
+        assert_eq!(
+            row_id(&[0, 1], &vals, None).unwrap().as_deref(),
+            Some(r#"["alice","3"]"#)
+        );
+        assert_eq!(
+            row_id(&[], &vals, Some("x".into())).unwrap().as_deref(),
+            Some("x")
+        );
+        assert_eq!(row_id(&[], &vals, None).unwrap(), None);
     }
 }

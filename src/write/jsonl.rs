@@ -371,33 +371,25 @@ impl<'c> BlockParser<'c> {
             })?),
         };
         let generated;
-        let (id, explicit): (Cow<str>, bool) = if !rules.key.is_empty() {
-            let parts: Vec<String> = rules
-                .key
-                .iter()
-                .map(|&i| ids::key_part(&vals[i]).unwrap_or_default())
-                .collect();
-            let derived = ids::derive_id(&parts);
-            if let Some(g) = &given_id
-                && **g != *derived
-            {
+        let (id, explicit): (Cow<str>, bool) = match ids::row_id(&rules.key, &vals, given_id) {
+            Ok(Some(id)) => (id, true),
+            Ok(None) => {
+                generated = self.ids.next_id();
+                (Cow::Borrowed(&*generated), false)
+            }
+            Err(derived) => {
                 return Err(OmniError::invalid(
                     Location {
                         property: Some("id".into()),
-                        value: Some(format!("{g:?}")),
+                        value: row
+                            .id
+                            .as_ref()
+                            .and_then(ids::endpoint_id)
+                            .map(|g| format!("{g:?}")),
                         ..at_line(line, Some(name))
                     },
                     format!("does not match the id {derived:?} derived from the key"),
                 ));
-            }
-            (Cow::Owned(derived), true)
-        } else {
-            match given_id {
-                Some(g) => (g, true),
-                None => {
-                    generated = self.ids.next_id();
-                    (Cow::Borrowed(&*generated), false)
-                }
             }
         };
         let endpoints = if is_edge {

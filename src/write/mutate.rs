@@ -100,6 +100,9 @@ pub struct MutationWork {
     plan: MutationPlan,
     params: BTreeMap<String, Value>,
     if_commit: Option<String>,
+    /// `now()`, read once per operation: every `now()` of the mutation,
+    /// and every re-prepare of it, is this instant.
+    now_ms: i64,
 }
 
 impl MutationWork {
@@ -112,6 +115,7 @@ impl MutationWork {
             plan,
             params,
             if_commit,
+            now_ms: chrono::Utc::now().timestamp_millis(),
         }
     }
 
@@ -119,7 +123,7 @@ impl MutationWork {
         match e {
             ValExpr::Const(v) => v.clone(),
             ValExpr::Param { name } => self.params.get(name).cloned().unwrap_or(Value::Null),
-            ValExpr::Now => Value::DateTime(chrono::Utc::now().timestamp_millis()),
+            ValExpr::Now => Value::DateTime(self.now_ms),
             ValExpr::Prop { .. } | ValExpr::Id { .. } => {
                 unreachable!("checked: a mutation value is a constant, a parameter or now()")
             }
@@ -317,25 +321,25 @@ impl MutationWork {
             .into_iter()
             .map(Val::into_owned)
             .collect();
-        let given = values.get(ID).map(|v| self.value(v));
-        let id = if !def.key.is_empty() {
-            let parts: Vec<String> = def
-                .key
-                .iter()
-                .filter_map(|k| rules.prop_index(k))
-                .map(|i| ids::key_part(&vals[i]).unwrap_or_default())
-                .collect();
-            ids::derive_id(&parts)
-        } else {
-            match given {
-                Some(Value::Str(s)) => s,
-                Some(other) => {
-                    return Err(OmniError::invalid(
-                        loc(ty, Some("id"), Some(format!("{other:?}"))),
-                        "an id is a string",
-                    ));
-                }
-                None => crate::util::ulid::new_ulid(),
+        let given = match values.get(ID).map(|v| self.value(v)) {
+            None | Some(Value::Null) => None,
+            Some(Value::Str(s)) => Some(Cow::Owned(s)),
+            Some(other) => {
+                return Err(OmniError::invalid(
+                    loc(ty, Some(ID), Some(format!("{other:?}"))),
+                    "an id is a string",
+                ));
+            }
+        };
+        let shown = given.as_ref().map(|g| format!("{g:?}"));
+        let id = match ids::row_id(&rules.key, &vals, given) {
+            Ok(Some(id)) => id.into_owned(),
+            Ok(None) => crate::util::ulid::new_ulid(),
+            Err(derived) => {
+                return Err(OmniError::invalid(
+                    loc(ty, Some(ID), shown),
+                    format!("does not match the id {derived:?} derived from the key"),
+                ));
             }
         };
         let ends = match def.endpoints() {
@@ -724,4 +728,23 @@ pub fn counts(summary: &serde_json::Value) -> (BTreeMap<String, usize>, BTreeMap
             .unwrap_or_default()
     };
     (read("nodes"), read("edges"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn now_is_read_once_per_operation() {
+        let plan = MutationPlan {
+            name: "q".into(),
+            params: Vec::new(),
+            stmts: Vec::new(),
+            strict: false,
+        };
+        let work = MutationWork::new(plan, BTreeMap::new(), None);
+        let first = work.value(&ValExpr::Now);
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        assert_eq!(work.value(&ValExpr::Now), first);
+    }
 }

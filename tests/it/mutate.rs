@@ -398,3 +398,34 @@ async fn lists_compare_by_content_in_reads_and_mutations() {
     let ages: Vec<(String, Value)> = people(&t.g).await;
     assert!(ages.contains(&("Alice".to_string(), json!(35))), "{ages:?}");
 }
+
+/// An insert derives a keyed row's id as a load does: an id given beside
+/// the key must be the derived one.
+#[tokio::test]
+async fn an_insert_with_an_id_contradicting_its_key_is_refused() {
+    let t = loaded_graph().await;
+    let before = fingerprint(&t.g).await;
+    let q = "query q($n: String, $id: String) { insert Person { name: $n, id: $id } }";
+    match t
+        .g
+        .mutate("main", q, "q", &json!({"n": "Zed", "id": "zed"}))
+        .await
+        .unwrap_err()
+    {
+        OmniError::Invalid { at, message } => {
+            assert_eq!(at.type_name.as_deref(), Some("Person"));
+            assert_eq!(at.property.as_deref(), Some("id"));
+            assert_eq!(at.value.as_deref(), Some("\"zed\""));
+            assert!(
+                message.contains("\"Zed\" derived from the key"),
+                "{message}"
+            );
+        }
+        other => panic!("expected Invalid, got {other:?}"),
+    }
+    assert_eq!(before, fingerprint(&t.g).await);
+    // The matching id is fine.
+    t.g.mutate("main", q, "q", &json!({"n": "Zed", "id": "Zed"}))
+        .await
+        .unwrap();
+}
