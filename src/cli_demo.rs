@@ -105,7 +105,7 @@ pub async fn run(dir: Option<PathBuf>) -> Result<(), OmniError> {
             &serde_json::json!({"name": "Alice"}),
         )
         .await?,
-    );
+    )?;
 
     step("query: people per status (an aggregate)");
     cli_table::print_result(
@@ -116,7 +116,7 @@ pub async fn run(dir: Option<PathBuf>) -> Result<(), OmniError> {
             &serde_json::Value::Null,
         )
         .await?,
-    );
+    )?;
 
     step("mutation: onboard Mina at Initech (three inserts, one commit)");
     let m = g

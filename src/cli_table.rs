@@ -25,8 +25,8 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) {
     }
 }
 
-pub fn print_result(r: &omnigraph::QueryResult) {
-    let rows: Vec<Vec<String>> = omnigraph::exec::output::rows(r)
+pub fn print_result(r: &omnigraph::QueryResult) -> omnigraph::Result<()> {
+    let rows: Vec<Vec<String>> = omnigraph::exec::output::rows(r)?
         .into_iter()
         .map(|row| {
             r.columns
@@ -49,6 +49,7 @@ pub fn print_result(r: &omnigraph::QueryResult) {
         r.manifest_version,
         r.graph_commit_id
     );
+    Ok(())
 }
 
 pub fn print_load(r: &LoadReport) {

@@ -477,7 +477,7 @@ async fn run(cmd: Cmd) -> Result<(), OmniError> {
                 .query(&target(branch, snapshot, version)?, &source, &name, &params)
                 .await?;
             match format {
-                omnigraph::exec::output::Format::Table => cli_table::print_result(&result),
+                omnigraph::exec::output::Format::Table => cli_table::print_result(&result)?,
                 f => {
                     let mut out = std::io::BufWriter::new(std::io::stdout());
                     omnigraph::exec::output::write(&result, f, &mut out)?;

@@ -522,6 +522,7 @@ fn sha12(mut handles: Vec<String>) -> String {
 fn normalise(q: &str, r: &omnigraph::QueryResult) -> serde_json::Value {
     use serde_json::{Value, json};
     let rows: Vec<Vec<Value>> = omnigraph::exec::output::rows(r)
+        .expect("query columns have a JSON form")
         .into_iter()
         .map(|row| r.columns.iter().map(|c| row[c].clone()).collect())
         .collect();

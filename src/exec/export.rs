@@ -35,12 +35,36 @@ fn f64_json(v: f64) -> Value {
     serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number)
 }
 
-/// One Arrow cell as the JSON a load accepts for it.
-pub fn cell_json(a: &ArrayRef, i: usize) -> Value {
-    if a.is_null(i) {
-        return Value::Null;
+/// Does a column of this type have a JSON form ([`cell_json`])?
+pub fn has_json_form(dt: &DataType) -> bool {
+    match dt {
+        DataType::Utf8
+        | DataType::LargeUtf8
+        | DataType::Boolean
+        | DataType::Int32
+        | DataType::Int64
+        | DataType::UInt32
+        | DataType::UInt64
+        | DataType::Float32
+        | DataType::Float64
+        | DataType::Date32
+        | DataType::Date64 => true,
+        DataType::FixedSizeList(f, _) | DataType::List(f) => has_json_form(f.data_type()),
+        DataType::Struct(fields) => fields.iter().all(|f| has_json_form(f.data_type())),
+        _ => false,
     }
-    match a.data_type() {
+}
+
+fn no_json_form(dt: &DataType) -> String {
+    format!("a column of type {dt} has no JSON form")
+}
+
+/// One Arrow cell as the JSON a load accepts for it.
+pub fn cell_json(a: &ArrayRef, i: usize) -> Result<Value> {
+    if a.is_null(i) {
+        return Ok(Value::Null);
+    }
+    Ok(match a.data_type() {
         DataType::Utf8 => json!(a.as_string::<i32>().value(i)),
         DataType::LargeUtf8 => json!(a.as_string::<i64>().value(i)),
         DataType::Boolean => json!(a.as_boolean().value(i)),
@@ -54,25 +78,33 @@ pub fn cell_json(a: &ArrayRef, i: usize) -> Value {
         DataType::Date64 => json!(datetime_string(a.as_primitive::<Date64Type>().value(i))),
         DataType::FixedSizeList(_, _) => {
             let v = a.as_fixed_size_list().value(i);
-            Value::Array((0..v.len()).map(|j| cell_json(&v, j)).collect())
+            Value::Array(
+                (0..v.len())
+                    .map(|j| cell_json(&v, j))
+                    .collect::<Result<_>>()?,
+            )
         }
         DataType::List(_) => {
             let v = a.as_list::<i32>().value(i);
-            Value::Array((0..v.len()).map(|j| cell_json(&v, j)).collect())
+            Value::Array(
+                (0..v.len())
+                    .map(|j| cell_json(&v, j))
+                    .collect::<Result<_>>()?,
+            )
         }
         DataType::Struct(fields) => {
             let s = a.as_struct();
             let mut obj = Map::new();
             for (f, c) in fields.iter().zip(s.columns()) {
-                let v = cell_json(c, i);
+                let v = cell_json(c, i)?;
                 if !v.is_null() {
                     obj.insert(f.name().clone(), v);
                 }
             }
             Value::Object(obj)
         }
-        other => json!(format!("<unsupported {other}>")),
-    }
+        other => return Err(OmniError::Storage(no_json_form(other))),
+    })
 }
 
 async fn export_type(
@@ -114,13 +146,13 @@ async fn export_type(
             if !keyed {
                 data.insert(
                     ID.into(),
-                    cell_json(batch.column_by_name(ID).expect("id"), i),
+                    cell_json(batch.column_by_name(ID).expect("id"), i)?,
                 );
             }
             for p in &t.properties {
                 let v = match blobs.iter().find(|(name, _)| *name == p.name) {
                     Some((_, vals)) => vals[i].clone(),
-                    None => cell_json(batch.column_by_name(&p.name).expect("projected"), i),
+                    None => cell_json(batch.column_by_name(&p.name).expect("projected"), i)?,
                 };
                 if !v.is_null() {
                     data.insert(p.name.clone(), v);
@@ -129,8 +161,8 @@ async fn export_type(
             let line = if t.is_edge() {
                 json!({
                     "edge": t.name,
-                    "from": cell_json(batch.column_by_name(SRC).expect("src"), i),
-                    "to": cell_json(batch.column_by_name(DST).expect("dst"), i),
+                    "from": cell_json(batch.column_by_name(SRC).expect("src"), i)?,
+                    "to": cell_json(batch.column_by_name(DST).expect("dst"), i)?,
                     "data": data,
                 })
             } else {
@@ -185,10 +217,46 @@ pub async fn export(
     snap: &Snapshot,
     out: &mut (dyn Write + Send),
 ) -> Result<usize> {
+    // Every column is checked before the first line is written, so an
+    // export either writes the whole graph or nothing.
+    let types: Vec<&TypeDef> = g.catalog.nodes().chain(g.catalog.edges()).collect();
+    for t in &types {
+        let ds = g.read_table(snap, t).await?;
+        let schema = arrow_schema::Schema::from(ds.schema());
+        for f in schema.fields() {
+            let blob = t.property(f.name()).is_some_and(|p| p.ty == PropType::Blob);
+            if !blob && !has_json_form(f.data_type()) {
+                return Err(OmniError::Storage(format!(
+                    "{}.{}: {}; nothing was exported",
+                    t.name,
+                    f.name(),
+                    no_json_form(f.data_type())
+                )));
+            }
+        }
+    }
     let mut lines = 0;
-    for t in g.catalog.nodes().chain(g.catalog.edges()) {
+    for t in types {
         lines += export_type(g, snap, t, out).await?;
     }
     out.flush()?;
     Ok(lines)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_column_without_a_json_form_is_an_error_not_a_string() {
+        let a: ArrayRef = std::sync::Arc::new(arrow_array::BinaryArray::from(vec![&b"x"[..]]));
+        assert!(!has_json_form(a.data_type()));
+        match cell_json(&a, 0) {
+            Err(OmniError::Storage(m)) => assert!(m.contains("Binary"), "{m}"),
+            other => panic!("expected a storage error, got {other:?}"),
+        }
+        let ok: ArrayRef = std::sync::Arc::new(arrow_array::Int32Array::from(vec![7]));
+        assert!(has_json_form(ok.data_type()));
+        assert_eq!(cell_json(&ok, 0).unwrap(), json!(7));
+    }
 }

@@ -35,18 +35,18 @@ impl std::str::FromStr for Format {
 }
 
 /// Every row as a JSON object keyed by column name, in result order.
-pub fn rows(r: &QueryResult) -> Vec<Map<String, Value>> {
+pub fn rows(r: &QueryResult) -> Result<Vec<Map<String, Value>>> {
     let mut out = Vec::with_capacity(r.num_rows());
     for b in &r.batches {
         for i in 0..b.num_rows() {
             let mut row = Map::new();
             for (c, name) in b.columns().iter().zip(&r.columns) {
-                row.insert(name.clone(), cell_json(c, i));
+                row.insert(name.clone(), cell_json(c, i)?);
             }
             out.push(row);
         }
     }
-    out
+    Ok(out)
 }
 
 fn meta(r: &QueryResult) -> Value {
@@ -77,14 +77,14 @@ pub fn write(r: &QueryResult, format: Format, out: &mut dyn Write) -> Result<()>
     match format {
         Format::Json => {
             let mut m = meta(r);
-            m["rows"] = Value::Array(rows(r).into_iter().map(Value::Object).collect());
+            m["rows"] = Value::Array(rows(r)?.into_iter().map(Value::Object).collect());
             serde_json::to_writer_pretty(&mut *out, &m)?;
             writeln!(out)?;
         }
         Format::Jsonl => {
             serde_json::to_writer(&mut *out, &meta(r))?;
             writeln!(out)?;
-            for row in rows(r) {
+            for row in rows(r)? {
                 serde_json::to_writer(&mut *out, &Value::Object(row))?;
                 writeln!(out)?;
             }
@@ -99,7 +99,7 @@ pub fn write(r: &QueryResult, format: Format, out: &mut dyn Write) -> Result<()>
                     .collect::<Vec<_>>()
                     .join(",")
             )?;
-            for row in rows(r) {
+            for row in rows(r)? {
                 let line: Vec<String> = r.columns.iter().map(|c| csv_field(&row[c])).collect();
                 writeln!(out, "{}", line.join(","))?;
             }

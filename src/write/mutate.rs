@@ -248,9 +248,10 @@ impl<'c> Staging<'c> {
                     .iter()
                     .map(|p| {
                         b.column_by_name(&p.name)
-                            .map(|c| json_cell(&cell_json(c, i)))
+                            .map(|c| cell_json(c, i).map(|v| json_cell(&v)))
+                            .transpose()
                     })
-                    .collect();
+                    .collect::<Result<_>>()?;
                 let builder = TableBuilder::new(rules.clone(), 0);
                 let vals = builder
                     .validate(cells, None)?

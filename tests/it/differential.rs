@@ -351,6 +351,7 @@ async fn engine_agrees_with_a_naive_evaluator() {
                 .await
                 .unwrap_or_else(|e| panic!("{}: {e}", c.gq));
             let mut got: Vec<Vec<Value>> = omnigraph::exec::output::rows(&r)
+                .unwrap()
                 .into_iter()
                 .map(|row| r.columns.iter().map(|col| row[col].clone()).collect())
                 .collect();

@@ -50,6 +50,7 @@ async fn people(g: &Omnigraph) -> Vec<(String, Value)> {
         .await
         .unwrap();
     omnigraph::exec::output::rows(&r)
+        .unwrap()
         .into_iter()
         .map(|row| {
             (

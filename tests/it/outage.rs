@@ -240,6 +240,7 @@ async fn people(uri: &str) -> Vec<Value> {
         .await
         .unwrap();
     omnigraph::exec::output::rows(&r)
+        .unwrap()
         .into_iter()
         .map(|row| row.into_iter().next().expect("one column").1)
         .collect()

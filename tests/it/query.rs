@@ -15,7 +15,7 @@ async fn rows(
     let file = omnigraph::compiler::query::parser::parse(src).unwrap();
     let name = file.queries[0].name.clone();
     let r = g.query(target, src, &name, &params).await.unwrap();
-    omnigraph::exec::output::rows(&r)
+    omnigraph::exec::output::rows(&r).unwrap()
 }
 
 fn col(rows: &[serde_json::Map<String, Value>], c: &str) -> Vec<Value> {
@@ -203,7 +203,10 @@ async fn reads_are_scoped_to_a_branch_commit_or_version() {
             .await
             .unwrap();
     assert_eq!(at.manifest_version, first.manifest_version);
-    assert_eq!(omnigraph::exec::output::rows(&at)[0]["n"], json!(4));
+    assert_eq!(
+        omnigraph::exec::output::rows(&at).unwrap()[0]["n"],
+        json!(4)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -237,7 +240,9 @@ async fn a_query_reads_one_snapshot_while_a_writer_commits() {
             t.g.query(&Target::main(), q, "q", &Value::Null)
                 .await
                 .unwrap();
-        let n = omnigraph::exec::output::rows(&r)[0]["n"].as_i64().unwrap();
+        let n = omnigraph::exec::output::rows(&r).unwrap()[0]["n"]
+            .as_i64()
+            .unwrap();
         assert_eq!(
             n as u64,
             4 + (r.manifest_version - base),

@@ -13,6 +13,7 @@ use crate::recovery::{self, TEST_LEASE, test_options};
 /// The one column of a query's rows.
 fn names(r: &omnigraph::exec::run::QueryResult) -> Vec<Value> {
     omnigraph::exec::output::rows(r)
+        .unwrap()
         .into_iter()
         .map(|row| row.into_iter().next().expect("one column").1)
         .collect()
