@@ -14,6 +14,7 @@ use arrow_array::{Array, BooleanArray, RecordBatch, StringArray};
 use serde::Serialize;
 
 use super::jsonl::{Parsed, ParsedType};
+use super::staged_rules;
 use crate::compiler::catalog::{Catalog, DST, ID, SRC, TypeDef, TypeKind};
 use crate::error::{Location, OmniError, Result};
 use crate::storage::stage;
@@ -387,6 +388,12 @@ impl PrepareWork for LoadWork {
                 LoadMode::Append => self.check_new_ids(cx).await?,
                 LoadMode::Overwrite => self.check_orphans(cx).await?,
                 LoadMode::Merge => {}
+            }
+            for pt in self.parsed.types.values() {
+                if staged_rules::applies(&pt.def) {
+                    let file_ids = self.file_ids(&pt.def)?;
+                    staged_rules::check(cx, pt, !self.overwrites(&pt.def), &file_ids).await?;
+                }
             }
             // Tables are written side by side: a node table's encoding
             // overlaps the edge table's.

@@ -8,3 +8,4 @@ pub mod ids;
 pub mod jsonl;
 pub mod load;
 pub mod mutate;
+mod staged_rules;

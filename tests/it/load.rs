@@ -1,7 +1,8 @@
 //! Load modes end to end: overwrite, append (strict), merge (upsert, last
 //! wins), nullable defaults, composite keys, and the load report.
 
-use omnigraph::{LoadMode, Target};
+use omnigraph::error::Location;
+use omnigraph::{LoadMode, OmniError, Target};
 
 use crate::common::*;
 
@@ -264,4 +265,121 @@ async fn many_endpoints_in_the_graph_are_checked_against_all_its_ids() {
         other => panic!("expected the ghost endpoint to be refused, got {other:?}"),
     }
     assert_eq!(before, fingerprint(&t.g).await);
+}
+
+/// A refused load, with what it must leave behind: nothing visible changed.
+async fn refused_load(t: &TestGraph, data: &str, mode: LoadMode) -> (Location, String) {
+    let before = fingerprint(&t.g).await;
+    let e = t.g.load("main", data, mode).await.unwrap_err();
+    assert_eq!(
+        before,
+        fingerprint(&t.g).await,
+        "a refused load changed the graph"
+    );
+    match e {
+        OmniError::Invalid { at, message } => (at, message),
+        other => panic!("expected Invalid, got {other:?}"),
+    }
+}
+
+/// Loads keep `@unique` as mutations do, on the complete staged image,
+/// naming the line that breaks it.
+#[tokio::test]
+async fn loads_check_unique_on_the_staged_image() {
+    let t = loaded_graph().await;
+    // Against the graph: Alice has alice@x.org.
+    let (at, message) = refused_load(
+        &t,
+        "{\"type\":\"Person\",\"data\":{\"name\":\"Zed\",\"email\":\"alice@x.org\"}}\n",
+        LoadMode::Append,
+    )
+    .await;
+    assert_eq!(at.line, Some(1));
+    assert_eq!(at.type_name.as_deref(), Some("Person"));
+    assert_eq!(at.property.as_deref(), Some("email"));
+    assert!(
+        message.contains("@unique") && message.contains("\"Alice\""),
+        "{message}"
+    );
+    // Within the file.
+    let (at, message) = refused_load(
+        &t,
+        concat!(
+            "{\"type\":\"Person\",\"data\":{\"name\":\"Y\",\"email\":\"y@x.org\"}}\n",
+            "{\"type\":\"Person\",\"data\":{\"name\":\"Z\",\"email\":\"y@x.org\"}}\n",
+        ),
+        LoadMode::Merge,
+    )
+    .await;
+    assert_eq!(at.line, Some(2));
+    assert!(message.contains("line 1"), "{message}");
+    // A merge that gives Alice a new address frees the old one in the same
+    // load; an overwrite replaces every committed row.
+    t.g.load(
+        "main",
+        concat!(
+            "{\"type\":\"Person\",\"data\":{\"name\":\"Alice\",\"email\":\"new@x.org\"}}\n",
+            "{\"type\":\"Person\",\"data\":{\"name\":\"Zed\",\"email\":\"alice@x.org\"}}\n",
+        ),
+        LoadMode::Merge,
+    )
+    .await
+    .unwrap();
+    // Nulls never collide.
+    t.g.load(
+        "main",
+        "{\"type\":\"Person\",\"data\":{\"name\":\"N1\"}}\n{\"type\":\"Person\",\"data\":{\"name\":\"N2\"}}\n",
+        LoadMode::Append,
+    )
+    .await
+    .unwrap();
+}
+
+/// Loads keep `@card` on the complete staged image too.
+#[tokio::test]
+async fn loads_check_cardinality_on_the_staged_image() {
+    let t = loaded_graph().await;
+    t.g.load(
+        "main",
+        "{\"type\":\"Company\",\"data\":{\"name\":\"Other\"}}",
+        LoadMode::Append,
+    )
+    .await
+    .unwrap();
+    // WorksAt is @card(0..1) and Alice already works at Acme.
+    let (at, message) = refused_load(
+        &t,
+        "{\"edge\":\"WorksAt\",\"from\":\"Alice\",\"to\":\"Other\"}\n",
+        LoadMode::Append,
+    )
+    .await;
+    assert_eq!(at.line, Some(1));
+    assert_eq!(at.type_name.as_deref(), Some("WorksAt"));
+    assert_eq!(at.property.as_deref(), Some("from"));
+    assert_eq!(at.value.as_deref(), Some("\"Alice\""));
+    assert!(message.contains("@card(0..1)"), "{message}");
+    // Two in one file, for a source without one yet.
+    let (at, _) = refused_load(
+        &t,
+        concat!(
+            "{\"edge\":\"WorksAt\",\"from\":\"Bob\",\"to\":\"Acme\"}\n",
+            "{\"edge\":\"WorksAt\",\"from\":\"Bob\",\"to\":\"Other\"}\n",
+        ),
+        LoadMode::Append,
+    )
+    .await;
+    assert_eq!(at.line, Some(2));
+    assert_eq!(at.value.as_deref(), Some("\"Bob\""));
+    // Overwriting the edge type replaces Alice's edge: one each is fine.
+    t.g.load(
+        "main",
+        concat!(
+            "{\"edge\":\"WorksAt\",\"from\":\"Alice\",\"to\":\"Other\"}\n",
+            "{\"edge\":\"WorksAt\",\"from\":\"Bob\",\"to\":\"Acme\"}\n",
+        ),
+        LoadMode::Overwrite,
+    )
+    .await
+    .unwrap();
+    assert_eq!(count(&t.g, "main", "WorksAt").await, 2);
 }
