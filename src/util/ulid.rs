@@ -84,7 +84,9 @@ mod tests {
         assert_ne!(a, b);
         assert_eq!(encode(0), "00000000000000000000000000");
         assert_eq!(encode(u128::MAX), "7ZZZZZZZZZZZZZZZZZZZZZZZZZ");
-        assert_eq!(decode(&a), decode(&a.clone()));
+        assert_eq!(decode("00000000000000000000000001"), 1);
+        assert_eq!(decode("0000000000000000000000000Z"), 31);
+        assert_eq!(decode("00000000000000000000000010"), 32);
         assert_eq!(encode(decode(&a)), a);
         let mut m = Monotonic::new();
         let (x, y) = (m.next_id().to_string(), m.next_id().to_string());

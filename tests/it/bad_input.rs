@@ -6,13 +6,9 @@ use omnigraph::{LoadMode, OmniError, Omnigraph};
 use crate::common::*;
 
 async fn refused(t: &TestGraph, jsonl: &str, mode: LoadMode) -> OmniError {
-    let before = fingerprint(&t.g).await;
+    let before = Untouched::of(t).await;
     let err = t.g.load("main", jsonl, mode).await.unwrap_err();
-    assert_eq!(
-        before,
-        fingerprint(&t.g).await,
-        "a refused load changed the graph: {err}"
-    );
+    before.check(t, &err).await;
     err
 }
 

@@ -189,3 +189,74 @@ pub async fn assert_each_write_published_once(uri: &str) {
         }
     }
 }
+
+/// Every file of a local graph with its size, lock files apart (taking a
+/// gate creates one; they hold no data).
+pub fn files(root: &std::path::Path) -> std::collections::BTreeMap<String, u64> {
+    fn walk(
+        root: &std::path::Path,
+        dir: &std::path::Path,
+        out: &mut std::collections::BTreeMap<String, u64>,
+    ) {
+        for e in std::fs::read_dir(dir).unwrap().map(|e| e.unwrap()) {
+            let path = e.path();
+            let rel = path
+                .strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .to_string();
+            if e.file_type().unwrap().is_dir() {
+                walk(root, &path, out);
+            } else if !rel.ends_with(".lock") {
+                out.insert(rel, e.metadata().unwrap().len());
+            }
+        }
+    }
+    let mut out = std::collections::BTreeMap::new();
+    walk(root, root, &mut out);
+    out
+}
+
+/// What a refused write must leave as it was: everything a user can
+/// observe, and every file of the graph, so no staged data, fork or
+/// sidecar is left behind either.
+pub struct Untouched {
+    visible: String,
+    files: std::collections::BTreeMap<String, u64>,
+}
+
+impl Untouched {
+    pub async fn of(t: &TestGraph) -> Self {
+        Self {
+            visible: fingerprint(&t.g).await,
+            files: files(&t.dir.path().join("g.omni")),
+        }
+    }
+
+    pub async fn check(&self, t: &TestGraph, what: &dyn std::fmt::Display) {
+        assert_eq!(
+            self.visible,
+            fingerprint(&t.g).await,
+            "a refused write changed the graph: {what}"
+        );
+        let now = files(&t.dir.path().join("g.omni"));
+        let added: Vec<&String> = now
+            .keys()
+            .filter(|k| !self.files.contains_key(*k))
+            .collect();
+        let changed: Vec<&String> = now
+            .iter()
+            .filter(|(k, n)| self.files.get(*k).is_some_and(|m| m != *n))
+            .map(|(k, _)| k)
+            .collect();
+        let removed: Vec<&String> = self
+            .files
+            .keys()
+            .filter(|k| !now.contains_key(*k))
+            .collect();
+        assert!(
+            added.is_empty() && changed.is_empty() && removed.is_empty(),
+            "a refused write left files behind: {what}\nadded {added:?}\nchanged {changed:?}\nremoved {removed:?}"
+        );
+    }
+}

@@ -335,7 +335,8 @@ fn case(g: &Graph, rng: &mut Rng) -> Case {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn engine_agrees_with_a_naive_evaluator() {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
-    let mut checked = 0;
+    // Cases whose answer has rows: agreeing on empty answers proves little.
+    let mut with_rows = 0;
     for round in 0..12 {
         let g = Graph::random(&mut rng);
         let dir = tempfile::tempdir().unwrap();
@@ -362,8 +363,14 @@ async fn engine_agrees_with_a_naive_evaluator() {
                 want.sort_by_key(key);
             }
             assert_eq!(got, want, "round {round}: {}\ngraph: {}", c.gq, g.jsonl());
-            checked += 1;
+            if !want.is_empty() {
+                with_rows += 1;
+            }
         }
     }
-    assert_eq!(checked, 12 * 25);
+    assert!(
+        with_rows * 3 >= 12 * 25 * 2,
+        "only {with_rows} of {} cases had rows",
+        12 * 25
+    );
 }

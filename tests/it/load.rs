@@ -117,15 +117,21 @@ async fn each_load_is_one_commit_with_a_parent() {
         .await
         .unwrap();
     assert_eq!(old.head_commit, r1.commit);
-    assert!(t.g.snapshot(&Target::Commit("NOPE".into())).await.is_err());
-    assert!(
-        t.g.snapshot(&Target::Version {
+    match t.g.snapshot(&Target::Commit("NOPE".into())).await {
+        Err(OmniError::NotFound(what)) => assert!(what.contains("NOPE"), "{what}"),
+        other => panic!("expected NotFound, got {other:?}"),
+    }
+    match t
+        .g
+        .snapshot(&Target::Version {
             version: 999,
-            branch: "main".into()
+            branch: "main".into(),
         })
         .await
-        .is_err()
-    );
+    {
+        Err(OmniError::NotFound(what)) => assert!(what.contains("999"), "{what}"),
+        other => panic!("expected NotFound, got {other:?}"),
+    }
 }
 
 #[tokio::test]

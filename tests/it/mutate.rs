@@ -26,16 +26,12 @@ query mixed() { insert Company { name: "x" }
 "#;
 
 async fn refused(t: &TestGraph, name: &str, params: Value) -> OmniError {
-    let before = fingerprint(&t.g).await;
+    let before = Untouched::of(t).await;
     let err =
         t.g.mutate("main", MUTATIONS, name, &params)
             .await
             .unwrap_err();
-    assert_eq!(
-        before,
-        fingerprint(&t.g).await,
-        "a refused mutation changed the graph: {err}"
-    );
+    before.check(t, &err).await;
     err
 }
 
@@ -94,12 +90,23 @@ async fn insert_update_delete_with_read_your_writes() {
     assert_eq!(r.nodes["Person"], 1);
     assert_eq!(r.edges["Knows"], 2); // Alice -> Bob, Bob -> Carol
     assert_eq!(count(&t.g, "main", "Knows").await, knows_before - 2);
-    // Deleting nothing is still a (trivially empty) commit.
+    // Deleting nothing is still a (trivially empty) commit: the head moves
+    // to it, and the data stays.
+    let state_before = state(&t.g).await;
+    let head_before = t.g.commits("main", Some(1)).await.unwrap()[0].id.clone();
     let r =
         t.g.mutate("main", MUTATIONS, "forget", &json!({"n": "Nobody"}))
             .await
             .unwrap();
-    assert!(r.nodes.is_empty());
+    assert!(r.nodes.is_empty() && r.edges.is_empty());
+    let log = t.g.commits("main", Some(2)).await.unwrap();
+    assert_eq!(log[0].id, r.commit);
+    assert_eq!(log[0].parents, vec![head_before.clone()]);
+    assert_eq!(log[1].id, head_before);
+    assert_eq!(
+        state_before.replace(&head_before, &r.commit),
+        state(&t.g).await
+    );
 }
 
 #[tokio::test]
@@ -302,12 +309,21 @@ async fn an_update_racing_inserts_is_never_lost() {
         for task in tasks {
             task.await.unwrap().unwrap();
         }
-        let p = people(&t.g).await;
+        // A refused update changed nothing; retried, as a caller does, it
+        // lands. Either way Carol ends with the new age.
+        let params = json!({"n": "Carol", "age": 99 + round});
         match update.await.unwrap() {
-            Ok(_) => assert!(p.contains(&("Carol".into(), json!(99 + round)))),
-            Err(OmniError::ReadSetChanged) => assert!(p.contains(&("Carol".into(), Value::Null))),
+            Ok(_) => {}
+            Err(OmniError::ReadSetChanged) => {
+                assert!(people(&t.g).await.contains(&("Carol".into(), Value::Null)));
+                t.g.mutate("main", MUTATIONS, "set_age", &params)
+                    .await
+                    .unwrap();
+            }
             Err(other) => panic!("{other:?}"),
         }
+        let p = people(&t.g).await;
+        assert!(p.contains(&("Carol".into(), json!(99 + round))), "{p:?}");
         assert_eq!(p.len(), 3 + 6, "every insert landed");
     }
 }

@@ -234,8 +234,10 @@ async fn a_query_reads_one_snapshot_while_a_writer_commits() {
     // Every commit adds exactly one Person, so a consistent snapshot at
     // graph version v has 4 + (v - base) of them.
     let q = "query q() { match { $p: Person\n $p.name != \"nobody\" } return { count($p) as n } }";
-    let mut seen = 0;
-    while !writer.is_finished() || seen == 0 {
+    // Snapshots never go back in time, and the last one sees every write.
+    let mut last = base;
+    loop {
+        let done = writer.is_finished();
         let r =
             t.g.query(&Target::main(), q, "q", &Value::Null)
                 .await
@@ -248,10 +250,21 @@ async fn a_query_reads_one_snapshot_while_a_writer_commits() {
             4 + (r.manifest_version - base),
             "count does not match its snapshot"
         );
-        seen += 1;
+        assert!(
+            r.manifest_version >= last,
+            "a later query read an older snapshot"
+        );
+        last = r.manifest_version;
+        if done {
+            break;
+        }
     }
     writer.await.unwrap();
-    assert!(seen > 0);
+    assert_eq!(
+        last,
+        base + 15,
+        "the query after the writer finished missed writes"
+    );
 }
 
 #[tokio::test]
