@@ -1208,7 +1208,7 @@ pub fn bind(
     json: &serde_json::Value,
 ) -> Result<BTreeMap<String, Value>> {
     use crate::compiler::lexer::Pos;
-    use crate::compiler::query::check::type_error;
+    use crate::compiler::query::check::{Code, type_error};
     let obj = match json {
         serde_json::Value::Null => serde_json::Map::new(),
         serde_json::Value::Object(m) => m.clone(),
@@ -1217,7 +1217,7 @@ pub fn bind(
     for k in obj.keys() {
         if !params.iter().any(|(n, _, _)| n == k) {
             return Err(type_error(
-                "Q010",
+                Code::Parameter,
                 Pos::default(),
                 format!("'{query}' takes no parameter ${k}"),
             ));
@@ -1229,7 +1229,7 @@ pub fn bind(
             None | Some(serde_json::Value::Null) => {
                 if !optional {
                     return Err(type_error(
-                        "Q014",
+                        Code::MissingParameter,
                         Pos::default(),
                         format!("missing parameter ${name} ({})", ty.describe()),
                     ));
@@ -1238,7 +1238,7 @@ pub fn bind(
             Some(v) => {
                 let val = json_value(ty, v).ok_or_else(|| {
                     type_error(
-                        "Q012",
+                        Code::ParameterValue,
                         Pos::default(),
                         format!("parameter ${name} expects {}, got {v}", ty.describe()),
                     )

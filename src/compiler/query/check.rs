@@ -2,19 +2,12 @@
 //! or a type error with a stable code. Filters that read one variable are
 //! pushed onto the operator that introduces it.
 //!
-//! Codes: Q001 unknown type, Q002 unknown property, Q003 unknown edge,
-//! Q004 edge direction mismatch, Q005 undirected traversal over different
-//! endpoint types, Q006 edge binding with multi-hop bounds, Q007 bare edge
-//! variable returned, Q008 Blob returned/ordered/aggregated, Q009 operator
-//! type mismatch, Q010 undeclared parameter, Q011 `nearest` without `limit`,
-//! Q012 parameter value of the wrong type, Q013 unknown variable, Q014
-//! missing parameter, Q015 not supported yet, Q016 unknown query, Q017 unknown
-//! order item, Q018 misplaced aggregate, Q019 a variable bound to two types,
-//! Q020 a mutation where a read query was expected (or the reverse).
+//! The codes are [`Code`]'s.
 
 use std::collections::BTreeMap;
 
 use super::ast::*;
+pub use super::codes::Code;
 use super::ir::{
     self, Dir, Op, OrderKey, Plan, Pred, RetExpr, ReturnCol, ValExpr, VarInfo, VarKind,
 };
@@ -23,9 +16,9 @@ use crate::compiler::lexer::Pos;
 use crate::error::{OmniError, Result};
 use crate::write::columns::{days_from_date, ms_from_datetime};
 
-pub fn type_error(code: &'static str, pos: Pos, message: impl Into<String>) -> OmniError {
+pub fn type_error(code: Code, pos: Pos, message: impl Into<String>) -> OmniError {
     OmniError::Type {
-        code,
+        code: code.id(),
         line: pos.line,
         column: pos.col,
         message: message.into(),
@@ -37,7 +30,7 @@ pub fn find<'f>(file: &'f QueryFile, name: &str) -> Result<&'f QueryDecl> {
     file.queries.iter().find(|q| q.name == name).ok_or_else(|| {
         let names: Vec<&str> = file.queries.iter().map(|q| q.name.as_str()).collect();
         type_error(
-            "Q016",
+            Code::UnknownQuery,
             Pos::default(),
             format!(
                 "no query named '{name}' (the file has: {})",
@@ -118,7 +111,7 @@ fn lit_value(lit: &Lit, pos: Pos) -> Result<(ir::Value, ir::ValType)> {
         Lit::Date(s) => (
             Value::Date(days_from_date(s).ok_or_else(|| {
                 type_error(
-                    "Q009",
+                    Code::TypeMismatch,
                     pos,
                     format!("date({s:?}) is not a date like \"2024-05-01\""),
                 )
@@ -128,7 +121,7 @@ fn lit_value(lit: &Lit, pos: Pos) -> Result<(ir::Value, ir::ValType)> {
         Lit::DateTime(s) => (
             Value::DateTime(ms_from_datetime(s).ok_or_else(|| {
                 type_error(
-                    "Q009",
+                    Code::TypeMismatch,
                     pos,
                     format!("datetime({s:?}) is not an RFC 3339 date-time"),
                 )
@@ -164,7 +157,7 @@ pub(super) fn declare_params(q: &QueryDecl) -> Result<BTreeMap<String, (PropType
             .is_some()
         {
             return Err(type_error(
-                "Q010",
+                Code::Parameter,
                 p.pos,
                 format!("parameter ${} is declared twice", p.name),
             ));
@@ -199,10 +192,13 @@ impl<'a> Checker<'a> {
     }
 
     fn var(&self, name: &str, pos: Pos) -> Result<usize> {
-        self.names
-            .get(name)
-            .copied()
-            .ok_or_else(|| type_error("Q013", pos, format!("unknown variable ${name}")))
+        self.names.get(name).copied().ok_or_else(|| {
+            type_error(
+                Code::UnknownVariable,
+                pos,
+                format!("unknown variable ${name}"),
+            )
+        })
     }
 
     fn var_type(&self, var: usize) -> &'a TypeDef {
@@ -225,12 +221,12 @@ impl<'a> Checker<'a> {
             return match &self.vars[i].kind {
                 VarKind::Node(t) if t == ty => Ok((i, false)),
                 VarKind::Node(t) => Err(type_error(
-                    "Q019",
+                    Code::VariableTypeClash,
                     pos,
                     format!("${name} is a {t} here, not a {ty}"),
                 )),
                 VarKind::Edge(t) => Err(type_error(
-                    "Q019",
+                    Code::VariableTypeClash,
                     pos,
                     format!("${name} is a {t} edge, not a {ty} node"),
                 )),
@@ -250,7 +246,11 @@ impl<'a> Checker<'a> {
             return Ok((ValExpr::Id { var }, ir::ValType::Known(PropType::String)));
         }
         let p = t.property(prop).ok_or_else(|| {
-            type_error("Q002", pos, format!("{} has no property '{prop}'", t.name))
+            type_error(
+                Code::UnknownProperty,
+                pos,
+                format!("{} has no property '{prop}'", t.name),
+            )
         })?;
         Ok((
             ValExpr::Prop {
@@ -280,7 +280,7 @@ impl<'a> Checker<'a> {
                     return Ok((ValExpr::Id { var: v }, ir::ValType::Known(PropType::String)));
                 }
                 Err(type_error(
-                    "Q010",
+                    Code::Parameter,
                     *pos,
                     format!("${var} is neither a declared parameter nor a bound variable"),
                 ))
@@ -290,12 +290,16 @@ impl<'a> Checker<'a> {
                 Ok((ValExpr::Const(v), t))
             }
             Expr::Now { .. } => Ok((ValExpr::Now, ir::ValType::Known(PropType::DateTime))),
-            Expr::Call { func, pos, .. } if func == "date" || func == "datetime" => Err(
-                type_error("Q009", *pos, format!("{func}(...) takes a string literal")),
-            ),
+            Expr::Call { func, pos, .. } if func == "date" || func == "datetime" => {
+                Err(type_error(
+                    Code::TypeMismatch,
+                    *pos,
+                    format!("{func}(...) takes a string literal"),
+                ))
+            }
             Expr::Call { func, pos, .. } => Err(self.unsupported_call(func, *pos, false)),
             Expr::Alias { name, pos } => Err(type_error(
-                "Q013",
+                Code::UnknownVariable,
                 *pos,
                 format!("'{name}' is not a value here (variables start with $)"),
             )),
@@ -305,18 +309,22 @@ impl<'a> Checker<'a> {
     fn unsupported_call(&self, func: &str, pos: Pos, in_return: bool) -> OmniError {
         match func {
             "nearest" | "bm25" | "rrf" | "search" | "fuzzy" | "match_text" => type_error(
-                "Q015",
+                Code::Unsupported,
                 pos,
                 format!(
                     "{func}(...) is not supported yet: vector, full-text and hybrid search are not implemented in this version"
                 ),
             ),
             "count" | "sum" | "avg" | "min" | "max" if !in_return => type_error(
-                "Q018",
+                Code::MisplacedAggregate,
                 pos,
                 format!("{func}(...) is an aggregate: use it in return or order"),
             ),
-            other => type_error("Q015", pos, format!("unknown function {other}(...)")),
+            other => type_error(
+                Code::Unsupported,
+                pos,
+                format!("unknown function {other}(...)"),
+            ),
         }
     }
 
@@ -332,7 +340,7 @@ impl<'a> Checker<'a> {
             ((ValExpr::Const(Value::Str(s)), _), Known(PropType::Date)) => {
                 let d = days_from_date(s).ok_or_else(|| {
                     type_error(
-                        "Q009",
+                        Code::TypeMismatch,
                         pos,
                         format!("{s:?} is not a date like \"2024-05-01\""),
                     )
@@ -341,18 +349,26 @@ impl<'a> Checker<'a> {
             }
             ((ValExpr::Const(Value::Str(s)), _), Known(PropType::DateTime)) => {
                 let ms = ms_from_datetime(s).ok_or_else(|| {
-                    type_error("Q009", pos, format!("{s:?} is not an RFC 3339 date-time"))
+                    type_error(
+                        Code::TypeMismatch,
+                        pos,
+                        format!("{s:?} is not an RFC 3339 date-time"),
+                    )
                 })?;
                 Ok((
                     ValExpr::Const(Value::DateTime(ms)),
                     Known(PropType::DateTime),
                 ))
             }
-            ((_, Known(PropType::Vector(_))), _) | (_, Known(PropType::Vector(_))) => Err(
-                type_error("Q009", pos, "vectors cannot be compared (use nearest)"),
-            ),
+            ((_, Known(PropType::Vector(_))), _) | (_, Known(PropType::Vector(_))) => {
+                Err(type_error(
+                    Code::TypeMismatch,
+                    pos,
+                    "vectors cannot be compared (use nearest)",
+                ))
+            }
             ((_, Known(PropType::Blob)), _) => Err(type_error(
-                "Q008",
+                Code::BlobMisuse,
                 pos,
                 "Blob properties cannot be compared",
             )),
@@ -371,7 +387,7 @@ impl<'a> Checker<'a> {
                 ir::ValType::Any => "null".into(),
             };
             return Err(type_error(
-                "Q009",
+                Code::TypeMismatch,
                 pos,
                 format!("cannot compare {} {} {}", show(&l.1), op.text(), show(&r.1)),
             ));
@@ -399,7 +415,7 @@ impl<'a> Checker<'a> {
                 } => {
                     if self.catalog.interfaces.iter().any(|i| &i.name == type_name) {
                         return Err(type_error(
-                            "Q015",
+                            Code::Unsupported,
                             *pos,
                             format!(
                                 "binding an interface ({type_name}) is not supported yet: bind a node type"
@@ -412,7 +428,11 @@ impl<'a> Checker<'a> {
                         } else {
                             "not a node type of the schema"
                         };
-                        return Err(type_error("Q001", *pos, format!("{type_name} is {what}")));
+                        return Err(type_error(
+                            Code::UnknownType,
+                            *pos,
+                            format!("{type_name} is {what}"),
+                        ));
                     };
                     let (v, fresh) = self.bind_node(var, &t.name, *pos)?;
                     for (prop, value) in props {
@@ -423,7 +443,7 @@ impl<'a> Checker<'a> {
                         };
                         if var == "_" {
                             return Err(type_error(
-                                "Q013",
+                                Code::UnknownVariable,
                                 *pos,
                                 "$_ cannot carry property filters",
                             ));
@@ -450,7 +470,7 @@ impl<'a> Checker<'a> {
                 } => {
                     let Some(e) = edge_by_word(self.catalog, edge) else {
                         return Err(type_error(
-                            "Q003",
+                            Code::UnknownEdge,
                             *pos,
                             format!("no edge type is traversed as '{edge}'"),
                         ));
@@ -458,14 +478,14 @@ impl<'a> Checker<'a> {
                     let (ef, et) = e.endpoints().expect("edge");
                     if *undirected && ef != et {
                         return Err(type_error(
-                            "Q005",
+                            Code::UndirectedMixedEndpoints,
                             *pos,
                             format!("<{edge}> is undirected, but {} goes {ef} -> {et}", e.name),
                         ));
                     }
                     if edge_var.is_some() && (*min, *max) != (1, Some(1)) {
                         return Err(type_error(
-                            "Q006",
+                            Code::EdgeBindingMultiHop,
                             *pos,
                             "an edge binding ($w:edge) cannot have hop bounds",
                         ));
@@ -479,7 +499,7 @@ impl<'a> Checker<'a> {
                                 VarKind::Node(t) if t == want => {}
                                 VarKind::Node(t) => {
                                     return Err(type_error(
-                                        "Q004",
+                                        Code::EdgeDirection,
                                         *pos,
                                         format!(
                                             "{} goes {ef} -> {et}, but ${name} is a {t}",
@@ -489,7 +509,7 @@ impl<'a> Checker<'a> {
                                 }
                                 VarKind::Edge(_) => {
                                     return Err(type_error(
-                                        "Q019",
+                                        Code::VariableTypeClash,
                                         *pos,
                                         format!("${name} is an edge"),
                                     ));
@@ -538,7 +558,7 @@ impl<'a> Checker<'a> {
                         Some(w) => {
                             if self.names.contains_key(w) {
                                 return Err(type_error(
-                                    "Q019",
+                                    Code::VariableTypeClash,
                                     *pos,
                                     format!("${w} is already bound"),
                                 ));
@@ -643,7 +663,7 @@ impl<'a> Checker<'a> {
                 match &self.vars[v].kind {
                     VarKind::Node(_) => Ok(RetExpr::Node { var: v }),
                     VarKind::Edge(t) => Err(type_error(
-                        "Q007",
+                        Code::BareEdgeReturned,
                         *pos,
                         format!(
                             "${var} is a {t} edge: return its properties ($w.prop), not the edge itself"
@@ -655,7 +675,7 @@ impl<'a> Checker<'a> {
                 let (v, t) = self.value(e)?;
                 if t == ir::ValType::Known(PropType::Blob) {
                     return Err(type_error(
-                        "Q008",
+                        Code::BlobMisuse,
                         *pos,
                         "Blob properties cannot be returned (use the blob reader)",
                     ));
@@ -671,7 +691,7 @@ impl<'a> Checker<'a> {
                 };
                 let [arg] = args.as_slice() else {
                     return Err(type_error(
-                        "Q018",
+                        Code::MisplacedAggregate,
                         *pos,
                         format!("{func}(...) takes one argument"),
                     ));
@@ -680,7 +700,7 @@ impl<'a> Checker<'a> {
                     Expr::Var { var, pos } if self.names.contains_key(var) => {
                         if agg != ir::AggFunc::Count {
                             return Err(type_error(
-                                "Q009",
+                                Code::TypeMismatch,
                                 *pos,
                                 format!("{func}(${var}) needs a property, not a whole node"),
                             ));
@@ -696,7 +716,7 @@ impl<'a> Checker<'a> {
                         if let ir::ValType::Known(t) = &t {
                             if t == &PropType::Blob {
                                 return Err(type_error(
-                                    "Q008",
+                                    Code::BlobMisuse,
                                     *pos,
                                     "Blob properties cannot be aggregated",
                                 ));
@@ -708,7 +728,7 @@ impl<'a> Checker<'a> {
                             };
                             if !ok {
                                 return Err(type_error(
-                                    "Q009",
+                                    Code::TypeMismatch,
                                     *pos,
                                     format!("{func}(...) does not apply to {}", t.describe()),
                                 ));
@@ -728,7 +748,7 @@ impl<'a> Checker<'a> {
                 .map(|r| r.expr.clone())
                 .ok_or_else(|| {
                     type_error(
-                        "Q013",
+                        Code::UnknownVariable,
                         *pos,
                         format!("'{name}' is not an earlier return alias"),
                     )
@@ -742,7 +762,7 @@ impl<'a> Checker<'a> {
 pub fn check(catalog: &Catalog, q: &QueryDecl) -> Result<Plan> {
     let Body::Read(r) = &q.body else {
         return Err(type_error(
-            "Q020",
+            Code::WrongKind,
             q.pos,
             format!("'{}' is a mutation; run it with mutate", q.name),
         ));
@@ -757,7 +777,7 @@ pub fn check(catalog: &Catalog, q: &QueryDecl) -> Result<Plan> {
             && r.limit.is_none()
         {
             return Err(type_error(
-                "Q011",
+                Code::NearestWithoutLimit,
                 *pos,
                 format!("ordering by {func}(...) needs a limit"),
             ));
@@ -787,25 +807,26 @@ pub fn check(catalog: &Catalog, q: &QueryDecl) -> Result<Plan> {
             None => {
                 let expr = match c.ret_expr(&o.expr, &returns) {
                     Ok(e) => e,
-                    Err(OmniError::Type { code: "Q013", .. })
-                        if matches!(o.expr, Expr::Alias { .. }) =>
+                    Err(OmniError::Type { code, .. })
+                        if code == Code::UnknownVariable.id()
+                            && matches!(o.expr, Expr::Alias { .. }) =>
                     {
                         return Err(type_error(
-                            "Q017",
+                            Code::UnknownOrderItem,
                             pos,
                             "order names neither a return alias nor an expression",
                         ));
                     }
-                    Err(OmniError::Type {
-                        code: "Q007",
-                        message,
-                        ..
-                    }) => return Err(type_error("Q007", pos, message)),
+                    Err(OmniError::Type { code, message, .. })
+                        if code == Code::BareEdgeReturned.id() =>
+                    {
+                        return Err(type_error(Code::BareEdgeReturned, pos, message));
+                    }
                     Err(e) => return Err(e),
                 };
                 if let RetExpr::Node { .. } = expr {
                     return Err(type_error(
-                        "Q017",
+                        Code::UnknownOrderItem,
                         pos,
                         "order by a property, not a whole node",
                     ));
@@ -815,7 +836,7 @@ pub fn check(catalog: &Catalog, q: &QueryDecl) -> Result<Plan> {
                     None => {
                         if aggregate && !matches!(expr, RetExpr::Agg { .. }) {
                             return Err(type_error(
-                                "Q018",
+                                Code::MisplacedAggregate,
                                 pos,
                                 "in an aggregate query, order by a group key or an aggregate",
                             ));

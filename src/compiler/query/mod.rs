@@ -2,6 +2,7 @@
 
 pub mod ast;
 pub mod check;
+pub mod codes;
 pub mod ir;
 pub mod mutation;
 pub mod parser;

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use super::ast::{Body, Expr, Predicate, QueryDecl, Statement};
-use super::check::{Checker, declare_params, type_error};
+use super::check::{Checker, Code, declare_params, type_error};
 use super::ir::{MutStmt, MutationPlan, Pred, ValExpr};
 use crate::compiler::catalog::{Catalog, ID, PropType, TypeDef};
 use crate::compiler::lexer::Pos;
@@ -21,7 +21,7 @@ const ROWS: &str = " rows";
 pub fn check(catalog: &Catalog, q: &QueryDecl) -> Result<MutationPlan> {
     let Body::Mutation(stmts) = &q.body else {
         return Err(type_error(
-            "Q020",
+            Code::WrongKind,
             q.pos,
             format!("'{}' is a read query; run it with query", q.name),
         ));
@@ -52,7 +52,7 @@ pub fn check(catalog: &Catalog, q: &QueryDecl) -> Result<MutationPlan> {
                     settable(t, &a.prop, a.pos)?;
                     if map.insert(a.prop.clone(), value(&c, &a.value)?).is_some() {
                         return Err(type_error(
-                            "Q002",
+                            Code::UnknownProperty,
                             a.pos,
                             format!("'{}' is given twice", a.prop),
                         ));
@@ -60,7 +60,7 @@ pub fn check(catalog: &Catalog, q: &QueryDecl) -> Result<MutationPlan> {
                 }
                 if t.is_edge() && !(map.contains_key("from") && map.contains_key("to")) {
                     return Err(type_error(
-                        "Q002",
+                        Code::UnknownProperty,
                         *pos,
                         format!("inserting a {} edge needs from: and to:", t.name),
                     ));
@@ -84,7 +84,7 @@ pub fn check(catalog: &Catalog, q: &QueryDecl) -> Result<MutationPlan> {
                     if a.prop == ID || a.prop == "from" || a.prop == "to" || t.key.contains(&a.prop)
                     {
                         return Err(type_error(
-                            "Q022",
+                            Code::IdentityUpdate,
                             a.pos,
                             format!(
                                 "{}.{} identifies the row and cannot be changed by update",
@@ -96,7 +96,7 @@ pub fn check(catalog: &Catalog, q: &QueryDecl) -> Result<MutationPlan> {
                 }
                 if t.properties.iter().any(|p| p.ty == PropType::Blob) {
                     return Err(type_error(
-                        "Q015",
+                        Code::Unsupported,
                         *pos,
                         format!(
                             "updating {} (a type with Blob properties) is not supported yet",
@@ -138,9 +138,13 @@ fn target<'c>(
     name: &str,
     pos: Pos,
 ) -> Result<(&'c TypeDef, Checker<'c>)> {
-    let t = catalog
-        .get(name)
-        .ok_or_else(|| type_error("Q001", pos, format!("{name} is not a type of the schema")))?;
+    let t = catalog.get(name).ok_or_else(|| {
+        type_error(
+            Code::UnknownType,
+            pos,
+            format!("{name} is not a type of the schema"),
+        )
+    })?;
     let mut c = Checker::new(catalog, params.clone());
     c.bind_rows(ROWS, t);
     Ok((t, c))
@@ -152,7 +156,7 @@ fn settable(t: &TypeDef, p: &str, pos: Pos) -> Result<()> {
         Ok(())
     } else {
         Err(type_error(
-            "Q002",
+            Code::UnknownProperty,
             pos,
             format!("{} has no property '{p}'", t.name),
         ))
@@ -165,7 +169,7 @@ fn value(c: &Checker, e: &Expr) -> Result<ValExpr> {
     match v {
         ValExpr::Const(_) | ValExpr::Param { .. } | ValExpr::Now => Ok(v),
         ValExpr::Prop { .. } | ValExpr::Id { .. } => Err(type_error(
-            "Q009",
+            Code::TypeMismatch,
             e.pos(),
             "expected a literal, a $parameter or now()",
         )),
