@@ -15,21 +15,10 @@ use serde_json::{Map, Value, json};
 use crate::compiler::catalog::{DST, ID, PropType, SRC, TypeDef};
 use crate::error::{OmniError, Result};
 use crate::storage::{GraphStorage, Snapshot};
+use crate::util::dates::{date_string, datetime_string};
 
 /// Rows fetched per scan batch.
 const BATCH_ROWS: u32 = 8192;
-
-pub fn date_string(days: i32) -> String {
-    chrono::DateTime::from_timestamp(days as i64 * 86_400, 0)
-        .map(|d| d.format("%Y-%m-%d").to_string())
-        .unwrap_or_else(|| days.to_string())
-}
-
-pub fn datetime_string(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms)
-        .map(|d| d.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
-        .unwrap_or_else(|| ms.to_string())
-}
 
 fn f64_json(v: f64) -> Value {
     serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number)

@@ -1251,7 +1251,7 @@ pub fn bind(
 }
 
 fn json_value(ty: &PropType, v: &serde_json::Value) -> Option<Value> {
-    use crate::write::columns::{days_from_date, ms_from_datetime};
+    use crate::util::dates::{days_from_date, ms_from_datetime};
     Some(match ty {
         PropType::String | PropType::Enum(_) => Value::Str(v.as_str()?.to_string()),
         PropType::Bool => Value::Bool(v.as_bool()?),

@@ -3,6 +3,7 @@
 //! dimension and finiteness, blob encoding. A row is validated completely
 //! before any column is touched, so a rejected row leaves the builder as it was.
 
+use crate::util::dates::{days_from_date, ms_from_datetime};
 use std::borrow::Cow;
 use std::sync::Arc;
 
@@ -101,18 +102,6 @@ impl TypeRules {
     pub fn prop_index(&self, name: &str) -> Option<usize> {
         self.props.iter().position(|p| p.def.name == name)
     }
-}
-
-pub fn days_from_date(s: &str) -> Option<i32> {
-    let d = chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d").ok()?;
-    let epoch = chrono::NaiveDate::from_ymd_opt(1970, 1, 1)?;
-    i32::try_from((d - epoch).num_days()).ok()
-}
-
-pub fn ms_from_datetime(s: &str) -> Option<i64> {
-    chrono::DateTime::parse_from_rfc3339(s)
-        .ok()
-        .map(|d| d.timestamp_millis())
 }
 
 fn int_of(c: &Cell) -> Option<i128> {

@@ -14,7 +14,7 @@ use super::ir::{
 use crate::compiler::catalog::{Catalog, PropType, TypeDef};
 use crate::compiler::lexer::Pos;
 use crate::error::{OmniError, Result};
-use crate::write::columns::{days_from_date, ms_from_datetime};
+use crate::util::dates::{days_from_date, ms_from_datetime};
 
 pub fn type_error(code: Code, pos: Pos, message: impl Into<String>) -> OmniError {
     OmniError::Type {
