@@ -2,10 +2,9 @@
 //! ids, their properties with stable ids, constraints, and the Arrow schema of
 //! each type's table. Serialised into the graph next to the schema source.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use arrow_schema::{DataType, Field};
 use serde::{Deserialize, Serialize};
 
 /// Physical columns every node table has.
@@ -27,7 +26,6 @@ pub const RESERVED: &[&str] = &[
 ];
 
 /// Arrow field metadata that makes Lance detect concurrent inserts of one id.
-pub const PK_METADATA: &str = "lance-schema:unenforced-primary-key";
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum PropType {
@@ -278,26 +276,6 @@ impl TypeDef {
             TypeKind::Edge { from, to, .. } => Some((from, to)),
             TypeKind::Node => None,
         }
-    }
-
-    /// The Arrow schema of the type's table: `id` (and `src`, `dst` for edges)
-    /// then the properties in declaration order.
-    pub fn arrow_schema(&self) -> SchemaRef {
-        let mut pk = HashMap::new();
-        pk.insert(PK_METADATA.to_string(), "true".to_string());
-        let mut fields = vec![Field::new(ID, DataType::Utf8, false).with_metadata(pk)];
-        if self.is_edge() {
-            fields.push(Field::new(SRC, DataType::Utf8, false));
-            fields.push(Field::new(DST, DataType::Utf8, false));
-        }
-        for p in &self.properties {
-            let field = match p.ty {
-                PropType::Blob => lance::blob_field(&p.name, true),
-                _ => Field::new(&p.name, p.ty.arrow(), true),
-            };
-            fields.push(field);
-        }
-        Arc::new(Schema::new(fields))
     }
 }
 

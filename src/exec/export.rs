@@ -14,6 +14,7 @@ use serde_json::{Map, Value, json};
 
 use crate::compiler::catalog::{DST, ID, PropType, SRC, TypeDef};
 use crate::error::{OmniError, Result};
+use crate::storage::scan;
 use crate::storage::{GraphStorage, Snapshot};
 use crate::util::dates::{date_string, datetime_string};
 
@@ -119,13 +120,14 @@ async fn export_type(
             .filter(|p| p.ty != PropType::Blob)
             .map(|p| p.name.as_str()),
     );
-    let mut scan = ds.scan();
-    scan.project(&columns)?;
-    scan.batch_size(BATCH_ROWS as usize);
-    if !blob_props.is_empty() {
-        scan.with_row_id();
-    }
-    let mut stream = scan.try_into_stream().await?;
+    let mut stream = scan::stream(
+        &ds,
+        &columns,
+        None,
+        Some(BATCH_ROWS as usize),
+        !blob_props.is_empty(),
+    )
+    .await?;
     let keyed = !t.key.is_empty();
     let mut lines = 0;
     while let Some(batch) = stream.try_next().await? {
@@ -172,30 +174,18 @@ async fn read_blobs<'p>(
     props: &[&'p str],
 ) -> Result<Vec<(&'p str, Vec<Value>)>> {
     let mut out = Vec::new();
-    if props.is_empty() {
-        return Ok(out);
-    }
-    let row_ids: Vec<u64> = batch
-        .column_by_name("_rowid")
-        .ok_or_else(|| OmniError::Storage("row ids missing from a blob scan".into()))?
-        .as_primitive::<UInt64Type>()
-        .values()
-        .to_vec();
     for p in props {
-        let files = ds.take_blobs(&row_ids, p).await?;
-        let mut vals = Vec::with_capacity(row_ids.len());
-        for f in files {
-            match f {
-                Some(f) => {
-                    let bytes = f.read().await?;
-                    vals.push(json!(format!(
-                        "base64:{}",
-                        base64::engine::general_purpose::STANDARD.encode(&bytes)
-                    )));
-                }
-                None => vals.push(Value::Null),
-            }
-        }
+        let vals = scan::blobs(ds, batch, p)
+            .await?
+            .into_iter()
+            .map(|b| match b {
+                Some(bytes) => json!(format!(
+                    "base64:{}",
+                    base64::engine::general_purpose::STANDARD.encode(&bytes)
+                )),
+                None => Value::Null,
+            })
+            .collect();
         out.push((*p, vals));
     }
     Ok(out)

@@ -12,10 +12,8 @@ use std::time::Instant;
 
 use arrow::compute::{SortColumn, SortOptions, concat, lexsort_to_indices, take};
 use arrow_array::cast::AsArray;
-use arrow_array::{Array, ArrayRef, RecordBatch, StringArray, UInt32Array, new_null_array};
+use arrow_array::{Array, ArrayRef, RecordBatch, StringArray, UInt32Array};
 use arrow_schema::{DataType, Field, Schema};
-use datafusion::prelude::{Expr as DfExpr, col, lit};
-use datafusion::scalar::ScalarValue;
 use futures::TryStreamExt;
 
 use super::cache::{Key, Phys, RuntimeCache};
@@ -25,6 +23,7 @@ use crate::compiler::catalog::{ID, PropType, TypeDef};
 use crate::compiler::query::ast::CmpOp;
 use crate::compiler::query::ir::{AggFunc, Dir, Op, Plan, Pred, RetExpr, ValExpr, Value, VarKind};
 use crate::error::{OmniError, Result};
+use crate::storage::scan::{self, Filter};
 use crate::storage::{GraphStorage, Snapshot, stage};
 use crate::util::idindex::IdIndex;
 
@@ -130,21 +129,7 @@ impl Ctx<'_> {
             return Ok((*v).clone());
         }
         let ds = self.g.read_table(self.snap, t).await?;
-        let mut scan = ds.scan();
-        scan.project(&[column])?;
-        let batches: Vec<RecordBatch> = scan.try_into_stream().await?.try_collect().await?;
-        let parts: Vec<ArrayRef> = batches.iter().map(|b| b.column(0).clone()).collect();
-        let arr = if parts.is_empty() {
-            let field = ds
-                .schema()
-                .field(column)
-                .map(|f| f.data_type())
-                .unwrap_or(DataType::Utf8);
-            new_null_array(&field, 0)
-        } else {
-            let refs: Vec<&dyn Array> = parts.iter().map(|a| a.as_ref()).collect();
-            concat(&refs)?
-        };
+        let arr = scan::column(&ds, column).await?;
         self.cache
             .stats
             .column_loads
@@ -354,7 +339,7 @@ fn var_type(plan: &Plan, var: usize) -> &str {
 
 /// A predicate as a typed Lance filter, when it is a property compared with
 /// a constant.
-fn pushdown(ctx: &Ctx, p: &Pred) -> Option<DfExpr> {
+fn pushdown(ctx: &Ctx, p: &Pred) -> Option<Filter> {
     let (prop, ty, value, op) = match (&p.left, &p.right) {
         (ValExpr::Prop { prop, ty, .. }, other) => (prop, ty, ctx.const_of(other)?, p.op),
         (other, ValExpr::Prop { prop, ty, .. }) => {
@@ -370,38 +355,7 @@ fn pushdown(ctx: &Ctx, p: &Pred) -> Option<DfExpr> {
         }
         _ => return None,
     };
-    prop_filter(prop, ty, op, &value)
-}
-
-/// `prop op value` as a typed DataFusion expression for Lance to evaluate
-/// (caller text never becomes SQL). `None` when Lance cannot evaluate it
-/// exactly (`contains`, `starts_with`, mismatched types): filter in memory.
-pub fn prop_filter(prop: &str, ty: &PropType, op: CmpOp, value: &Value) -> Option<DfExpr> {
-    let scalar = match (ty, value) {
-        (PropType::String | PropType::Enum(_), Value::Str(s)) => ScalarValue::Utf8(Some(s.clone())),
-        (PropType::I32, Value::Int(i)) => ScalarValue::Int32(Some(i32::try_from(*i).ok()?)),
-        (PropType::I64, Value::Int(i)) => ScalarValue::Int64(Some(*i)),
-        (PropType::U32, Value::Int(i)) => ScalarValue::UInt32(Some(u32::try_from(*i).ok()?)),
-        (PropType::U64, Value::Int(i)) => ScalarValue::UInt64(Some(u64::try_from(*i).ok()?)),
-        (PropType::F32, Value::Float(f)) => ScalarValue::Float32(Some(*f as f32)),
-        (PropType::F64, Value::Float(f)) => ScalarValue::Float64(Some(*f)),
-        (PropType::F64, Value::Int(i)) => ScalarValue::Float64(Some(*i as f64)),
-        (PropType::Bool, Value::Bool(b)) => ScalarValue::Boolean(Some(*b)),
-        (PropType::Date, Value::Date(d)) => ScalarValue::Date32(Some(*d)),
-        (PropType::DateTime, Value::DateTime(ms)) => ScalarValue::Date64(Some(*ms)),
-        _ => return None,
-    };
-    let c = col(prop);
-    let v = lit(scalar);
-    Some(match op {
-        CmpOp::Eq => c.eq(v),
-        CmpOp::Ne => c.not_eq(v),
-        CmpOp::Lt => c.lt(v),
-        CmpOp::Le => c.lt_eq(v),
-        CmpOp::Gt => c.gt(v),
-        CmpOp::Ge => c.gt_eq(v),
-        CmpOp::Contains | CmpOp::StartsWith => return None,
-    })
+    Filter::compare(prop, ty, op, &value)
 }
 
 /// Breadth-first reachability from `start` over `dir`, reporting each node
@@ -530,28 +484,16 @@ impl Ctx<'_> {
                 .collect();
             (found, rest)
         } else {
-            let pushed: Vec<DfExpr> = active.iter().filter_map(|p| pushdown(self, p)).collect();
-            if pushed.is_empty() {
-                (
-                    (0..ids.len() as u32).collect(),
-                    active.into_iter().cloned().collect(),
-                )
-            } else {
+            let pushed: Vec<Filter> = active.iter().filter_map(|p| pushdown(self, p)).collect();
+            if let Some(filter) = Filter::all(pushed) {
                 let rest = active
                     .iter()
                     .filter(|p| pushdown(self, p).is_none())
                     .map(|p| (*p).clone())
                     .collect();
-                let expr = pushed
-                    .into_iter()
-                    .reduce(|a, b| a.and(b))
-                    .expect("non-empty");
                 let ds = self.g.read_table(self.snap, t).await?;
-                let mut scan = ds.scan();
-                scan.project(&[ID])?;
-                scan.filter_expr(expr);
                 let mut found = Vec::new();
-                let mut stream = scan.try_into_stream().await?;
+                let mut stream = scan::stream(&ds, &[ID], Some(&filter), None, false).await?;
                 while let Some(b) = stream.try_next().await? {
                     let a = stage::string_column(&b, ID)?;
                     for i in 0..a.len() {
@@ -562,6 +504,11 @@ impl Ctx<'_> {
                 }
                 found.sort_unstable();
                 (found, rest)
+            } else {
+                (
+                    (0..ids.len() as u32).collect(),
+                    active.into_iter().cloned().collect(),
+                )
             }
         };
         cands = self.filter_candidates(type_name, &rest, cands).await?;

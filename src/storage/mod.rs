@@ -22,6 +22,7 @@ pub mod locks;
 pub mod manifest;
 pub mod objstore;
 pub mod requests;
+pub mod scan;
 pub mod sidecar;
 pub mod stage;
 pub mod substrate;
@@ -118,7 +119,9 @@ impl GraphStorage {
         let id = schema_id(source);
         let mut refs = BTreeMap::new();
         for t in &catalog.types {
-            let version = tables.create(&t.table_dir(), t.arrow_schema()).await?;
+            let version = tables
+                .create(&t.table_dir(), tables::table_schema(t))
+                .await?;
             refs.insert(
                 t.table_key(),
                 TableRef {

@@ -120,13 +120,6 @@ pub async fn scan_strings(ds: &Dataset, column: &str) -> Result<Vec<StringArray>
     Ok(out)
 }
 
-/// Some columns of every row, in batches.
-pub async fn scan_columns(ds: &Dataset, columns: &[&str]) -> Result<Vec<RecordBatch>> {
-    let mut scan = ds.scan();
-    scan.project(columns)?;
-    Ok(scan.try_into_stream().await?.try_collect().await?)
-}
-
 /// The `src` and `dst` of every edge whose `src` (when `by_src`) or `dst`
 /// (when `by_dst`) is one of `ids`: the edges that touch a few nodes, read
 /// without building a whole adjacency.

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow_array::{RecordBatch, RecordBatchIterator};
-use arrow_schema::SchemaRef;
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use lance::Dataset;
 use lance::dataset::builder::DatasetBuilder;
 use lance::dataset::transaction::Transaction;
@@ -17,6 +17,7 @@ use parking_lot::Mutex;
 
 use super::manifest::TableRef;
 use super::objstore::Store;
+use crate::compiler::catalog::{DST, ID, PropType, SRC, TypeDef};
 use crate::error::{OmniError, Result};
 use omnigraph_actors::CommitResult;
 
@@ -38,6 +39,44 @@ pub struct Tables {
     latest: Mutex<HashMap<Physical, Arc<Dataset>>>,
     /// Serialises forks of one physical table.
     fork_lock: tokio::sync::Mutex<()>,
+}
+
+/// Lance's marker of a primary-key column (merge-insert matches on it).
+pub const PK_METADATA: &str = "lance-schema:unenforced-primary-key";
+
+/// The Arrow schema of a type's table: `id` (and `src`, `dst` for edges)
+/// then the properties in declaration order; Blob properties are Lance blob
+/// columns.
+pub fn table_schema(def: &TypeDef) -> SchemaRef {
+    let mut pk = HashMap::new();
+    pk.insert(PK_METADATA.to_string(), "true".to_string());
+    let mut fields = vec![Field::new(ID, DataType::Utf8, false).with_metadata(pk)];
+    if def.is_edge() {
+        fields.push(Field::new(SRC, DataType::Utf8, false));
+        fields.push(Field::new(DST, DataType::Utf8, false));
+    }
+    for p in &def.properties {
+        let field = match p.ty {
+            PropType::Blob => lance::blob_field(&p.name, true),
+            _ => Field::new(&p.name, p.ty.arrow(), true),
+        };
+        fields.push(field);
+    }
+    Arc::new(Schema::new(fields))
+}
+
+/// A Blob column in Lance's blob layout (an empty value stays empty, not
+/// null).
+pub fn blob_array(rows: Vec<Option<Vec<u8>>>) -> Result<arrow_array::ArrayRef> {
+    let mut b = lance::BlobArrayBuilder::new(rows.len());
+    for r in rows {
+        match r {
+            Some(bytes) if bytes.is_empty() => b.push_empty()?,
+            Some(bytes) => b.push_bytes(bytes)?,
+            None => b.push_null()?,
+        }
+    }
+    Ok(b.finish()?)
 }
 
 pub fn write_params(session: &Arc<Session>, mode: WriteMode) -> WriteParams {
@@ -328,4 +367,29 @@ fn missing_branch(e: &lance::Error) -> bool {
     ) || s.contains("not found")
         || s.contains("Not found")
         || s.contains("does not exist")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compiler::schema::compile;
+
+    #[test]
+    fn a_table_schema_starts_with_its_ids() {
+        let c = compile(
+            "node Person { name: String @key\n photo: Blob? }\nedge Knows: Person -> Person { since: Date? }",
+        )
+        .unwrap();
+        let schema = table_schema(c.node("Person").unwrap());
+        assert_eq!(schema.field(0).name(), "id");
+        assert!(schema.field(0).metadata().contains_key(PK_METADATA));
+        let k = table_schema(c.edge("Knows").unwrap());
+        assert_eq!(
+            k.fields()
+                .iter()
+                .map(|f| f.name().as_str())
+                .collect::<Vec<_>>(),
+            vec!["id", "src", "dst", "since"]
+        );
+    }
 }

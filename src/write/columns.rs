@@ -405,17 +405,7 @@ impl Col {
                 )?)
             }
             Col::List(rows) => list_array(field, rows)?,
-            Col::Blob(rows) => {
-                let mut b = lance::BlobArrayBuilder::new(rows.len());
-                for r in rows {
-                    match r {
-                        Some(bytes) if bytes.is_empty() => b.push_empty()?,
-                        Some(bytes) => b.push_bytes(bytes)?,
-                        None => b.push_null()?,
-                    }
-                }
-                b.finish()?
-            }
+            Col::Blob(rows) => crate::storage::tables::blob_array(rows)?,
         })
     }
 }
@@ -484,7 +474,7 @@ pub struct TableBuilder {
 
 impl TableBuilder {
     pub fn new(rules: Arc<TypeRules>, cap: usize) -> Self {
-        let schema = rules.def.arrow_schema();
+        let schema = crate::storage::tables::table_schema(&rules.def);
         let cols = rules
             .props
             .iter()

@@ -11,7 +11,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
-use futures::TryStreamExt;
 use serde::Serialize;
 
 use super::cell::Cell;
@@ -24,6 +23,7 @@ use crate::compiler::query::ir::{MutStmt, MutationPlan, Pred, ValExpr, Value};
 use crate::error::{Location, OmniError, Result};
 use crate::exec::export::cell_json;
 use crate::exec::scalar::{holds, s_of};
+use crate::storage::scan::{self, Filter};
 use crate::storage::stage;
 use crate::storage::substrate::{BoxFut, PrepareCx, PrepareWork, Prepared};
 use omnigraph_actors::WriteClass;
@@ -219,7 +219,6 @@ impl<'c> Staging<'c> {
         let def = self.def(ty);
         let rules = self.rules(ty)?;
         let ds = self.cx.read(def).await?;
-        let mut scan = ds.scan();
         let mut cols: Vec<&str> = vec![ID];
         if def.is_edge() {
             cols.extend([SRC, DST]);
@@ -230,15 +229,11 @@ impl<'c> Staging<'c> {
                 .filter(|p| p.ty != PropType::Blob)
                 .map(|p| p.name.as_str()),
         );
-        scan.project(&cols)?;
         let pushed = filter.and_then(|(f, v)| {
             let (column, ty) = filter_column(f);
-            crate::exec::run::prop_filter(column, &ty, f.op, v)
+            Filter::compare(column, &ty, f.op, v)
         });
-        if let Some(e) = pushed {
-            scan.filter_expr(e);
-        }
-        let batches: Vec<RecordBatch> = scan.try_into_stream().await?.try_collect().await?;
+        let batches = scan::scan(&ds, &cols, pushed.as_ref()).await?;
         let mut out = Vec::new();
         for b in &batches {
             let ids = stage::string_column(b, ID)?;

@@ -10,8 +10,8 @@ use super::jsonl::ParsedType;
 use crate::compiler::catalog::{Cardinality, ID, SRC, TypeDef, TypeKind};
 use crate::error::{Location, OmniError, Result};
 use crate::exec::export::cell_json;
-use crate::storage::stage;
 use crate::storage::substrate::PrepareCx;
+use crate::storage::{scan, stage};
 use crate::util::hash::FxHashMap;
 use crate::util::idindex::IdIndex;
 
@@ -100,7 +100,7 @@ async fn unique(
     let mut wanted: Vec<&str> = vec![ID];
     wanted.extend(cols.iter().map(String::as_str));
     let ds = cx.read(&pt.def).await?;
-    for b in stage::scan_columns(&ds, &wanted).await? {
+    for b in scan::scan(&ds, &wanted, None).await? {
         let ids = stage::string_column(&b, ID)?;
         for i in 0..b.num_rows() {
             let id = ids.value(i);
@@ -139,7 +139,7 @@ async fn cardinality(
     }
     if keeps_committed && !per_source.is_empty() {
         let ds = cx.read(&pt.def).await?;
-        for b in stage::scan_columns(&ds, &[ID, SRC]).await? {
+        for b in scan::scan(&ds, &[ID, SRC], None).await? {
             let (ids, src) = (
                 stage::string_column(&b, ID)?,
                 stage::string_column(&b, SRC)?,

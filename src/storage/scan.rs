@@ -1,0 +1,211 @@
+//! Reads of a table's rows: projections, filtered scans, streams and blob
+//! reads. Callers describe a filter with [`Filter`], a small typed
+//! expression of ours; it becomes a Lance (DataFusion) expression here and
+//! nowhere else, so caller text never becomes SQL.
+
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::UInt64Type;
+use arrow_array::{Array, ArrayRef, RecordBatch, new_null_array};
+use arrow_schema::DataType;
+use datafusion::prelude::{Expr as DfExpr, col, lit};
+use datafusion::scalar::ScalarValue;
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
+use lance::Dataset;
+
+use crate::compiler::catalog::PropType;
+use crate::compiler::query::ast::CmpOp;
+use crate::compiler::query::ir::Value;
+use crate::error::{OmniError, Result};
+
+/// Lance's name for the row-id column a scan adds on request.
+pub const ROW_ID: &str = "_rowid";
+
+/// A constant as the column type it is compared with.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Scalar {
+    Utf8(String),
+    I32(i32),
+    I64(i64),
+    U32(u32),
+    U64(u64),
+    F32(f32),
+    F64(f64),
+    Bool(bool),
+    /// Days since the epoch.
+    Date(i32),
+    /// Milliseconds since the epoch.
+    DateTime(i64),
+}
+
+/// A row filter storage evaluates.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Filter {
+    Cmp {
+        column: String,
+        op: CmpOp,
+        value: Scalar,
+    },
+    And(Vec<Filter>),
+}
+
+impl Filter {
+    /// `column op value` for a column of type `ty`. `None` when storage
+    /// cannot evaluate it exactly (`contains`, `starts_with`, a value that
+    /// does not fit the column): the caller filters in memory.
+    pub fn compare(column: &str, ty: &PropType, op: CmpOp, value: &Value) -> Option<Filter> {
+        let value = match (ty, value) {
+            (PropType::String | PropType::Enum(_), Value::Str(s)) => Scalar::Utf8(s.clone()),
+            (PropType::I32, Value::Int(i)) => Scalar::I32(i32::try_from(*i).ok()?),
+            (PropType::I64, Value::Int(i)) => Scalar::I64(*i),
+            (PropType::U32, Value::Int(i)) => Scalar::U32(u32::try_from(*i).ok()?),
+            (PropType::U64, Value::Int(i)) => Scalar::U64(u64::try_from(*i).ok()?),
+            (PropType::U64, Value::UInt(u)) => Scalar::U64(*u),
+            (PropType::F32, Value::Float(f)) => Scalar::F32(*f as f32),
+            (PropType::F64, Value::Float(f)) => Scalar::F64(*f),
+            (PropType::F64, Value::Int(i)) => Scalar::F64(*i as f64),
+            (PropType::Bool, Value::Bool(b)) => Scalar::Bool(*b),
+            (PropType::Date, Value::Date(d)) => Scalar::Date(*d),
+            (PropType::DateTime, Value::DateTime(ms)) => Scalar::DateTime(*ms),
+            _ => return None,
+        };
+        if matches!(op, CmpOp::Contains | CmpOp::StartsWith) {
+            return None;
+        }
+        Some(Filter::Cmp {
+            column: column.to_string(),
+            op,
+            value,
+        })
+    }
+
+    /// All of `filters`, or `None` if there are none.
+    pub fn all(mut filters: Vec<Filter>) -> Option<Filter> {
+        match filters.len() {
+            0 => None,
+            1 => filters.pop(),
+            _ => Some(Filter::And(filters)),
+        }
+    }
+
+    /// The one translation to a Lance expression.
+    fn lance(&self) -> DfExpr {
+        match self {
+            Filter::Cmp { column, op, value } => {
+                let v = lit(match value {
+                    Scalar::Utf8(s) => ScalarValue::Utf8(Some(s.clone())),
+                    Scalar::I32(i) => ScalarValue::Int32(Some(*i)),
+                    Scalar::I64(i) => ScalarValue::Int64(Some(*i)),
+                    Scalar::U32(u) => ScalarValue::UInt32(Some(*u)),
+                    Scalar::U64(u) => ScalarValue::UInt64(Some(*u)),
+                    Scalar::F32(f) => ScalarValue::Float32(Some(*f)),
+                    Scalar::F64(f) => ScalarValue::Float64(Some(*f)),
+                    Scalar::Bool(b) => ScalarValue::Boolean(Some(*b)),
+                    Scalar::Date(d) => ScalarValue::Date32(Some(*d)),
+                    Scalar::DateTime(ms) => ScalarValue::Date64(Some(*ms)),
+                });
+                let c = col(column.as_str());
+                match op {
+                    CmpOp::Eq => c.eq(v),
+                    CmpOp::Ne => c.not_eq(v),
+                    CmpOp::Lt => c.lt(v),
+                    CmpOp::Le => c.lt_eq(v),
+                    CmpOp::Gt => c.gt(v),
+                    CmpOp::Ge => c.gt_eq(v),
+                    CmpOp::Contains | CmpOp::StartsWith => {
+                        unreachable!("Filter::compare never builds {op:?}")
+                    }
+                }
+            }
+            Filter::And(parts) => parts
+                .iter()
+                .map(Filter::lance)
+                .reduce(|a, b| a.and(b))
+                .expect("Filter::all never builds an empty And"),
+        }
+    }
+}
+
+/// Some columns of every row (that `filter` keeps), in batches.
+pub async fn scan(
+    ds: &Dataset,
+    columns: &[&str],
+    filter: Option<&Filter>,
+) -> Result<Vec<RecordBatch>> {
+    stream(ds, columns, filter, None, false)
+        .await?
+        .try_collect()
+        .await
+}
+
+/// Some columns of every row as a stream, `batch_rows` at a time if given,
+/// with Lance's row ids (column [`ROW_ID`]) if asked (for blob reads).
+pub async fn stream(
+    ds: &Dataset,
+    columns: &[&str],
+    filter: Option<&Filter>,
+    batch_rows: Option<usize>,
+    row_ids: bool,
+) -> Result<BoxStream<'static, Result<RecordBatch>>> {
+    let mut scan = ds.scan();
+    scan.project(columns)?;
+    if let Some(f) = filter {
+        scan.filter_expr(f.lance());
+    }
+    if let Some(n) = batch_rows {
+        scan.batch_size(n);
+    }
+    if row_ids {
+        scan.with_row_id();
+    }
+    Ok(scan
+        .try_into_stream()
+        .await?
+        .map_err(OmniError::from)
+        .boxed())
+}
+
+/// One whole column, in scan order (an empty table gives an empty array of
+/// the column's type).
+pub async fn column(ds: &Dataset, column: &str) -> Result<ArrayRef> {
+    let parts: Vec<ArrayRef> = scan(ds, &[column], None)
+        .await?
+        .iter()
+        .map(|b| b.column(0).clone())
+        .collect();
+    if parts.is_empty() {
+        let ty = ds
+            .schema()
+            .field(column)
+            .map(|f| f.data_type())
+            .unwrap_or(DataType::Utf8);
+        return Ok(new_null_array(&ty, 0));
+    }
+    let refs: Vec<&dyn Array> = parts.iter().map(|a| a.as_ref()).collect();
+    Ok(arrow::compute::concat(&refs)?)
+}
+
+/// The bytes of a Blob property for the rows of a batch scanned with row
+/// ids (null where null).
+pub async fn blobs(
+    ds: &Arc<Dataset>,
+    batch: &RecordBatch,
+    prop: &str,
+) -> Result<Vec<Option<Vec<u8>>>> {
+    let row_ids: Vec<u64> = batch
+        .column_by_name(ROW_ID)
+        .ok_or_else(|| OmniError::Storage("row ids missing from a blob scan".into()))?
+        .as_primitive::<UInt64Type>()
+        .values()
+        .to_vec();
+    let mut out = Vec::with_capacity(row_ids.len());
+    for f in ds.take_blobs(&row_ids, prop).await? {
+        out.push(match f {
+            Some(f) => Some(f.read().await?.to_vec()),
+            None => None,
+        });
+    }
+    Ok(out)
+}
