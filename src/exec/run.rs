@@ -735,6 +735,7 @@ impl Ctx<'_> {
                 extended.vars.push(crate::compiler::query::ir::VarInfo {
                     name: "__origin".into(),
                     kind: VarKind::Node(String::new()),
+                    interface: None,
                 });
                 let matched = self.run_ops(&extended, inner, probe).await?;
                 let mut hit = vec![false; frame.rows];
@@ -768,7 +769,21 @@ impl Ctx<'_> {
                 let mut fields = vec![Field::new(ID, DataType::Utf8, false)];
                 let ids: ArrayRef = Arc::new(self.node_ids(&t.name).await?.ids.clone());
                 let mut arrays = vec![take(ids.as_ref(), &indices, None)?];
-                for p in t.properties.iter().filter(|p| p.ty != PropType::Blob) {
+                // Through an interface, the node shows the interface's
+                // properties, in its order: every arm then has one shape.
+                let props: Vec<&crate::compiler::catalog::PropDef> =
+                    match &plan.vars[*var].interface {
+                        Some(i) => self
+                            .g
+                            .catalog
+                            .interfaces
+                            .iter()
+                            .find(|d| &d.name == i)
+                            .map(|d| d.properties.iter().collect())
+                            .unwrap_or_default(),
+                        None => t.properties.iter().collect(),
+                    };
+                for p in props.into_iter().filter(|p| p.ty != PropType::Blob) {
                     let arr = self.column(&t.name, &p.name).await?;
                     fields.push(Field::new(&p.name, arr.data_type().clone(), true));
                     arrays.push(take(arr.as_ref(), &indices, None)?);
@@ -971,32 +986,98 @@ fn finish_accs(accs: &[Acc2], template: Option<&ArrayRef>) -> Result<ArrayRef> {
 }
 
 /// Run a plan against a snapshot.
-pub async fn run(ctx: &Ctx<'_>, plan: &Plan) -> Result<QueryResult> {
+/// What one arm of a plan produced: per return column its values (for an
+/// aggregate, its argument; `None` for `count(*)`), the tie-break columns,
+/// and its row count.
+struct ArmRows {
+    values: Vec<Option<ArrayRef>>,
+    ties: Vec<ArrayRef>,
+    rows: usize,
+}
+
+/// Run one arm's operators and project what the result needs from it.
+async fn arm_rows(ctx: &Ctx<'_>, arm: &Plan, ties: bool) -> Result<ArmRows> {
     let start = Frame {
-        cols: vec![None; plan.vars.len()],
+        cols: vec![None; arm.vars.len()],
         rows: 1,
     };
-    let frame = ctx.run_ops(plan, &plan.ops, start).await?;
+    let frame = ctx.run_ops(arm, &arm.ops, start).await?;
+    let mut values = Vec::with_capacity(arm.returns.len());
+    for r in &arm.returns {
+        values.push(match &r.expr {
+            RetExpr::Agg { arg: Some(e), .. } => {
+                Some(ctx.project(arm, &frame, &RetExpr::Val(e.clone())).await?)
+            }
+            RetExpr::Agg { arg: None, .. } => None,
+            other => Some(ctx.project(arm, &frame, other).await?),
+        });
+    }
+    // Rows of one node or edge differ by its id; rows of an interface
+    // binding also by the concrete type (keyed ids can coincide across
+    // types).
+    let mut tie_cols = Vec::new();
+    if ties {
+        for (v, info) in arm.vars.iter().enumerate() {
+            if info.name == "_" || frame.cols[v].is_none() {
+                continue;
+            }
+            if info.interface.is_some() {
+                tie_cols.push(repeat(
+                    &Value::Str(var_type(arm, v).to_string()),
+                    frame.rows,
+                ));
+            }
+            tie_cols.push(
+                ctx.project(arm, &frame, &RetExpr::Val(ValExpr::Id { var: v }))
+                    .await?,
+            );
+        }
+    }
+    Ok(ArmRows {
+        values,
+        ties: tie_cols,
+        rows: frame.rows,
+    })
+}
 
-    let mut columns: Vec<ArrayRef> = Vec::new();
+/// Arrays of the arms, end to end.
+fn concat_all(parts: Vec<ArrayRef>) -> Result<ArrayRef> {
+    if parts.len() == 1 {
+        return Ok(parts.into_iter().next().expect("one part"));
+    }
+    let refs: Vec<&dyn Array> = parts.iter().map(|a| a.as_ref()).collect();
+    Ok(concat(&refs)?)
+}
+
+pub async fn run(ctx: &Ctx<'_>, plan: &Plan) -> Result<QueryResult> {
+    let ties = !plan.aggregate && (!plan.order.is_empty() || plan.limit.is_some());
+    let mut arms = Vec::with_capacity(1 + plan.union.len());
+    for arm in std::iter::once(plan).chain(&plan.union) {
+        arms.push(arm_rows(ctx, arm, ties).await?);
+    }
+    let total_rows: usize = arms.iter().map(|a| a.rows).sum();
+    let mut values: Vec<Option<ArrayRef>> = Vec::with_capacity(plan.returns.len());
+    for i in 0..plan.returns.len() {
+        let parts: Option<Vec<ArrayRef>> = arms.iter().map(|a| a.values[i].clone()).collect();
+        values.push(parts.map(concat_all).transpose()?);
+    }
+    let tie_cols: Vec<ArrayRef> = (0..arms[0].ties.len())
+        .map(|i| concat_all(arms.iter().map(|a| a.ties[i].clone()).collect()))
+        .collect::<Result<_>>()?;
+
+    let mut columns: Vec<ArrayRef>;
     if plan.aggregate {
         // Group keys are the non-aggregate columns.
         let mut key_cols: Vec<(usize, ArrayRef)> = Vec::new();
         let mut agg_args: Vec<(usize, Option<ArrayRef>)> = Vec::new();
         for (i, r) in plan.returns.iter().enumerate() {
             match &r.expr {
-                RetExpr::Agg { arg, .. } => {
-                    let a = match arg {
-                        Some(e) => Some(ctx.project(plan, &frame, &RetExpr::Val(e.clone())).await?),
-                        None => None,
-                    };
-                    agg_args.push((i, a));
-                }
-                other => key_cols.push((i, ctx.project(plan, &frame, other).await?)),
+                RetExpr::Agg { .. } => agg_args.push((i, values[i].clone())),
+                _ => key_cols.push((i, values[i].clone().expect("a group key has values"))),
             }
         }
         let mut groups: Vec<usize> = Vec::new(); // first row of each group
-        let mut group_of = vec![0usize; frame.rows];
+        let mut group_of = vec![0usize; total_rows];
         if key_cols.is_empty() {
             groups.push(0);
         } else {
@@ -1026,7 +1107,7 @@ pub async fn run(ctx: &Ctx<'_>, plan: &Plan) -> Result<QueryResult> {
             };
             let float = arg.as_ref().is_some_and(is_float);
             let mut accs = vec![new_acc(*func, float); groups.len()];
-            for r in 0..frame.rows {
+            for r in 0..total_rows {
                 update(&mut accs[group_of[r]], arg.as_ref(), r);
             }
             out_cols[*i] = Some(finish_accs(&accs, arg.as_ref())?);
@@ -1036,9 +1117,10 @@ pub async fn run(ctx: &Ctx<'_>, plan: &Plan) -> Result<QueryResult> {
             .map(|c| c.expect("every column computed"))
             .collect();
     } else {
-        for r in &plan.returns {
-            columns.push(ctx.project(plan, &frame, &r.expr).await?);
-        }
+        columns = values
+            .into_iter()
+            .map(|c| c.expect("a returned column has values"))
+            .collect();
     }
     let nrows = columns.first().map_or(0, |c| c.len());
 
@@ -1084,15 +1166,9 @@ pub async fn run(ctx: &Ctx<'_>, plan: &Plan) -> Result<QueryResult> {
                 }
             }
         } else {
-            for (v, info) in plan.vars.iter().enumerate() {
-                if info.name == "_" || frame.cols[v].is_none() {
-                    continue;
-                }
-                let ids = ctx
-                    .project(plan, &frame, &RetExpr::Val(ValExpr::Id { var: v }))
-                    .await?;
+            for t in &tie_cols {
                 sort_cols.push(SortColumn {
-                    values: ids,
+                    values: t.clone(),
                     options: Some(SortOptions {
                         descending: false,
                         nulls_first: true,

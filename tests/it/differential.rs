@@ -8,8 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use omnigraph::{LoadMode, Omnigraph, Target};
 use serde_json::{Value, json};
 
-const SCHEMA: &str =
-    "node Person { name: String @key\n age: I32? }\nedge Knows: Person -> Person { w: I32? }";
+const SCHEMA: &str = "interface Named { name: String @key\n age: I32? }\nnode Person implements Named { }\nnode Robot implements Named { model: I32? }\nedge Knows: Person -> Person { w: I32? }";
 
 struct Rng(u64);
 impl Rng {
@@ -27,6 +26,9 @@ impl Rng {
 struct Graph {
     names: Vec<String>,
     ages: Vec<Option<i64>>,
+    /// Robots (name, age): another implementor of Named; some share a
+    /// person's name, so their keyed ids coincide across the types.
+    robots: Vec<(String, Option<i64>)>,
     /// (src, dst, w) in load order.
     edges: Vec<(usize, usize, Option<i64>)>,
 }
@@ -57,7 +59,27 @@ impl Graph {
                 (s, d, w)
             })
             .collect();
-        Self { names, ages, edges }
+        let mut robot_names = BTreeSet::new();
+        for i in 0..rng.below(5) {
+            robot_names.insert(if rng.below(2) == 0 {
+                format!("n{:02}", rng.below(n as u64))
+            } else {
+                format!("r{i:02}")
+            });
+        }
+        let robots = robot_names
+            .into_iter()
+            .map(|r| {
+                let age = (rng.below(3) != 0).then(|| rng.below(6) as i64 * 10);
+                (r, age)
+            })
+            .collect();
+        Self {
+            names,
+            ages,
+            robots,
+            edges,
+        }
     }
 
     fn jsonl(&self) -> String {
@@ -66,6 +88,12 @@ impl Graph {
             let age = self.ages[i].map_or("null".to_string(), |a| a.to_string());
             s.push_str(&format!(
                 "{{\"type\":\"Person\",\"data\":{{\"name\":\"{n}\",\"age\":{age}}}}}\n"
+            ));
+        }
+        for (r, age) in &self.robots {
+            let age = age.map_or("null".to_string(), |a| a.to_string());
+            s.push_str(&format!(
+                "{{\"type\":\"Robot\",\"data\":{{\"name\":\"{r}\",\"age\":{age}}}}}\n"
             ));
         }
         for (k, (a, b, w)) in self.edges.iter().enumerate() {
@@ -138,7 +166,7 @@ fn case(g: &Graph, rng: &mut Rng) -> Case {
     let n = g.names.len();
     let start = rng.below(n as u64) as usize;
     let sname = &g.names[start];
-    match rng.below(8) {
+    match rng.below(10) {
         0 => {
             // Variable-length reachability from one person.
             let min = rng.below(3) as u32;
@@ -312,6 +340,50 @@ fn case(g: &Graph, rng: &mut Rng) -> Case {
                 gq: "query q() { match { $p: Person\n $f: Person\n $p.age = $f.age\n $p knows{1,2} $f } return { $p.name, $f.name } }".into(),
                 expected,
                 ordered: false,
+            }
+        }
+        8 => {
+            // An interface binding: people and robots, filtered and ordered
+            // by a Named property, ties by type then id, with a limit.
+            let k = rng.below(6) as i64 * 10;
+            let limit = 1 + rng.below(n as u64 + 4) as usize;
+            let mut all: Vec<(String, &str, Value)> = (0..n)
+                .map(|p| (g.names[p].clone(), "Person", g.age(p)))
+                .chain(
+                    g.robots
+                        .iter()
+                        .map(|(r, a)| (r.clone(), "Robot", a.map_or(Value::Null, |a| json!(a)))),
+                )
+                .filter(|(_, _, a)| a.as_i64().is_some_and(|a| a >= k))
+                .collect();
+            all.sort_by(|x, y| {
+                sort_key(&x.2)
+                    .cmp(&sort_key(&y.2))
+                    .then_with(|| x.1.cmp(y.1))
+                    .then_with(|| x.0.cmp(&y.0))
+            });
+            let expected = all
+                .into_iter()
+                .take(limit)
+                .map(|(name, _, age)| vec![json!(name), age])
+                .collect();
+            Case {
+                gq: format!(
+                    "query q() {{ match {{ $x: Named\n $x.age >= {k} }} return {{ $x.name, $x.age }} order {{ $x.age }} limit {limit} }}"
+                ),
+                expected,
+                ordered: true,
+            }
+        }
+        9 => {
+            // An interface binding through a traversal: only people know
+            // anyone; one row per (person, distinct neighbour), counted.
+            let rows: usize = (0..n).map(|p| g.reach("out", p, 1, Some(1)).len()).sum();
+            Case {
+                gq: "query q() { match { $x: Named\n $x knows $_ } return { count($x) as n } }"
+                    .into(),
+                expected: vec![vec![json!(rows)]],
+                ordered: true,
             }
         }
         _ => {

@@ -395,3 +395,139 @@ async fn bad_queries_get_typed_errors() {
         Err(OmniError::NotFound(_))
     ));
 }
+
+const NAMED: &str = r#"
+interface Named { name: String @key }
+node Person implements Named { age: I32? }
+node Company implements Named { founded: I32? }
+node Tag { label: String @key }
+edge WorksAt: Person -> Company
+"#;
+
+const NAMED_DATA: &str = r#"{"type":"Person","data":{"name":"Ann","age":30}}
+{"type":"Person","data":{"name":"Acme","age":5}}
+{"type":"Person","data":{"name":"Bo"}}
+{"type":"Company","data":{"name":"Acme","founded":1990}}
+{"type":"Company","data":{"name":"Zeta"}}
+{"type":"Tag","data":{"label":"x"}}
+{"edge":"WorksAt","from":"Ann","to":"Acme"}
+"#;
+
+/// `$x: Named` binds every node type that implements `Named`: one row per
+/// node across the types, the interface's properties usable everywhere, and
+/// traversals typed by each concrete type.
+#[tokio::test]
+async fn an_interface_binds_every_type_that_implements_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let uri = dir.path().join("g.omni").to_string_lossy().to_string();
+    let g = Omnigraph::init(&uri, NAMED).await.unwrap();
+    g.load("main", NAMED_DATA, LoadMode::Overwrite)
+        .await
+        .unwrap();
+    let m = Target::main();
+    // Every Person and Company, once each; a keyed id shared by a Person and
+    // a Company is two rows.
+    let r = rows(
+        &g,
+        &m,
+        "query q() { match { $x: Named } return { $x.name } order { $x.name } }",
+        Value::Null,
+    )
+    .await;
+    assert_eq!(
+        col(&r, "x.name"),
+        vec![
+            json!("Acme"),
+            json!("Acme"),
+            json!("Ann"),
+            json!("Bo"),
+            json!("Zeta")
+        ]
+    );
+    // Filters, order and limit act on the union.
+    let r = rows(
+        &g,
+        &m,
+        "query q() { match { $x: Named\n $x.name starts_with \"A\" } return { $x.name } order { $x.name desc } limit 2 }",
+        Value::Null,
+    )
+    .await;
+    assert_eq!(col(&r, "x.name"), vec![json!("Ann"), json!("Acme")]);
+    // Aggregates count across the types.
+    let r = rows(
+        &g,
+        &m,
+        "query q() { match { $x: Named { name: \"Acme\" } } return { count($x) as n } }",
+        Value::Null,
+    )
+    .await;
+    assert_eq!(col(&r, "n"), vec![json!(2)]);
+    // A traversal only matches the types that are its endpoints.
+    let r = rows(
+        &g,
+        &m,
+        "query q() { match { $x: Named\n $x worksAt $c } return { $x.name, $c.name } }",
+        Value::Null,
+    )
+    .await;
+    assert_eq!(col(&r, "x.name"), vec![json!("Ann")]);
+    let r = rows(
+        &g,
+        &m,
+        "query q() { match { $p: Person\n $p worksAt $x\n $x: Named } return { $x.name } }",
+        Value::Null,
+    )
+    .await;
+    assert_eq!(col(&r, "x.name"), vec![json!("Acme")]);
+    // A whole node shows the interface's properties.
+    let r = rows(
+        &g,
+        &m,
+        "query q() { match { $x: Named { name: \"Zeta\" } } return { $x } }",
+        Value::Null,
+    )
+    .await;
+    assert_eq!(col(&r, "x"), vec![json!({"id": "Zeta", "name": "Zeta"})]);
+    // Only the interface's properties are visible through it.
+    let e = g
+        .query(
+            &m,
+            "query q() { match { $x: Named } return { $x.age } }",
+            "q",
+            &Value::Null,
+        )
+        .await
+        .unwrap_err();
+    match e {
+        OmniError::Type {
+            code: "Q002",
+            message,
+            ..
+        } => {
+            assert!(message.contains("Named has no property 'age'"), "{message}")
+        }
+        other => panic!("expected Q002, got {other:?}"),
+    }
+    // No type can match: the traversal's error.
+    let e = g
+        .query(
+            &m,
+            "query q() { match { $x: Named\n $c: Tag\n $x worksAt $c } return { $x.name } }",
+            "q",
+            &Value::Null,
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(e, OmniError::Type { code: "Q004", .. }), "{e:?}");
+    // An interface inside not { } is refused, named.
+    let e = g
+        .query(
+            &m,
+            "query q() { match { $p: Person\n not { $p worksAt $x\n $x: Named } } return { $p.name } }",
+            "q",
+            &Value::Null,
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(e, OmniError::Type { code: "Q015", .. }), "{e:?}");
+}

@@ -52,6 +52,9 @@ pub fn edge_by_word<'c>(catalog: &'c Catalog, word: &str) -> Option<&'c TypeDef>
 
 pub(super) struct Checker<'a> {
     catalog: &'a Catalog,
+    /// The concrete node type chosen for each interface-bound variable in
+    /// the arm being checked.
+    choice: BTreeMap<String, String>,
     params: BTreeMap<String, (PropType, bool)>,
     vars: Vec<VarInfo>,
     /// Variable name -> index (anonymous `$_` never enters).
@@ -170,6 +173,7 @@ impl<'a> Checker<'a> {
     pub(super) fn new(catalog: &'a Catalog, params: BTreeMap<String, (PropType, bool)>) -> Self {
         Self {
             catalog,
+            choice: BTreeMap::new(),
             params,
             vars: Vec::new(),
             names: BTreeMap::new(),
@@ -186,6 +190,7 @@ impl<'a> Checker<'a> {
         self.vars.push(VarInfo {
             name: name.to_string(),
             kind,
+            interface: None,
         });
         self.names.insert(name.to_string(), self.vars.len() - 1);
         self.vars.len() - 1
@@ -214,6 +219,7 @@ impl<'a> Checker<'a> {
             self.vars.push(VarInfo {
                 name: "_".into(),
                 kind: VarKind::Node(ty.to_string()),
+                interface: None,
             });
             return Ok((self.vars.len() - 1, true));
         }
@@ -235,6 +241,7 @@ impl<'a> Checker<'a> {
         self.vars.push(VarInfo {
             name: name.to_string(),
             kind: VarKind::Node(ty.to_string()),
+            interface: None,
         });
         self.names.insert(name.to_string(), self.vars.len() - 1);
         Ok((self.vars.len() - 1, true))
@@ -244,6 +251,21 @@ impl<'a> Checker<'a> {
         let t = self.var_type(var);
         if prop == "id" {
             return Ok((ValExpr::Id { var }, ir::ValType::Known(PropType::String)));
+        }
+        if let Some(i) = &self.vars[var].interface {
+            let visible = self
+                .catalog
+                .interfaces
+                .iter()
+                .find(|d| &d.name == i)
+                .is_some_and(|d| d.properties.iter().any(|p| p.name == prop));
+            if !visible {
+                return Err(type_error(
+                    Code::UnknownProperty,
+                    pos,
+                    format!("{i} has no property '{prop}'"),
+                ));
+            }
         }
         let p = t.property(prop).ok_or_else(|| {
             type_error(
@@ -413,16 +435,21 @@ impl<'a> Checker<'a> {
                     props,
                     pos,
                 } => {
-                    if self.catalog.interfaces.iter().any(|i| &i.name == type_name) {
-                        return Err(type_error(
-                            Code::Unsupported,
-                            *pos,
-                            format!(
-                                "binding an interface ({type_name}) is not supported yet: bind a node type"
-                            ),
-                        ));
-                    }
-                    let Some(t) = self.catalog.node(type_name) else {
+                    let interface = self.catalog.interfaces.iter().any(|i| &i.name == type_name);
+                    let node_type = match self.choice.get(var) {
+                        Some(concrete) if interface => concrete,
+                        None if interface => {
+                            return Err(type_error(
+                                Code::Unsupported,
+                                *pos,
+                                format!(
+                                    "binding an interface ({type_name}) inside not {{ }} is not supported yet: bind a node type there"
+                                ),
+                            ));
+                        }
+                        _ => type_name,
+                    };
+                    let Some(t) = self.catalog.node(node_type) else {
                         let what = if self.catalog.edge(type_name).is_some() {
                             "an edge type; bind nodes, traverse edges"
                         } else {
@@ -435,6 +462,9 @@ impl<'a> Checker<'a> {
                         ));
                     };
                     let (v, fresh) = self.bind_node(var, &t.name, *pos)?;
+                    if interface {
+                        self.vars[v].interface = Some(type_name.clone());
+                    }
                     for (prop, value) in props {
                         let left = Expr::Prop {
                             var: var.clone(),
@@ -566,6 +596,7 @@ impl<'a> Checker<'a> {
                             self.vars.push(VarInfo {
                                 name: w.clone(),
                                 kind: VarKind::Edge(e.name.clone()),
+                                interface: None,
                             });
                             let wv = self.vars.len() - 1;
                             self.names.insert(w.clone(), wv);
@@ -759,7 +790,99 @@ impl<'a> Checker<'a> {
 }
 
 /// Type-check and lower one read query.
+/// Most arms a query binding interfaces may have (the product of the
+/// implementor counts of its interface-bound variables).
+pub const MAX_INTERFACE_ARMS: usize = 64;
+
+/// Check a read query. A query that binds interfaces is checked once per
+/// choice of concrete node types (its arms); an arm whose types cannot
+/// match (a traversal the chosen type is not an endpoint of) contributes no
+/// rows, and only if no arm can match is that the error.
 pub fn check(catalog: &Catalog, q: &QueryDecl) -> Result<Plan> {
+    let choices = interface_choices(catalog, q)?;
+    let several = choices.len() > 1;
+    let mut arms = Vec::new();
+    let mut unmatched = None;
+    for choice in choices {
+        match check_arm(catalog, q, choice) {
+            Ok(p) => arms.push(p),
+            Err(e @ OmniError::Type { code, .. })
+                if several
+                    && (code == Code::EdgeDirection.id()
+                        || code == Code::VariableTypeClash.id()) =>
+            {
+                unmatched.get_or_insert(e);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let mut arms = arms.into_iter();
+    let Some(mut plan) = arms.next() else {
+        return Err(unmatched.expect("a query has at least one arm"));
+    };
+    plan.union = arms.collect();
+    Ok(plan)
+}
+
+/// Every choice of a concrete node type for each variable bound to an
+/// interface in the query's top-level match (one empty choice if none).
+fn interface_choices(catalog: &Catalog, q: &QueryDecl) -> Result<Vec<BTreeMap<String, String>>> {
+    let Body::Read(r) = &q.body else {
+        return Ok(vec![BTreeMap::new()]);
+    };
+    let mut choices = vec![BTreeMap::new()];
+    let mut seen = std::collections::BTreeSet::new();
+    for c in &r.clauses {
+        let Clause::Binding {
+            var,
+            type_name,
+            pos,
+            ..
+        } = c
+        else {
+            continue;
+        };
+        if !catalog.interfaces.iter().any(|i| &i.name == type_name) || !seen.insert(var) {
+            continue;
+        }
+        let implementors: Vec<&str> = catalog
+            .nodes()
+            .filter(|n| n.implements.contains(type_name))
+            .map(|n| n.name.as_str())
+            .collect();
+        if implementors.is_empty() {
+            return Err(type_error(
+                Code::UnknownType,
+                *pos,
+                format!("no node type implements {type_name}"),
+            ));
+        }
+        if choices.len() * implementors.len() > MAX_INTERFACE_ARMS {
+            return Err(type_error(
+                Code::Unsupported,
+                *pos,
+                format!(
+                    "the interface bindings of '{}' give more than {MAX_INTERFACE_ARMS} combinations of node types",
+                    q.name
+                ),
+            ));
+        }
+        choices = choices
+            .into_iter()
+            .flat_map(|c| {
+                implementors.iter().map(move |t| {
+                    let mut c = c.clone();
+                    c.insert(var.clone(), t.to_string());
+                    c
+                })
+            })
+            .collect();
+    }
+    Ok(choices)
+}
+
+/// Check one arm: interface-bound variables take the types in `choice`.
+fn check_arm(catalog: &Catalog, q: &QueryDecl, choice: BTreeMap<String, String>) -> Result<Plan> {
     let Body::Read(r) = &q.body else {
         return Err(type_error(
             Code::WrongKind,
@@ -769,6 +892,7 @@ pub fn check(catalog: &Catalog, q: &QueryDecl) -> Result<Plan> {
     };
     let params = declare_params(q)?;
     let mut c = Checker::new(catalog, params.clone());
+    c.choice = choice;
     let ops = c.clauses(&r.clauses)?;
     // nearest(...) ordering requires a limit (checked before "not supported").
     for o in &r.order {
@@ -862,6 +986,7 @@ pub fn check(catalog: &Catalog, q: &QueryDecl) -> Result<Plan> {
         order,
         limit: r.limit,
         params: params.into_iter().map(|(n, (t, o))| (n, t, o)).collect(),
+        union: Vec::new(),
     })
 }
 

@@ -18,6 +18,9 @@ pub enum VarKind {
 pub struct VarInfo {
     pub name: String,
     pub kind: VarKind,
+    /// Bound through this interface (`$x: Named`): only its properties are
+    /// visible, and a whole-node return shows those.
+    pub interface: Option<String>,
 }
 
 /// A constant value in a plan (literals, resolved parameters, `now()`).
@@ -186,6 +189,11 @@ pub struct Plan {
     pub limit: Option<u64>,
     /// Optional parameters that were absent: filters using them are dropped.
     pub params: Vec<(String, PropType, bool)>,
+    /// The other arms of a query that binds interfaces: one per further
+    /// choice of a concrete node type for each interface-bound variable
+    /// (the same returns, order and limit; other variable types and
+    /// operators). The rows of every arm form one result.
+    pub union: Vec<Plan>,
 }
 
 impl Plan {
@@ -201,7 +209,9 @@ impl Plan {
             }
         }
         let mut out = Vec::new();
-        walk(&self.ops, &mut out);
+        for arm in std::iter::once(self).chain(&self.union) {
+            walk(&arm.ops, &mut out);
+        }
         out.sort();
         out.dedup();
         out
