@@ -5,8 +5,11 @@
 //! `omnigraph-actors` (gates, recovery sidecars, staged table commits, one
 //! atomic publish); reads resolve one snapshot and keep it.
 //!
-//! Data flows one way: text -> [`compiler`] -> [`write`] (staged changes) or
-//! [`exec`] (reads) -> actors -> [`storage`].
+//! Layers call downward only. [`handle`] (the service API) checks text with
+//! [`compiler`] (no I/O), reads a snapshot with [`exec`], and runs every
+//! write through the protocol actors of `omnigraph-actors`; their storage
+//! requests are carried out by [`storage`], which asks the write's
+//! [`write`] work to prepare its change. [`storage`] alone touches Lance.
 
 pub mod compiler;
 pub mod error;

@@ -1,5 +1,5 @@
-//! Pure language work: lexing, parsing and checking schemas (and, later,
-//! queries) into the catalog and plans the engine runs. No I/O here.
+//! Pure language work: lexing, parsing and checking schemas, queries and
+//! mutations into the catalog and the plans the engine runs. No I/O here.
 
 pub mod catalog;
 pub mod lexer;
