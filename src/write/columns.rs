@@ -16,6 +16,57 @@ use super::cell::Cell;
 use crate::compiler::catalog::{Num, PropDef, PropType, TypeDef};
 use crate::error::{Location, OmniError, Result};
 
+/// Row `i` of a committed column of type `ty`, as the value validation gave
+/// it when it was written (the way back from [`TableBuilder`]).
+pub fn val_at(a: &ArrayRef, i: usize, ty: &PropType) -> Result<Val<'static>> {
+    use arrow_array::Array;
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::*;
+    if a.is_null(i) {
+        return Ok(Val::Null);
+    }
+    let mismatch = || {
+        OmniError::Storage(format!(
+            "a {} column holds {} values",
+            ty.describe(),
+            a.data_type()
+        ))
+    };
+    Ok(match (ty, a.data_type()) {
+        (PropType::String | PropType::Enum(_), DataType::Utf8) => {
+            Val::Str(Cow::Owned(a.as_string::<i32>().value(i).to_string()))
+        }
+        (PropType::Bool, DataType::Boolean) => Val::Bool(a.as_boolean().value(i)),
+        (PropType::I32, DataType::Int32) => Val::Int(a.as_primitive::<Int32Type>().value(i) as i64),
+        (PropType::I64, DataType::Int64) => Val::Int(a.as_primitive::<Int64Type>().value(i)),
+        (PropType::U32, DataType::UInt32) => {
+            Val::Int(a.as_primitive::<UInt32Type>().value(i) as i64)
+        }
+        (PropType::U64, DataType::UInt64) => Val::UInt(a.as_primitive::<UInt64Type>().value(i)),
+        (PropType::F32, DataType::Float32) => {
+            Val::Float(a.as_primitive::<Float32Type>().value(i) as f64)
+        }
+        (PropType::F64, DataType::Float64) => Val::Float(a.as_primitive::<Float64Type>().value(i)),
+        (PropType::Date, DataType::Date32) => Val::Date(a.as_primitive::<Date32Type>().value(i)),
+        (PropType::DateTime, DataType::Date64) => {
+            Val::DateTime(a.as_primitive::<Date64Type>().value(i))
+        }
+        (PropType::Vector(_), DataType::FixedSizeList(_, _)) => {
+            let v = a.as_fixed_size_list().value(i);
+            Val::Vector(v.as_primitive::<Float32Type>().values().to_vec())
+        }
+        (PropType::List(inner), DataType::List(_)) => {
+            let v = a.as_list::<i32>().value(i);
+            Val::List(
+                (0..v.len())
+                    .map(|j| val_at(&v, j, inner))
+                    .collect::<Result<_>>()?,
+            )
+        }
+        _ => return Err(mismatch()),
+    })
+}
+
 /// A validated value, ready for its column.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Val<'a> {
@@ -579,6 +630,42 @@ mod tests {
     fn rules(src: &str, ty: &str) -> Arc<TypeRules> {
         let c = compile(src).unwrap();
         Arc::new(TypeRules::new(c.get(ty).unwrap()).unwrap())
+    }
+
+    #[test]
+    fn committed_cells_read_back_as_the_values_written() {
+        let r = rules(
+            "node P { s: String\n i: I32?\n u: U64?\n f: F32?\n d: Date?\n t: DateTime?\n v: Vector(2)?\n l: [I64]?\n b: Bool? }",
+            "P",
+        );
+        let vals = vec![
+            Val::Str("x".into()),
+            Val::Int(-3),
+            Val::UInt(u64::MAX),
+            Val::Float(0.5),
+            Val::Date(19000),
+            Val::DateTime(1_700_000_000_123),
+            Val::Vector(vec![1.0, 2.5]),
+            Val::List(vec![Val::Int(4), Val::Int(5)]),
+            Val::Bool(true),
+        ];
+        let mut b = TableBuilder::new(r.clone(), 1);
+        b.push("p1", None, vals.clone(), 0, true);
+        let mut nulls = vec![Val::Str("y".into())];
+        nulls.extend(std::iter::repeat_n(Val::Null, 8));
+        b.push("p2", None, nulls.clone(), 0, true);
+        let (batch, _) = b.finish().unwrap();
+        for (row, want) in [vals, nulls].iter().enumerate() {
+            let got: Vec<Val> = r
+                .props
+                .iter()
+                .zip(want)
+                .map(|(p, _)| {
+                    val_at(batch.column_by_name(&p.def.name).unwrap(), row, &p.def.ty).unwrap()
+                })
+                .collect();
+            assert_eq!(&got, want);
+        }
     }
 
     #[test]

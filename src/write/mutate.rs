@@ -14,14 +14,13 @@ use arrow_array::RecordBatch;
 use serde::Serialize;
 
 use super::cell::Cell;
-use super::columns::{TableBuilder, TypeRules, Val};
+use super::columns::{TableBuilder, TypeRules, Val, val_at};
 use super::ids;
 use super::load::{MAX_KEYED_BYTES, MAX_KEYED_ROWS};
 use crate::compiler::catalog::{DST, ID, PropType, SRC, TypeDef, TypeKind};
 use crate::compiler::query::ast::CmpOp;
 use crate::compiler::query::ir::{MutStmt, MutationPlan, Pred, ValExpr, Value};
 use crate::error::{Location, OmniError, Result};
-use crate::exec::export::cell_json;
 use crate::exec::scalar::{holds, s_of};
 use crate::storage::scan::{self, Filter};
 use crate::storage::stage;
@@ -60,21 +59,6 @@ fn value_cell(v: &Value) -> Cell<'static> {
         Value::DateTime(ms) => Cell::Int(*ms),
         Value::List(items) => Cell::List(items.iter().map(value_cell).collect()),
         Value::Vector(xs) => Cell::List(xs.iter().map(|x| Cell::Float(*x as f64)).collect()),
-    }
-}
-
-fn json_cell(v: &serde_json::Value) -> Cell<'static> {
-    match v {
-        serde_json::Value::Null => Cell::Null,
-        serde_json::Value::Bool(b) => Cell::Bool(*b),
-        serde_json::Value::Number(n) => match (n.as_i64(), n.as_u64()) {
-            (Some(i), _) => Cell::Int(i),
-            (None, Some(u)) => Cell::UInt(u),
-            _ => Cell::Float(n.as_f64().unwrap_or(0.0)),
-        },
-        serde_json::Value::String(s) => Cell::Str(s.clone().into()),
-        serde_json::Value::Array(items) => Cell::List(items.iter().map(json_cell).collect()),
-        serde_json::Value::Object(_) => Cell::Null,
     }
 }
 
@@ -238,21 +222,16 @@ impl<'c> Staging<'c> {
         for b in &batches {
             let ids = stage::string_column(b, ID)?;
             for i in 0..b.num_rows() {
-                let cells: Vec<Option<Cell>> = def
+                // Committed cells were validated when written: read them
+                // straight into values (Blob columns are not read).
+                let vals = def
                     .properties
                     .iter()
-                    .map(|p| {
-                        b.column_by_name(&p.name)
-                            .map(|c| cell_json(c, i).map(|v| json_cell(&v)))
-                            .transpose()
+                    .map(|p| match b.column_by_name(&p.name) {
+                        Some(c) => val_at(c, i, &p.ty),
+                        None => Ok(Val::Null),
                     })
-                    .collect::<Result<_>>()?;
-                let builder = TableBuilder::new(rules.clone(), 0);
-                let vals = builder
-                    .validate(cells, None)?
-                    .into_iter()
-                    .map(Val::into_owned)
-                    .collect();
+                    .collect::<Result<Vec<_>>>()?;
                 let ends = if def.is_edge() {
                     Some((
                         stage::string_column(b, SRC)?.value(i).to_string(),
