@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use omnigraph::{LoadMode, OmniError, Omnigraph, Target};
 
-use crate::cli_table;
+use super::table;
 
 pub const SCHEMA: &str = r#"// A small social and work graph.
 node Person {
@@ -76,7 +76,7 @@ pub async fn run(dir: Option<PathBuf>) -> Result<(), OmniError> {
 
     step("load (overwrite) 4 nodes and 3 edges into main");
     let r = g.load("main", DATA, LoadMode::Overwrite).await?;
-    cli_table::print_load(&r);
+    table::print_load(&r);
 
     step("merge: Bob's age changes (upsert by key)");
     let r = g
@@ -86,7 +86,7 @@ pub async fn run(dir: Option<PathBuf>) -> Result<(), OmniError> {
             LoadMode::Merge,
         )
         .await?;
-    cli_table::print_load(&r);
+    table::print_load(&r);
 
     step("bad input is refused with a typed error, and nothing changes");
     let bad = r#"{"type": "Person", "data": {"name": "Eve", "age": 200, "status": "active"}}"#;
@@ -97,7 +97,7 @@ pub async fn run(dir: Option<PathBuf>) -> Result<(), OmniError> {
 
     step("query: who Alice reaches in one or two hops");
     println!("{}", QUERIES.trim());
-    cli_table::print_result(
+    table::print_result(
         &g.query(
             &Target::main(),
             QUERIES,
@@ -108,7 +108,7 @@ pub async fn run(dir: Option<PathBuf>) -> Result<(), OmniError> {
     )?;
 
     step("query: people per status (an aggregate)");
-    cli_table::print_result(
+    table::print_result(
         &g.query(
             &Target::main(),
             QUERIES,
@@ -135,23 +135,23 @@ pub async fn run(dir: Option<PathBuf>) -> Result<(), OmniError> {
     step("branch feature/dan from main, and append on it");
     g.branch_create("feature/dan", "main").await?;
     let r = g.load("feature/dan", FEATURE, LoadMode::Append).await?;
-    cli_table::print_load(&r);
+    table::print_load(&r);
 
     step("the branch sees Dan; main does not");
-    cli_table::print_snapshot(&g.snapshot(&Target::Branch("feature/dan".into())).await?);
+    table::print_snapshot(&g.snapshot(&Target::Branch("feature/dan".into())).await?);
     println!();
-    cli_table::print_snapshot(&g.snapshot(&Target::main()).await?);
+    table::print_snapshot(&g.snapshot(&Target::main()).await?);
 
     step("branches");
-    cli_table::print_branches(&g.branch_list().await?);
+    table::print_branches(&g.branch_list().await?);
 
     step("history of main");
     let commits = g.commits("main", None).await?;
-    cli_table::print_commits(&commits);
+    table::print_commits(&commits);
 
     step("time travel: main as its first load left it");
     let first_load = &commits[commits.len() - 2];
-    cli_table::print_snapshot(&g.snapshot(&Target::Commit(first_load.id.clone())).await?);
+    table::print_snapshot(&g.snapshot(&Target::Commit(first_load.id.clone())).await?);
 
     step("export main as JSONL");
     let mut out = Vec::new();

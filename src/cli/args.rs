@@ -1,0 +1,312 @@
+//! The command line's arguments: every command takes the graph as `--store
+//! URI` or as a positional URI; how a target and a query's inputs are read
+//! from them.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use omnigraph::{LoadMode, OmniError, Target};
+
+#[derive(Parser)]
+#[command(
+    name = "omnigraph",
+    version,
+    about = "A typed property-graph database on Lance"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
+
+#[derive(Args, Clone)]
+pub struct Graph {
+    /// The graph URI (a local path, memory://, s3://...).
+    #[arg(long = "store", value_name = "URI")]
+    store: Option<String>,
+    /// The graph URI, as an alternative to --store.
+    #[arg(value_name = "URI")]
+    uri: Option<String>,
+}
+
+impl Graph {
+    pub fn uri(&self) -> Result<&str, OmniError> {
+        match (&self.store, &self.uri) {
+            (Some(s), None) | (None, Some(s)) => Ok(s),
+            (Some(a), Some(b)) if a == b => Ok(a),
+            (Some(_), Some(_)) => Err(OmniError::BadRequest(
+                "give the graph once: either --store URI or a positional URI".into(),
+            )),
+            (None, None) => Err(OmniError::BadRequest(
+                "which graph? give --store URI or a positional URI".into(),
+            )),
+        }
+    }
+}
+
+#[derive(Subcommand)]
+pub enum Cmd {
+    /// Create a graph with a schema.
+    Init(Init),
+    /// Load a JSONL file as one commit.
+    Load(Load),
+    /// Create, list and delete branches.
+    Branch {
+        #[command(subcommand)]
+        cmd: BranchCmd,
+    },
+    /// Show a branch's state: graph version, head commit, rows and table versions per type.
+    Snapshot(Snapshot),
+    /// Run a read query.
+    Query(Query),
+    /// Run a mutation (insert / update / delete) as one commit.
+    Mutate(Mutate),
+    /// Commit history.
+    Commit {
+        #[command(subcommand)]
+        cmd: CommitCmd,
+    },
+    /// Write a branch (or snapshot) as JSONL to stdout.
+    Export(Export),
+    /// Test harness: append write after write and print `ACK <n>` after each
+    /// acknowledged one (the chaos test kills this process at random moments).
+    #[command(hide = true)]
+    StressWriter(StressWriter),
+    /// Create a small graph in a temporary folder and walk through the main features.
+    Demo {
+        /// Where to create the demo graph (default: a fresh temporary folder).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+}
+
+#[derive(Args)]
+pub struct Init {
+    #[arg(long, value_name = "FILE")]
+    pub schema: PathBuf,
+    #[command(flatten)]
+    pub graph: Graph,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct Load {
+    #[arg(long, value_name = "FILE")]
+    pub data: PathBuf,
+    /// overwrite | append | merge
+    #[arg(long)]
+    pub mode: LoadMode,
+    #[arg(long, default_value = "main")]
+    pub branch: String,
+    /// Create --branch from this branch first if it does not exist.
+    #[arg(long, value_name = "BRANCH")]
+    pub from: Option<String>,
+    #[command(flatten)]
+    pub graph: Graph,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct Snapshot {
+    #[command(flatten)]
+    pub graph: Graph,
+    #[arg(long, default_value = "main")]
+    pub branch: String,
+    /// The state a commit published, instead of the branch head.
+    #[arg(long, value_name = "COMMIT")]
+    pub commit: Option<String>,
+    /// The branch as of a graph manifest version.
+    #[arg(long, value_name = "N")]
+    pub version: Option<u64>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct Query {
+    #[command(flatten)]
+    pub input: QueryInput,
+    #[arg(long, default_value = "main")]
+    pub branch: String,
+    /// Read the state a commit published.
+    #[arg(long = "snapshot", value_name = "COMMIT")]
+    pub snapshot: Option<String>,
+    /// Read the branch as of a graph manifest version.
+    #[arg(long, value_name = "N")]
+    pub version: Option<u64>,
+    /// table | json | jsonl | csv
+    #[arg(long, default_value = "table")]
+    pub format: omnigraph::exec::output::Format,
+    /// Print the runtime cache's counters, and the object-store requests
+    /// by kind, to stderr afterwards.
+    #[arg(long, hide = true)]
+    pub stats: bool,
+}
+
+#[derive(Args)]
+pub struct Mutate {
+    #[command(flatten)]
+    pub input: QueryInput,
+    #[arg(long, default_value = "main")]
+    pub branch: String,
+    /// Only if the branch head is still this commit (exit code 4 if not).
+    #[arg(long = "if-commit", value_name = "COMMIT")]
+    pub if_commit: Option<String>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct Export {
+    #[command(flatten)]
+    pub graph: Graph,
+    #[arg(long, default_value = "main")]
+    pub branch: String,
+    #[arg(long, value_name = "COMMIT")]
+    pub commit: Option<String>,
+    #[arg(long, value_name = "N")]
+    pub version: Option<u64>,
+}
+
+#[derive(Args)]
+pub struct StressWriter {
+    #[command(flatten)]
+    pub graph: Graph,
+    /// Number of the first write.
+    #[arg(long, default_value_t = 0)]
+    pub start: u64,
+}
+
+#[derive(Subcommand)]
+pub enum BranchCmd {
+    Create {
+        name: String,
+        #[arg(long, default_value = "main")]
+        from: String,
+        #[command(flatten)]
+        graph: Graph,
+        #[arg(long)]
+        json: bool,
+    },
+    List {
+        #[command(flatten)]
+        graph: Graph,
+        #[arg(long)]
+        json: bool,
+    },
+    Delete {
+        name: String,
+        #[command(flatten)]
+        graph: Graph,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum CommitCmd {
+    List {
+        #[command(flatten)]
+        graph: Graph,
+        #[arg(long, default_value = "main")]
+        branch: String,
+        #[arg(long)]
+        limit: Option<usize>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub fn target(
+    branch: String,
+    commit: Option<String>,
+    version: Option<u64>,
+) -> Result<Target, OmniError> {
+    match (commit, version) {
+        (Some(_), Some(_)) => Err(OmniError::BadRequest(
+            "give --commit or --version, not both".into(),
+        )),
+        (Some(c), None) => Ok(Target::Commit(c)),
+        (None, Some(v)) => Ok(Target::Version { version: v, branch }),
+        (None, None) => Ok(Target::Branch(branch)),
+    }
+}
+
+/// Where a `query` or `mutate` finds its graph, its source and its
+/// parameters.
+#[derive(Args)]
+pub struct QueryInput {
+    #[arg(long = "store", value_name = "URI")]
+    store: Option<String>,
+    /// `[URI] [NAME]`: the graph (when --store is not given) and the
+    /// query's name (optional when the source holds one query).
+    #[arg(value_name = "URI_OR_NAME", num_args = 0..=2)]
+    positional: Vec<String>,
+    /// A .gq file holding the query.
+    #[arg(long = "query", value_name = "FILE")]
+    query_file: Option<PathBuf>,
+    /// The query text itself.
+    #[arg(short = 'e', long = "execute", value_name = "GQ")]
+    execute: Option<String>,
+    /// Parameters as a JSON object.
+    #[arg(long, value_name = "JSON")]
+    params: Option<String>,
+}
+
+/// The graph, the query source and its name, and the parameters.
+pub fn query_inputs(
+    input: QueryInput,
+) -> Result<(String, String, String, serde_json::Value), OmniError> {
+    let QueryInput {
+        store,
+        positional,
+        query_file,
+        execute,
+        params,
+    } = input;
+    let (uri, name) = match (store, positional.as_slice()) {
+        (Some(s), []) => (s, None),
+        (Some(s), [n]) => (s, Some(n.clone())),
+        (None, [u]) => (u.clone(), None),
+        (None, [u, n]) => (u.clone(), Some(n.clone())),
+        _ => {
+            return Err(OmniError::BadRequest(
+                "usage: omnigraph query|mutate (--store URI | URI) (--query FILE | -e GQ) [NAME]"
+                    .into(),
+            ));
+        }
+    };
+    let source = match (query_file, execute) {
+        (Some(f), None) => std::fs::read_to_string(&f)
+            .map_err(|e| OmniError::BadRequest(format!("cannot read {}: {e}", f.display())))?,
+        (None, Some(src)) => src,
+        _ => {
+            return Err(OmniError::BadRequest(
+                "give --query FILE or -e 'query ...'".into(),
+            ));
+        }
+    };
+    let name = match name {
+        Some(n) => n,
+        None => {
+            let file = omnigraph::compiler::query::parser::parse(&source)?;
+            match file.queries.as_slice() {
+                [one] => one.name.clone(),
+                many => {
+                    let names: Vec<&str> = many.iter().map(|q| q.name.as_str()).collect();
+                    return Err(OmniError::BadRequest(format!(
+                        "which query? name one of: {}",
+                        names.join(", ")
+                    )));
+                }
+            }
+        }
+    };
+    let params: serde_json::Value = match params {
+        Some(p) => serde_json::from_str(&p)
+            .map_err(|e| OmniError::BadRequest(format!("--params is not JSON: {e}")))?,
+        None => serde_json::Value::Null,
+    };
+    Ok((uri, source, name, params))
+}

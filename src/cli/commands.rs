@@ -1,0 +1,238 @@
+//! One function per command: open the graph the way the command needs
+//! (read-only for reads), do the one thing, close read-write handles, print.
+
+use std::io::Write;
+
+use omnigraph::{LoadMode, OmniError, Omnigraph, Target};
+use serde::Serialize;
+
+use super::args::{
+    BranchCmd, Cmd, CommitCmd, Export, Graph, Init, Load, Mutate, Query, Snapshot, StressWriter,
+    query_inputs, target,
+};
+use super::progress::Progress;
+use super::{demo, table};
+
+type Result<T> = std::result::Result<T, OmniError>;
+
+fn print_json<T: Serialize>(v: &T) {
+    println!("{}", serde_json::to_string_pretty(v).expect("serialisable"));
+}
+
+pub async fn run(cmd: Cmd) -> Result<()> {
+    match cmd {
+        Cmd::Init(a) => init(a).await,
+        Cmd::Load(a) => load(a).await,
+        Cmd::Branch { cmd } => match cmd {
+            BranchCmd::Create {
+                name,
+                from,
+                graph,
+                json,
+            } => branch_create(&name, &from, &graph, json).await,
+            BranchCmd::List { graph, json } => branch_list(&graph, json).await,
+            BranchCmd::Delete { name, graph, json } => branch_delete(&name, &graph, json).await,
+        },
+        Cmd::Snapshot(a) => snapshot(a).await,
+        Cmd::Query(a) => query(a).await,
+        Cmd::Mutate(a) => mutate(a).await,
+        Cmd::Commit {
+            cmd:
+                CommitCmd::List {
+                    graph,
+                    branch,
+                    limit,
+                    json,
+                },
+        } => commit_list(&graph, &branch, limit, json).await,
+        Cmd::Export(a) => export(a).await,
+        Cmd::StressWriter(a) => stress_writer(a).await,
+        Cmd::Demo { dir } => demo::run(dir).await,
+    }
+}
+
+async fn init(a: Init) -> Result<()> {
+    let src = std::fs::read_to_string(&a.schema).map_err(|e| {
+        OmniError::BadRequest(format!("cannot read schema {}: {e}", a.schema.display()))
+    })?;
+    let g = Omnigraph::init(a.graph.uri()?, &src).await?;
+    let snap = g.snapshot(&Target::main()).await;
+    let uri = g.uri().to_string();
+    g.close().await;
+    let snap = snap?;
+    if a.json {
+        print_json(&snap);
+    } else {
+        println!(
+            "initialised {} with {} types (commit {})",
+            uri,
+            snap.types.len(),
+            snap.head_commit
+        );
+    }
+    Ok(())
+}
+
+async fn load(a: Load) -> Result<()> {
+    let g = Omnigraph::open(a.graph.uri()?).await?;
+    let file = std::fs::File::open(&a.data)
+        .map_err(|e| OmniError::BadRequest(format!("cannot read {}: {e}", a.data.display())))?;
+    let total = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let progress = std::sync::Arc::new(Progress::new(total));
+    let p = progress.clone();
+    let reader = std::io::BufReader::with_capacity(1 << 20, file);
+    let result = g
+        .load_from(&a.branch, a.from.as_deref(), reader, a.mode, move |b| {
+            p.update(b)
+        })
+        .await;
+    progress.bar.finish_and_clear();
+    g.close().await;
+    let report = result?;
+    if a.json {
+        print_json(&report);
+    } else {
+        table::print_load(&report);
+    }
+    Ok(())
+}
+
+async fn branch_create(name: &str, from: &str, graph: &Graph, json: bool) -> Result<()> {
+    let g = Omnigraph::open(graph.uri()?).await?;
+    let b = g.branch_create(name, from).await;
+    g.close().await;
+    let b = b?;
+    if json {
+        print_json(&b);
+    } else {
+        println!(
+            "created branch {} from {} at commit {}",
+            b.name, from, b.head
+        );
+    }
+    Ok(())
+}
+
+async fn branch_list(graph: &Graph, json: bool) -> Result<()> {
+    let g = Omnigraph::open_read_only(graph.uri()?).await?;
+    let list = g.branch_list().await?;
+    if json {
+        print_json(&list);
+    } else {
+        table::print_branches(&list);
+    }
+    Ok(())
+}
+
+async fn branch_delete(name: &str, graph: &Graph, json: bool) -> Result<()> {
+    let g = Omnigraph::open(graph.uri()?).await?;
+    let r = g.branch_delete(name).await;
+    g.close().await;
+    r?;
+    if json {
+        print_json(&serde_json::json!({ "deleted": name }));
+    } else {
+        println!("deleted branch {name}");
+    }
+    Ok(())
+}
+
+async fn snapshot(a: Snapshot) -> Result<()> {
+    let g = Omnigraph::open_read_only(a.graph.uri()?).await?;
+    let snap = g.snapshot(&target(a.branch, a.commit, a.version)?).await?;
+    if a.json {
+        print_json(&snap);
+    } else {
+        table::print_snapshot(&snap);
+    }
+    Ok(())
+}
+
+async fn query(a: Query) -> Result<()> {
+    let (uri, source, name, params) = query_inputs(a.input)?;
+    let g = Omnigraph::open_read_only(&uri).await?;
+    let result = g
+        .query(
+            &target(a.branch, a.snapshot, a.version)?,
+            &source,
+            &name,
+            &params,
+        )
+        .await?;
+    match a.format {
+        omnigraph::exec::output::Format::Table => table::print_result(&result)?,
+        f => {
+            let mut out = std::io::BufWriter::new(std::io::stdout());
+            omnigraph::exec::output::write(&result, f, &mut out)?;
+            out.flush()?;
+        }
+    }
+    if a.stats {
+        eprintln!("{}", g.cache_stats());
+        eprintln!("object store: {}", g.requests());
+    }
+    Ok(())
+}
+
+async fn mutate(a: Mutate) -> Result<()> {
+    let (uri, source, name, params) = query_inputs(a.input)?;
+    let g = Omnigraph::open(&uri).await?;
+    let r = g
+        .mutate_if(&a.branch, &source, &name, &params, a.if_commit.as_deref())
+        .await;
+    g.close().await;
+    let r = r?;
+    if a.json {
+        print_json(&r);
+    } else {
+        println!(
+            "mutation {name} on {}: commit {} at graph version {}",
+            r.branch, r.commit, r.manifest_version
+        );
+        let mut rows = Vec::new();
+        for (t, n) in &r.nodes {
+            rows.push(vec![t.clone(), "node".into(), n.to_string()]);
+        }
+        for (t, n) in &r.edges {
+            rows.push(vec![t.clone(), "edge".into(), n.to_string()]);
+        }
+        table::table(&["type", "kind", "rows affected"], &rows);
+    }
+    Ok(())
+}
+
+async fn commit_list(graph: &Graph, branch: &str, limit: Option<usize>, json: bool) -> Result<()> {
+    let g = Omnigraph::open_read_only(graph.uri()?).await?;
+    let commits = g.commits(branch, limit).await?;
+    if json {
+        print_json(&commits);
+    } else {
+        table::print_commits(&commits);
+    }
+    Ok(())
+}
+
+async fn export(a: Export) -> Result<()> {
+    let g = Omnigraph::open_read_only(a.graph.uri()?).await?;
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, std::io::stdout());
+    g.export(&target(a.branch, a.commit, a.version)?, &mut out)
+        .await?;
+    out.flush()?;
+    Ok(())
+}
+
+async fn stress_writer(a: StressWriter) -> Result<()> {
+    let g = Omnigraph::open(a.graph.uri()?).await?;
+    let mut out = std::io::stdout();
+    for n in a.start.. {
+        // One write touches two node rows and an edge between them: a
+        // partial commit would show as a node without its partner.
+        let jsonl = format!(
+            "{{\"type\":\"Person\",\"data\":{{\"name\":\"p{n}\"}}}}\n{{\"type\":\"Person\",\"data\":{{\"name\":\"q{n}\"}}}}\n{{\"edge\":\"Knows\",\"from\":\"p{n}\",\"to\":\"q{n}\"}}"
+        );
+        g.load("main", &jsonl, LoadMode::Append).await?;
+        writeln!(out, "ACK {n}")?;
+        out.flush()?;
+    }
+    Ok(())
+}

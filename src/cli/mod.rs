@@ -1,0 +1,49 @@
+//! The `omnigraph` command line: arguments ([`args`]), one function per
+//! command ([`commands`]), human output ([`table`]), the load progress bar
+//! and the guided demo. Errors go to stderr as `error[Kind]: message` with
+//! an exit code per kind.
+
+mod args;
+mod commands;
+mod demo;
+mod progress;
+mod table;
+
+use clap::Parser;
+use omnigraph::OmniError;
+
+/// 2: the input is wrong (fix it); 4: a condition or another writer got in
+/// the way (retry); 1: anything else.
+fn exit_code(e: &OmniError) -> i32 {
+    match e {
+        OmniError::Parse { .. }
+        | OmniError::Schema { .. }
+        | OmniError::Type { .. }
+        | OmniError::BadRequest(_)
+        | OmniError::ReadOnly(_) => 2,
+        OmniError::ReadSetChanged
+        | OmniError::Contended { .. }
+        | OmniError::PreconditionFailed { .. } => 4,
+        _ => 1,
+    }
+}
+
+pub fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("OMNIGRAPH_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,lance=error")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = args::Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let result = runtime.block_on(commands::run(cli.cmd));
+    if let Err(e) = result {
+        eprintln!("error[{}]: {e}", e.kind());
+        std::process::exit(exit_code(&e));
+    }
+}
