@@ -19,23 +19,30 @@ fn print_json<T: Serialize>(v: &T) {
     println!("{}", serde_json::to_string_pretty(v).expect("serialisable"));
 }
 
+/// Run one command. Each command's future is boxed: together they are too
+/// deep for the compiler to lay out as one.
 pub async fn run(cmd: Cmd) -> Result<()> {
-    match cmd {
-        Cmd::Init(a) => init(a).await,
-        Cmd::Load(a) => load(a).await,
+    type Boxed<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>> + 'a>>;
+    let fut: Boxed = match cmd {
+        Cmd::Init(a) => Box::pin(init(a)),
+        Cmd::Load(a) => Box::pin(load(a)),
         Cmd::Branch { cmd } => match cmd {
             BranchCmd::Create {
                 name,
                 from,
                 graph,
                 json,
-            } => branch_create(&name, &from, &graph, json).await,
-            BranchCmd::List { graph, json } => branch_list(&graph, json).await,
-            BranchCmd::Delete { name, graph, json } => branch_delete(&name, &graph, json).await,
+            } => Box::pin(async move { branch_create(&name, &from, &graph, json).await }),
+            BranchCmd::List { graph, json } => {
+                Box::pin(async move { branch_list(&graph, json).await })
+            }
+            BranchCmd::Delete { name, graph, json } => {
+                Box::pin(async move { branch_delete(&name, &graph, json).await })
+            }
         },
-        Cmd::Snapshot(a) => snapshot(a).await,
-        Cmd::Query(a) => query(a).await,
-        Cmd::Mutate(a) => mutate(a).await,
+        Cmd::Snapshot(a) => Box::pin(snapshot(a)),
+        Cmd::Query(a) => Box::pin(query(a)),
+        Cmd::Mutate(a) => Box::pin(mutate(a)),
         Cmd::Commit {
             cmd:
                 CommitCmd::List {
@@ -44,11 +51,12 @@ pub async fn run(cmd: Cmd) -> Result<()> {
                     limit,
                     json,
                 },
-        } => commit_list(&graph, &branch, limit, json).await,
-        Cmd::Export(a) => export(a).await,
-        Cmd::StressWriter(a) => stress_writer(a).await,
-        Cmd::Demo { dir } => demo::run(dir).await,
-    }
+        } => Box::pin(async move { commit_list(&graph, &branch, limit, json).await }),
+        Cmd::Export(a) => Box::pin(export(a)),
+        Cmd::StressWriter(a) => Box::pin(stress_writer(a)),
+        Cmd::Demo { dir } => Box::pin(demo::run(dir)),
+    };
+    fut.await
 }
 
 async fn init(a: Init) -> Result<()> {
