@@ -107,10 +107,9 @@ pub struct Load {
     pub json: bool,
 }
 
+/// Which state of the graph a read command reads.
 #[derive(Args)]
-pub struct Snapshot {
-    #[command(flatten)]
-    pub graph: Graph,
+pub struct At {
     #[arg(long, default_value = "main")]
     pub branch: String,
     /// The state a commit published, instead of the branch head.
@@ -119,6 +118,20 @@ pub struct Snapshot {
     /// The branch as of a graph manifest version.
     #[arg(long, value_name = "N")]
     pub version: Option<u64>,
+}
+
+impl At {
+    pub fn target(self) -> Result<Target, OmniError> {
+        target(self.branch, self.commit, self.version)
+    }
+}
+
+#[derive(Args)]
+pub struct Snapshot {
+    #[command(flatten)]
+    pub graph: Graph,
+    #[command(flatten)]
+    pub at: At,
     #[arg(long)]
     pub json: bool,
 }
@@ -161,12 +174,8 @@ pub struct Mutate {
 pub struct Export {
     #[command(flatten)]
     pub graph: Graph,
-    #[arg(long, default_value = "main")]
-    pub branch: String,
-    #[arg(long, value_name = "COMMIT")]
-    pub commit: Option<String>,
-    #[arg(long, value_name = "N")]
-    pub version: Option<u64>,
+    #[command(flatten)]
+    pub at: At,
 }
 
 #[derive(Args)]

@@ -147,7 +147,7 @@ async fn branch_delete(name: &str, graph: &Graph, json: bool) -> Result<()> {
 
 async fn snapshot(a: Snapshot) -> Result<()> {
     let g = Omnigraph::open_read_only(a.graph.uri()?).await?;
-    let snap = g.snapshot(&target(a.branch, a.commit, a.version)?).await?;
+    let snap = g.snapshot(&a.at.target()?).await?;
     if a.json {
         print_json(&snap);
     } else {
@@ -223,8 +223,7 @@ async fn commit_list(graph: &Graph, branch: &str, limit: Option<usize>, json: bo
 async fn export(a: Export) -> Result<()> {
     let g = Omnigraph::open_read_only(a.graph.uri()?).await?;
     let mut out = std::io::BufWriter::with_capacity(1 << 20, std::io::stdout());
-    g.export(&target(a.branch, a.commit, a.version)?, &mut out)
-        .await?;
+    g.export(&a.at.target()?, &mut out).await?;
     out.flush()?;
     Ok(())
 }

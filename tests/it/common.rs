@@ -260,3 +260,21 @@ impl Untouched {
         );
     }
 }
+
+/// The names of every person on main, in order.
+pub async fn person_names(g: &Omnigraph) -> Vec<serde_json::Value> {
+    let r = g
+        .query(
+            &Target::main(),
+            "query q() { match { $p: Person } return { $p.name } order { $p.name } }",
+            "q",
+            &serde_json::Value::Null,
+        )
+        .await
+        .unwrap();
+    omnigraph::exec::output::rows(&r)
+        .unwrap()
+        .into_iter()
+        .map(|row| row.into_iter().next().expect("one column").1)
+        .collect()
+}

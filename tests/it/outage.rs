@@ -11,11 +11,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use omnigraph::{LoadMode, Omnigraph, Target};
+use omnigraph::{LoadMode, Omnigraph};
 use parking_lot::Mutex;
-use serde_json::{Value, json};
+use serde_json::json;
 
-use crate::common::{PEOPLE, Place, SCHEMA, assert_each_write_published_once, changes, stored};
+use crate::common::{
+    PEOPLE, Place, SCHEMA, assert_each_write_published_once, changes, person_names, stored,
+};
 
 /// The lease time of the writer processes: short, so that the cut-off
 /// writer's gates pass on quickly once the server is back.
@@ -227,25 +229,6 @@ fn load_through(proxy: &Proxy, place: &Place, uri: &str, name: &str) -> std::pro
     child.wait_with_output().unwrap()
 }
 
-/// Names of every person on main.
-async fn people(uri: &str) -> Vec<Value> {
-    let g = Omnigraph::open_read_only(uri).await.unwrap();
-    let r = g
-        .query(
-            &Target::main(),
-            "query q() { match { $p: Person } return { $p.name } order { $p.name } }",
-            "q",
-            &Value::Null,
-        )
-        .await
-        .unwrap();
-    omnigraph::exec::output::rows(&r)
-        .unwrap()
-        .into_iter()
-        .map(|row| row.into_iter().next().expect("one column").1)
-        .collect()
-}
-
 /// Stop the server right after the writer's request matching `trip`; the
 /// writer fails typed; after the restart a second writer recovers the
 /// interrupted write (forward if `rolled_forward`, else back) and commits.
@@ -278,7 +261,10 @@ async fn server_stopped_mid_write(trip: &str, rolled_forward: bool) {
         expected.push(json!("Cut"));
     }
     expected.sort_by_key(|v| v.as_str().unwrap().to_string());
-    assert_eq!(people(&uri).await, expected);
+    assert_eq!(
+        person_names(&Omnigraph::open_read_only(&uri).await.unwrap()).await,
+        expected
+    );
     assert!(stored(&uri, "_graph/recovery").await.is_empty());
 
     // The interrupted write was resolved once, and only its own commit
