@@ -15,6 +15,7 @@ use crate::compiler::schema;
 use crate::error::{OmniError, Result};
 use crate::exec::cache::{DEFAULT_LIMIT, RuntimeCache};
 use crate::exec::export;
+use crate::exec::params;
 use crate::exec::run::{self, QueryResult};
 use crate::storage::manifest::{CommitRecord, MAIN, validate_branch_name};
 use crate::storage::requests::{Counters, Requests, counted_session};
@@ -586,7 +587,7 @@ impl Omnigraph {
         let file = parser::parse(source)?;
         let decl = check::find(&file, name)?;
         let plan = mutation::check(&self.inner.graph.catalog, decl)?;
-        let values = run::bind(&plan.name, &plan.params, params)?;
+        let values = params::bind(&plan.name, &plan.params, params)?;
         let work = Arc::new(MutationWork::new(
             plan,
             values,
@@ -624,7 +625,7 @@ impl Omnigraph {
         let file = parser::parse(source)?;
         let decl = check::find(&file, name)?;
         let plan = check::check(&self.inner.graph.catalog, decl)?;
-        let values = run::bind_params(&plan, params)?;
+        let values = params::bind_params(&plan, params)?;
         let snap = self.resolve(target).await?;
         let ctx = run::Ctx {
             g: &self.inner.graph,

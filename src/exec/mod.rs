@@ -1,8 +1,17 @@
-//! Reads over one snapshot.
+//! Reads over one snapshot: [`run`] drives a plan's operators (one module
+//! each: [`scan`], [`traverse`], [`antijoin`]) over a frame of bindings,
+//! then [`project`]s, [`aggregate`]s, orders and limits the rows.
 
+mod aggregate;
+mod antijoin;
 pub mod cache;
 pub mod export;
 pub mod graph;
+mod order;
 pub mod output;
+pub mod params;
+mod project;
 pub mod run;
 pub mod scalar;
+mod scan;
+mod traverse;

@@ -1,0 +1,219 @@
+//! Aggregates: `count`, `sum`, `avg`, `min`, `max` per group, and the
+//! grouping of rows by their keys.
+
+use std::cmp::Ordering;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::compute::{concat, take};
+use arrow_array::{Array, ArrayRef, UInt32Array};
+use arrow_schema::DataType;
+
+use super::scalar::{S, cmp_s, s_at};
+use crate::compiler::query::ir::{AggFunc, Plan, RetExpr};
+use crate::error::Result;
+
+/// Aggregate state of one group for one aggregate column.
+#[derive(Clone)]
+pub(super) enum Acc2 {
+    Count(i64),
+    Sum {
+        int: i128,
+        float: f64,
+        any: bool,
+        is_float: bool,
+    },
+    Avg {
+        sum: f64,
+        n: i64,
+    },
+    MinMax {
+        best: Option<(ArrayRef, usize)>,
+        max: bool,
+    },
+}
+
+pub(super) fn new_acc(f: AggFunc, float: bool) -> Acc2 {
+    match f {
+        AggFunc::Count => Acc2::Count(0),
+        AggFunc::Sum => Acc2::Sum {
+            int: 0,
+            float: 0.0,
+            any: false,
+            is_float: float,
+        },
+        AggFunc::Avg => Acc2::Avg { sum: 0.0, n: 0 },
+        AggFunc::Min => Acc2::MinMax {
+            best: None,
+            max: false,
+        },
+        AggFunc::Max => Acc2::MinMax {
+            best: None,
+            max: true,
+        },
+    }
+}
+
+pub(super) fn is_float(a: &ArrayRef) -> bool {
+    matches!(a.data_type(), DataType::Float32 | DataType::Float64)
+}
+
+pub(super) fn update(acc: &mut Acc2, arr: Option<&ArrayRef>, row: usize) {
+    let Some(arr) = arr else {
+        if let Acc2::Count(c) = acc {
+            *c += 1;
+        }
+        return;
+    };
+    if arr.is_null(row) {
+        return;
+    }
+    match acc {
+        Acc2::Count(c) => *c += 1,
+        Acc2::Sum {
+            int, float, any, ..
+        } => {
+            *any = true;
+            match s_at(arr, row) {
+                S::I(i) => *int += i,
+                S::F(f) => *float += f,
+                _ => {}
+            }
+        }
+        Acc2::Avg { sum, n } => {
+            match s_at(arr, row) {
+                S::I(i) => *sum += i as f64,
+                S::F(f) => *sum += f,
+                _ => return,
+            }
+            *n += 1;
+        }
+        Acc2::MinMax { best, max } => {
+            let better = match best {
+                None => true,
+                Some((a, i)) => {
+                    let o = cmp_s(&s_at(arr, row), &s_at(a, *i));
+                    if *max {
+                        o == Some(Ordering::Greater)
+                    } else {
+                        o == Some(Ordering::Less)
+                    }
+                }
+            };
+            if better {
+                *best = Some((arr.clone(), row));
+            }
+        }
+    }
+}
+
+pub(super) fn finish_accs(accs: &[Acc2], template: Option<&ArrayRef>) -> Result<ArrayRef> {
+    use arrow_array::*;
+    let Some(first) = accs.first() else {
+        return Ok(new_null_array(&DataType::Int64, 0));
+    };
+    Ok(match first {
+        Acc2::Count(_) => Arc::new(Int64Array::from_iter_values(accs.iter().map(|a| match a {
+            Acc2::Count(c) => *c,
+            _ => 0,
+        }))),
+        Acc2::Sum { is_float, .. } => {
+            if *is_float {
+                Arc::new(Float64Array::from_iter(accs.iter().map(|a| match a {
+                    Acc2::Sum {
+                        float,
+                        int,
+                        any: true,
+                        ..
+                    } => Some(*float + *int as f64),
+                    _ => None,
+                })))
+            } else {
+                Arc::new(Int64Array::from_iter(accs.iter().map(|a| match a {
+                    Acc2::Sum { int, any: true, .. } => i64::try_from(*int).ok(),
+                    _ => None,
+                })))
+            }
+        }
+        Acc2::Avg { .. } => Arc::new(Float64Array::from_iter(accs.iter().map(|a| match a {
+            Acc2::Avg { sum, n } if *n > 0 => Some(*sum / *n as f64),
+            _ => None,
+        }))),
+        Acc2::MinMax { .. } => {
+            let dt = template
+                .map(|t| t.data_type().clone())
+                .unwrap_or(DataType::Utf8);
+            let parts: Vec<ArrayRef> = accs
+                .iter()
+                .map(|a| match a {
+                    Acc2::MinMax {
+                        best: Some((arr, i)),
+                        ..
+                    } => arr.slice(*i, 1),
+                    _ => new_null_array(&dt, 1),
+                })
+                .collect();
+            let refs: Vec<&dyn Array> = parts.iter().map(|a| a.as_ref()).collect();
+            concat(&refs)?
+        }
+    })
+}
+
+/// Group the rows by the non-aggregate return columns and compute every
+/// aggregate per group. `values` holds each return column's values (an
+/// aggregate's argument; `None` for `count(*)`) over `total_rows` rows.
+pub(super) fn aggregate(
+    plan: &Plan,
+    values: Vec<Option<ArrayRef>>,
+    total_rows: usize,
+) -> Result<Vec<ArrayRef>> {
+    // Group keys are the non-aggregate columns.
+    let mut key_cols: Vec<(usize, ArrayRef)> = Vec::new();
+    let mut agg_args: Vec<(usize, Option<ArrayRef>)> = Vec::new();
+    for (i, r) in plan.returns.iter().enumerate() {
+        match &r.expr {
+            RetExpr::Agg { .. } => agg_args.push((i, values[i].clone())),
+            _ => key_cols.push((i, values[i].clone().expect("a group key has values"))),
+        }
+    }
+    let mut groups: Vec<usize> = Vec::new(); // first row of each group
+    let mut group_of = vec![0usize; total_rows];
+    if key_cols.is_empty() {
+        groups.push(0);
+    } else {
+        let fields: Vec<arrow::row::SortField> = key_cols
+            .iter()
+            .map(|(_, a)| arrow::row::SortField::new(a.data_type().clone()))
+            .collect();
+        let conv = arrow::row::RowConverter::new(fields)?;
+        let arrays: Vec<ArrayRef> = key_cols.iter().map(|(_, a)| a.clone()).collect();
+        let rows = conv.convert_columns(&arrays)?;
+        let mut map: HashMap<arrow::row::Row<'_>, usize> = HashMap::new();
+        for (r, slot) in group_of.iter_mut().enumerate() {
+            *slot = *map.entry(rows.row(r)).or_insert_with(|| {
+                groups.push(r);
+                groups.len() - 1
+            });
+        }
+    }
+    let mut out_cols: Vec<Option<ArrayRef>> = vec![None; plan.returns.len()];
+    for (i, a) in &key_cols {
+        let idx = UInt32Array::from(groups.iter().map(|g| *g as u32).collect::<Vec<_>>());
+        out_cols[*i] = Some(take(a.as_ref(), &idx, None)?);
+    }
+    for (i, arg) in &agg_args {
+        let RetExpr::Agg { func, .. } = &plan.returns[*i].expr else {
+            unreachable!()
+        };
+        let float = arg.as_ref().is_some_and(is_float);
+        let mut accs = vec![new_acc(*func, float); groups.len()];
+        for r in 0..total_rows {
+            update(&mut accs[group_of[r]], arg.as_ref(), r);
+        }
+        out_cols[*i] = Some(finish_accs(&accs, arg.as_ref())?);
+    }
+    Ok(out_cols
+        .into_iter()
+        .map(|c| c.expect("every column computed"))
+        .collect())
+}

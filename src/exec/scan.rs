@@ -1,0 +1,227 @@
+//! Node scans and filters: a binding's candidates (an id lookup, a typed
+//! filter pushed into storage, or every node), single-variable predicates
+//! on candidates, and a filter over the frame's rows.
+
+use std::sync::Arc;
+
+use arrow_array::{Array, ArrayRef};
+use futures::TryStreamExt;
+
+use super::run::{Ctx, Frame, var_type};
+use super::scalar::{S, holds, s_at, s_of};
+use crate::compiler::catalog::ID;
+use crate::compiler::query::ast::CmpOp;
+use crate::compiler::query::ir::{Op, Plan, Pred, ValExpr, Value};
+use crate::error::Result;
+use crate::storage::scan::{self, Filter};
+use crate::storage::stage;
+
+impl Ctx<'_> {
+    pub(super) async fn scan_candidates(
+        &self,
+        type_name: &str,
+        filters: &[Pred],
+    ) -> Result<Vec<u32>> {
+        let t = self.def(type_name);
+        let ids = self.node_ids(type_name).await?;
+        let active: Vec<&Pred> = filters.iter().filter(|p| self.active(p)).collect();
+        // A key (or id) equality is a lookup, not a scan.
+        let key_eq = active.iter().position(|p| {
+            p.op == CmpOp::Eq
+                && match (&p.left, &p.right) {
+                    (ValExpr::Prop { prop, .. }, other) | (other, ValExpr::Prop { prop, .. }) => {
+                        t.key.len() == 1 && t.key[0] == *prop && self.const_of(other).is_some()
+                    }
+                    (ValExpr::Id { .. }, other) | (other, ValExpr::Id { .. }) => {
+                        self.const_of(other).is_some()
+                    }
+                    _ => false,
+                }
+        });
+        let (mut cands, rest): (Vec<u32>, Vec<Pred>) = if let Some(i) = key_eq {
+            let p = active[i];
+            let c = match (&p.left, &p.right) {
+                (ValExpr::Prop { .. } | ValExpr::Id { .. }, o) => self.const_of(o),
+                (o, _) => self.const_of(o),
+            };
+            let key = match c {
+                Some(Value::Str(s)) => Some(s),
+                Some(Value::Int(i)) => Some(i.to_string()),
+                Some(Value::UInt(u)) => Some(u.to_string()),
+                Some(Value::Bool(b)) => Some(b.to_string()),
+                Some(Value::Date(d)) => Some(d.to_string()),
+                Some(Value::DateTime(d)) => Some(d.to_string()),
+                _ => None,
+            };
+            let found = key.and_then(|k| ids.get(&k)).into_iter().collect();
+            let rest = active
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .map(|(_, p)| (*p).clone())
+                .collect();
+            (found, rest)
+        } else {
+            let pushed: Vec<Filter> = active.iter().filter_map(|p| pushdown(self, p)).collect();
+            if let Some(filter) = Filter::all(pushed) {
+                let rest = active
+                    .iter()
+                    .filter(|p| pushdown(self, p).is_none())
+                    .map(|p| (*p).clone())
+                    .collect();
+                let ds = self.g.read_table(self.snap, t).await?;
+                let mut found = Vec::new();
+                let mut stream = scan::stream(&ds, &[ID], Some(&filter), None, false).await?;
+                while let Some(b) = stream.try_next().await? {
+                    let a = stage::string_column(&b, ID)?;
+                    for i in 0..a.len() {
+                        if let Some(d) = ids.get(a.value(i)) {
+                            found.push(d);
+                        }
+                    }
+                }
+                found.sort_unstable();
+                (found, rest)
+            } else {
+                (
+                    (0..ids.len() as u32).collect(),
+                    active.into_iter().cloned().collect(),
+                )
+            }
+        };
+        cands = self.filter_candidates(type_name, &rest, cands).await?;
+        Ok(cands)
+    }
+
+    /// Evaluate single-variable predicates on candidate rows of one type.
+    pub(super) async fn filter_candidates(
+        &self,
+        type_name: &str,
+        preds: &[Pred],
+        mut cands: Vec<u32>,
+    ) -> Result<Vec<u32>> {
+        for p in preds.iter().filter(|p| self.active(p)) {
+            let l = self.side(type_name, &p.left).await?;
+            let r = self.side(type_name, &p.right).await?;
+            cands.retain(|&c| holds(p.op, &l.at(0, c), &r.at(0, c)));
+        }
+        Ok(cands)
+    }
+
+    pub(super) async fn side(&self, type_name: &str, e: &ValExpr) -> Result<Acc<'static>> {
+        Ok(match self.var_source(type_name, e).await? {
+            Some(arr) => Acc::Cand { arr },
+            None => Acc::Const(self.const_of(e).unwrap_or(Value::Null)),
+        })
+    }
+
+    pub(super) async fn acc<'f>(
+        &self,
+        plan: &Plan,
+        frame: &'f Frame,
+        e: &ValExpr,
+    ) -> Result<Acc<'f>> {
+        Ok(match e {
+            ValExpr::Prop { var, prop, .. } => Acc::Col {
+                arr: self.column(var_type(plan, *var), prop).await?,
+                idx: frame.cols[*var].as_deref().expect("bound"),
+            },
+            ValExpr::Id { var } => Acc::Col {
+                arr: Arc::new(self.node_or_edge_ids(var_type(plan, *var)).await?),
+                idx: frame.cols[*var].as_deref().expect("bound"),
+            },
+            other => Acc::Const(self.const_of(other).unwrap_or(Value::Null)),
+        })
+    }
+
+    /// `$x: T`: the cross product of the rows so far with the candidates.
+    pub(super) async fn node_scan(&self, plan: &Plan, op: &Op, frame: Frame) -> Result<Frame> {
+        let Op::NodeScan {
+            var,
+            type_name,
+            filters,
+        } = op
+        else {
+            unreachable!("node_scan runs Op::NodeScan")
+        };
+        let cands = self.scan_candidates(type_name, filters).await?;
+        // Cross product with the rows so far.
+        let mut out = Frame {
+            cols: vec![None; plan.vars.len()],
+            rows: frame.rows * cands.len(),
+        };
+        for (i, c) in frame.cols.iter().enumerate() {
+            if let Some(v) = c {
+                out.cols[i] = Some(
+                    v.iter()
+                        .flat_map(|x| std::iter::repeat_n(*x, cands.len()))
+                        .collect(),
+                );
+            }
+        }
+        out.cols[*var] = Some(
+            (0..frame.rows)
+                .flat_map(|_| cands.iter().copied())
+                .collect(),
+        );
+        Ok(out)
+    }
+
+    /// A filter over the frame's rows.
+    pub(super) async fn filter(&self, plan: &Plan, p: &Pred, frame: Frame) -> Result<Frame> {
+        if !self.active(p) {
+            return Ok(frame);
+        }
+        let l = self.acc(plan, &frame, &p.left).await?;
+        let r = self.acc(plan, &frame, &p.right).await?;
+        let keep: Vec<usize> = (0..frame.rows)
+            .filter(|&i| holds(p.op, &l.at(i, 0), &r.at(i, 0)))
+            .collect();
+        drop((l, r));
+        Ok(frame.take_rows(&keep))
+    }
+}
+
+/// A value source prepared for per-row reads.
+pub(super) enum Acc<'f> {
+    Col {
+        arr: ArrayRef,
+        idx: &'f [u32],
+    },
+    /// The single row a NodeScan/Expand candidate is (index given at read).
+    Cand {
+        arr: ArrayRef,
+    },
+    Const(Value),
+}
+
+impl Acc<'_> {
+    fn at(&self, row: usize, cand: u32) -> S<'_> {
+        match self {
+            Acc::Col { arr, idx } => s_at(arr, idx[row] as usize),
+            Acc::Cand { arr } => s_at(arr, cand as usize),
+            Acc::Const(v) => s_of(v),
+        }
+    }
+}
+
+/// A predicate as a typed Lance filter, when it is a property compared with
+/// a constant.
+pub(super) fn pushdown(ctx: &Ctx, p: &Pred) -> Option<Filter> {
+    let (prop, ty, value, op) = match (&p.left, &p.right) {
+        (ValExpr::Prop { prop, ty, .. }, other) => (prop, ty, ctx.const_of(other)?, p.op),
+        (other, ValExpr::Prop { prop, ty, .. }) => {
+            let flipped = match p.op {
+                CmpOp::Lt => CmpOp::Gt,
+                CmpOp::Le => CmpOp::Ge,
+                CmpOp::Gt => CmpOp::Lt,
+                CmpOp::Ge => CmpOp::Le,
+                CmpOp::Eq | CmpOp::Ne => p.op,
+                _ => return None,
+            };
+            (prop, ty, ctx.const_of(other)?, flipped)
+        }
+        _ => return None,
+    };
+    Filter::compare(prop, ty, op, &value)
+}
