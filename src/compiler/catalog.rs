@@ -150,6 +150,8 @@ pub enum Literal {
     Float(f64),
     Bool(bool),
     Ident(String),
+    /// `lo..hi`, either side open (`@range(age, 0..150)`, `@card(0..*)`).
+    Range(Option<Num>, Option<Num>),
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -187,8 +187,7 @@ impl<'a> Parser<'a> {
         }
     }
 
-    /// A literal, or a range `a..b` (either side optional, `*` for open),
-    /// which is kept as an identifier-literal `"a..b"` and parsed by the checker.
+    /// A literal, or a range `a..b` (either side optional, `*` for open).
     fn literal_or_range(&mut self) -> Result<Literal> {
         let start = self.c.pos();
         let lo = self.number()?;
@@ -198,12 +197,7 @@ impl<'a> Parser<'a> {
             } else {
                 self.number()?
             };
-            let text = format!(
-                "{}..{}",
-                lo.map(|n| n.to_string()).unwrap_or_default(),
-                hi.map(|n| n.to_string()).unwrap_or_default()
-            );
-            return Ok(Literal::Ident(format!("range:{text}")));
+            return Ok(Literal::Range(lo, hi));
         }
         match lo {
             Some(Num::Int(i)) => Ok(Literal::Int(i)),
@@ -406,21 +400,10 @@ fn str_arg(a: &Annotation, i: usize) -> Option<&str> {
 }
 
 fn parse_range(lit: Option<&Literal>) -> Option<(Option<Num>, Option<Num>)> {
-    let Some(Literal::Ident(s)) = lit else {
-        return None;
-    };
-    let text = s.strip_prefix("range:")?;
-    let (lo, hi) = text.split_once("..")?;
-    let num = |t: &str| -> Option<Option<Num>> {
-        if t.is_empty() {
-            return Some(None);
-        }
-        if let Ok(i) = t.parse::<i64>() {
-            return Some(Some(Num::Int(i)));
-        }
-        t.parse::<f64>().ok().map(|f| Some(Num::Float(f)))
-    };
-    Some((num(lo)?, num(hi)?))
+    match lit {
+        Some(Literal::Range(lo, hi)) => Some((*lo, *hi)),
+        _ => None,
+    }
 }
 
 const KNOWN_PROP_ANNOTATIONS: &[&str] = &["key", "unique", "index", "range", "check", "embed"];
