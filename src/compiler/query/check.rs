@@ -429,189 +429,8 @@ impl<'a> Checker<'a> {
         let outer_vars = self.vars.len();
         for c in clauses {
             match c {
-                Clause::Binding {
-                    var,
-                    type_name,
-                    props,
-                    pos,
-                } => {
-                    let interface = self.catalog.interfaces.iter().any(|i| &i.name == type_name);
-                    let node_type = match self.choice.get(var) {
-                        Some(concrete) if interface => concrete,
-                        None if interface => {
-                            return Err(type_error(
-                                Code::Unsupported,
-                                *pos,
-                                format!(
-                                    "binding an interface ({type_name}) inside not {{ }} is not supported yet: bind a node type there"
-                                ),
-                            ));
-                        }
-                        _ => type_name,
-                    };
-                    let Some(t) = self.catalog.node(node_type) else {
-                        let what = if self.catalog.edge(type_name).is_some() {
-                            "an edge type; bind nodes, traverse edges"
-                        } else {
-                            "not a node type of the schema"
-                        };
-                        return Err(type_error(
-                            Code::UnknownType,
-                            *pos,
-                            format!("{type_name} is {what}"),
-                        ));
-                    };
-                    let (v, fresh) = self.bind_node(var, &t.name, *pos)?;
-                    if interface {
-                        self.vars[v].interface = Some(type_name.clone());
-                    }
-                    for (prop, value) in props {
-                        let left = Expr::Prop {
-                            var: var.clone(),
-                            prop: prop.clone(),
-                            pos: *pos,
-                        };
-                        if var == "_" {
-                            return Err(type_error(
-                                Code::UnknownVariable,
-                                *pos,
-                                "$_ cannot carry property filters",
-                            ));
-                        }
-                        filters.push((self.pred(&left, CmpOp::Eq, value, *pos)?, *pos));
-                    }
-                    if fresh {
-                        ops.push(Op::NodeScan {
-                            var: v,
-                            type_name: t.name.clone(),
-                            filters: Vec::new(),
-                        });
-                    }
-                }
-                Clause::Traverse {
-                    from,
-                    edge,
-                    edge_var,
-                    to,
-                    min,
-                    max,
-                    undirected,
-                    pos,
-                } => {
-                    let Some(e) = edge_by_word(self.catalog, edge) else {
-                        return Err(type_error(
-                            Code::UnknownEdge,
-                            *pos,
-                            format!("no edge type is traversed as '{edge}'"),
-                        ));
-                    };
-                    let (ef, et) = e.endpoints().expect("edge");
-                    if *undirected && ef != et {
-                        return Err(type_error(
-                            Code::UndirectedMixedEndpoints,
-                            *pos,
-                            format!("<{edge}> is undirected, but {} goes {ef} -> {et}", e.name),
-                        ));
-                    }
-                    if edge_var.is_some() && (*min, *max) != (1, Some(1)) {
-                        return Err(type_error(
-                            Code::EdgeBindingMultiHop,
-                            *pos,
-                            "an edge binding ($w:edge) cannot have hop bounds",
-                        ));
-                    }
-                    let check_end = |s: &Self, name: &str, want: &str| -> Result<()> {
-                        if name == "_" {
-                            return Ok(());
-                        }
-                        if let Some(&i) = s.names.get(name) {
-                            match &s.vars[i].kind {
-                                VarKind::Node(t) if t == want => {}
-                                VarKind::Node(t) => {
-                                    return Err(type_error(
-                                        Code::EdgeDirection,
-                                        *pos,
-                                        format!(
-                                            "{} goes {ef} -> {et}, but ${name} is a {t}",
-                                            e.name
-                                        ),
-                                    ));
-                                }
-                                VarKind::Edge(_) => {
-                                    return Err(type_error(
-                                        Code::VariableTypeClash,
-                                        *pos,
-                                        format!("${name} is an edge"),
-                                    ));
-                                }
-                            }
-                        }
-                        Ok(())
-                    };
-                    check_end(self, from, ef)?;
-                    check_end(self, to, et)?;
-                    let from_bound = from != "_" && self.names.contains_key(from);
-                    let to_bound = to != "_" && self.names.contains_key(to);
-                    // Start from whichever end is bound (prefer `from`).
-                    let (start, end, dir, start_ty, end_ty) =
-                        if !from_bound && to_bound && !*undirected {
-                            (to, from, Dir::In, et, ef)
-                        } else {
-                            (
-                                from,
-                                to,
-                                if *undirected { Dir::Both } else { Dir::Out },
-                                ef,
-                                et,
-                            )
-                        };
-                    let (sv, fresh_start) = self.bind_node(start, start_ty, *pos)?;
-                    if fresh_start {
-                        ops.push(Op::NodeScan {
-                            var: sv,
-                            type_name: start_ty.to_string(),
-                            filters: Vec::new(),
-                        });
-                    }
-                    let (tv, fresh_end) = self.bind_node(end, end_ty, *pos)?;
-                    match edge_var {
-                        None => ops.push(Op::Expand {
-                            from: sv,
-                            edge: e.name.clone(),
-                            dir,
-                            to: tv,
-                            to_bound: !fresh_end,
-                            min: *min,
-                            max: *max,
-                            to_filters: Vec::new(),
-                        }),
-                        Some(w) => {
-                            if self.names.contains_key(w) {
-                                return Err(type_error(
-                                    Code::VariableTypeClash,
-                                    *pos,
-                                    format!("${w} is already bound"),
-                                ));
-                            }
-                            self.vars.push(VarInfo {
-                                name: w.clone(),
-                                kind: VarKind::Edge(e.name.clone()),
-                                interface: None,
-                            });
-                            let wv = self.vars.len() - 1;
-                            self.names.insert(w.clone(), wv);
-                            ops.push(Op::ExpandEdge {
-                                from: sv,
-                                edge_var: wv,
-                                edge: e.name.clone(),
-                                dir,
-                                to: tv,
-                                to_bound: !fresh_end,
-                                to_filters: Vec::new(),
-                            });
-                        }
-                    }
-                }
+                Clause::Binding { .. } => self.binding(c, &mut ops, &mut filters)?,
+                Clause::Traverse { .. } => self.traverse(c, &mut ops)?,
                 Clause::Filter {
                     left,
                     op,
@@ -631,49 +450,208 @@ impl<'a> Checker<'a> {
                 }
             }
         }
-        // Push each filter onto the operator that introduces its variable(s).
-        for (p, _) in filters {
-            let vars = p.vars();
-            let introduced_at = |v: usize| -> Option<usize> {
-                ops.iter().position(|op| match op {
-                    Op::NodeScan { var, .. } => *var == v,
-                    Op::Expand {
-                        to,
-                        to_bound: false,
-                        ..
-                    } => *to == v,
-                    Op::ExpandEdge {
-                        to,
-                        edge_var,
-                        to_bound,
-                        ..
-                    } => (*to == v && !to_bound) || *edge_var == v,
-                    _ => false,
-                })
+        place_filters(&mut ops, filters, outer_vars);
+        Ok(ops)
+    }
+
+    /// `$x: Type { prop: value, ... }`: bind (or check) the variable, scan
+    /// it if it is new, and keep its property filters.
+    fn binding(
+        &mut self,
+        c: &Clause,
+        ops: &mut Vec<Op>,
+        filters: &mut Vec<(Pred, Pos)>,
+    ) -> Result<()> {
+        let Clause::Binding {
+            var,
+            type_name,
+            props,
+            pos,
+        } = c
+        else {
+            unreachable!("binding checks Clause::Binding")
+        };
+        let interface = self.catalog.interfaces.iter().any(|i| &i.name == type_name);
+        let node_type = match self.choice.get(var) {
+            Some(concrete) if interface => concrete,
+            None if interface => {
+                return Err(type_error(
+                    Code::Unsupported,
+                    *pos,
+                    format!(
+                        "binding an interface ({type_name}) inside not {{ }} is not supported yet: bind a node type there"
+                    ),
+                ));
+            }
+            _ => type_name,
+        };
+        let Some(t) = self.catalog.node(node_type) else {
+            let what = if self.catalog.edge(type_name).is_some() {
+                "an edge type; bind nodes, traverse edges"
+            } else {
+                "not a node type of the schema"
             };
-            match vars.as_slice() {
-                [v] if *v >= outer_vars => {
-                    let at = introduced_at(*v).expect("a variable is introduced before use");
-                    match &mut ops[at] {
-                        Op::NodeScan { filters, .. } => filters.push(p),
-                        Op::Expand { to_filters, .. } => to_filters.push(p),
-                        Op::ExpandEdge { to, to_filters, .. } if *to == *v => to_filters.push(p),
-                        _ => ops.insert(at + 1, Op::Filter(p)),
+            return Err(type_error(
+                Code::UnknownType,
+                *pos,
+                format!("{type_name} is {what}"),
+            ));
+        };
+        let (v, fresh) = self.bind_node(var, &t.name, *pos)?;
+        if interface {
+            self.vars[v].interface = Some(type_name.clone());
+        }
+        for (prop, value) in props {
+            let left = Expr::Prop {
+                var: var.clone(),
+                prop: prop.clone(),
+                pos: *pos,
+            };
+            if var == "_" {
+                return Err(type_error(
+                    Code::UnknownVariable,
+                    *pos,
+                    "$_ cannot carry property filters",
+                ));
+            }
+            filters.push((self.pred(&left, CmpOp::Eq, value, *pos)?, *pos));
+        }
+        if fresh {
+            ops.push(Op::NodeScan {
+                var: v,
+                type_name: t.name.clone(),
+                filters: Vec::new(),
+            });
+        }
+        Ok(())
+    }
+
+    /// `$a edge $b` and its forms: check the ends against the edge, bind
+    /// them, and expand from whichever end is bound.
+    fn traverse(&mut self, c: &Clause, ops: &mut Vec<Op>) -> Result<()> {
+        let Clause::Traverse {
+            from,
+            edge,
+            edge_var,
+            to,
+            min,
+            max,
+            undirected,
+            pos,
+        } = c
+        else {
+            unreachable!("traverse checks Clause::Traverse")
+        };
+        let Some(e) = edge_by_word(self.catalog, edge) else {
+            return Err(type_error(
+                Code::UnknownEdge,
+                *pos,
+                format!("no edge type is traversed as '{edge}'"),
+            ));
+        };
+        let (ef, et) = e.endpoints().expect("edge");
+        if *undirected && ef != et {
+            return Err(type_error(
+                Code::UndirectedMixedEndpoints,
+                *pos,
+                format!("<{edge}> is undirected, but {} goes {ef} -> {et}", e.name),
+            ));
+        }
+        if edge_var.is_some() && (*min, *max) != (1, Some(1)) {
+            return Err(type_error(
+                Code::EdgeBindingMultiHop,
+                *pos,
+                "an edge binding ($w:edge) cannot have hop bounds",
+            ));
+        }
+        let check_end = |s: &Self, name: &str, want: &str| -> Result<()> {
+            if name == "_" {
+                return Ok(());
+            }
+            if let Some(&i) = s.names.get(name) {
+                match &s.vars[i].kind {
+                    VarKind::Node(t) if t == want => {}
+                    VarKind::Node(t) => {
+                        return Err(type_error(
+                            Code::EdgeDirection,
+                            *pos,
+                            format!("{} goes {ef} -> {et}, but ${name} is a {t}", e.name),
+                        ));
+                    }
+                    VarKind::Edge(_) => {
+                        return Err(type_error(
+                            Code::VariableTypeClash,
+                            *pos,
+                            format!("${name} is an edge"),
+                        ));
                     }
                 }
-                _ => {
-                    // After every variable it reads is bound (outer ones already are).
-                    let at = vars
-                        .iter()
-                        .filter(|v| **v >= outer_vars)
-                        .filter_map(|v| introduced_at(*v))
-                        .max()
-                        .map_or(0, |i| i + 1);
-                    ops.insert(at, Op::Filter(p));
+            }
+            Ok(())
+        };
+        check_end(self, from, ef)?;
+        check_end(self, to, et)?;
+        let from_bound = from != "_" && self.names.contains_key(from);
+        let to_bound = to != "_" && self.names.contains_key(to);
+        // Start from whichever end is bound (prefer `from`).
+        let (start, end, dir, start_ty, end_ty) = if !from_bound && to_bound && !*undirected {
+            (to, from, Dir::In, et, ef)
+        } else {
+            (
+                from,
+                to,
+                if *undirected { Dir::Both } else { Dir::Out },
+                ef,
+                et,
+            )
+        };
+        let (sv, fresh_start) = self.bind_node(start, start_ty, *pos)?;
+        if fresh_start {
+            ops.push(Op::NodeScan {
+                var: sv,
+                type_name: start_ty.to_string(),
+                filters: Vec::new(),
+            });
+        }
+        let (tv, fresh_end) = self.bind_node(end, end_ty, *pos)?;
+        match edge_var {
+            None => ops.push(Op::Expand {
+                from: sv,
+                edge: e.name.clone(),
+                dir,
+                to: tv,
+                to_bound: !fresh_end,
+                min: *min,
+                max: *max,
+                to_filters: Vec::new(),
+            }),
+            Some(w) => {
+                if self.names.contains_key(w) {
+                    return Err(type_error(
+                        Code::VariableTypeClash,
+                        *pos,
+                        format!("${w} is already bound"),
+                    ));
                 }
+                self.vars.push(VarInfo {
+                    name: w.clone(),
+                    kind: VarKind::Edge(e.name.clone()),
+                    interface: None,
+                });
+                let wv = self.vars.len() - 1;
+                self.names.insert(w.clone(), wv);
+                ops.push(Op::ExpandEdge {
+                    from: sv,
+                    edge_var: wv,
+                    edge: e.name.clone(),
+                    dir,
+                    to: tv,
+                    to_bound: !fresh_end,
+                    to_filters: Vec::new(),
+                });
             }
         }
-        Ok(ops)
+        Ok(())
     }
 
     fn agg_func(name: &str) -> Option<ir::AggFunc> {
@@ -790,6 +768,53 @@ impl<'a> Checker<'a> {
 }
 
 /// Type-check and lower one read query.
+/// Push each filter onto the operator that introduces its variable(s), or
+/// after every operator that binds what it reads (outer variables, of an
+/// enclosing pattern, are bound already).
+fn place_filters(ops: &mut Vec<Op>, filters: Vec<(Pred, Pos)>, outer_vars: usize) {
+    for (p, _) in filters {
+        let vars = p.vars();
+        let introduced_at = |v: usize| -> Option<usize> {
+            ops.iter().position(|op| match op {
+                Op::NodeScan { var, .. } => *var == v,
+                Op::Expand {
+                    to,
+                    to_bound: false,
+                    ..
+                } => *to == v,
+                Op::ExpandEdge {
+                    to,
+                    edge_var,
+                    to_bound,
+                    ..
+                } => (*to == v && !to_bound) || *edge_var == v,
+                _ => false,
+            })
+        };
+        match vars.as_slice() {
+            [v] if *v >= outer_vars => {
+                let at = introduced_at(*v).expect("a variable is introduced before use");
+                match &mut ops[at] {
+                    Op::NodeScan { filters, .. } => filters.push(p),
+                    Op::Expand { to_filters, .. } => to_filters.push(p),
+                    Op::ExpandEdge { to, to_filters, .. } if *to == *v => to_filters.push(p),
+                    _ => ops.insert(at + 1, Op::Filter(p)),
+                }
+            }
+            _ => {
+                // After every variable it reads is bound (outer ones already are).
+                let at = vars
+                    .iter()
+                    .filter(|v| **v >= outer_vars)
+                    .filter_map(|v| introduced_at(*v))
+                    .max()
+                    .map_or(0, |i| i + 1);
+                ops.insert(at, Op::Filter(p));
+            }
+        }
+    }
+}
+
 /// Most arms a query binding interfaces may have (the product of the
 /// implementor counts of its interface-bound variables).
 pub const MAX_INTERFACE_ARMS: usize = 64;
