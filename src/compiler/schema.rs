@@ -408,6 +408,118 @@ fn parse_range(lit: Option<&Literal>) -> Option<(Option<Num>, Option<Num>)> {
 
 const KNOWN_PROP_ANNOTATIONS: &[&str] = &["key", "unique", "index", "range", "check", "embed"];
 
+/// A property's annotation as the type constraint it stands for
+/// (`email: String @unique` is `@unique(email)`); `None` for the ones that
+/// stay on the property (`@embed`).
+fn as_constraint(prop: &str, a: &Annotation) -> Option<Annotation> {
+    let mut args = vec![Literal::Ident(prop.to_string())];
+    match a.name.as_str() {
+        "key" | "unique" | "index" => {}
+        "range" | "check" => args.extend(a.args.clone()),
+        _ => return None,
+    }
+    Some(Annotation {
+        name: a.name.clone(),
+        args,
+        kwargs: vec![],
+    })
+}
+
+/// `@card(min..max)`: counts, max (if any) not below min.
+fn cardinality(a: &Annotation, pos: Pos) -> Result<Cardinality> {
+    let Some((lo, hi)) = parse_range(a.args.first()) else {
+        return Err(err(pos, "@card takes a range such as 0..1, 1.. or 0..*"));
+    };
+    let as_count = |n: Option<Num>| -> Result<Option<u64>> {
+        match n {
+            None => Ok(None),
+            Some(Num::Int(i)) if i >= 0 => Ok(Some(i as u64)),
+            Some(other) => Err(err(pos, format!("@card bounds are counts, not {other}"))),
+        }
+    };
+    let min = as_count(lo)?.unwrap_or(0);
+    let max = as_count(hi)?;
+    if let Some(m) = max
+        && m < min
+    {
+        return Err(err(pos, format!("@card({min}..{m}) has max below min")));
+    }
+    Ok(Cardinality { min, max })
+}
+
+/// What a node or edge declaration is before its own body: its kind, and
+/// the properties and constraints it inherits from its interfaces.
+struct Shape {
+    kind: TypeKind,
+    inherited: Vec<PropDef>,
+    constraints: Vec<(Annotation, Pos)>,
+    is_edge: bool,
+}
+
+fn kind_of(
+    d: &RawDecl,
+    interfaces: &[InterfaceDef],
+    iface_constraints: &[(String, Vec<(Annotation, Pos)>)],
+    node_names: &BTreeSet<&str>,
+) -> Result<Shape> {
+    Ok(match &d.kind {
+        RawDeclKind::Interface => unreachable!("interfaces are not types"),
+        RawDeclKind::Node { implements } => {
+            let mut inherited: Vec<PropDef> = Vec::new();
+            let mut constraints = Vec::new();
+            for (iname, ipos) in implements {
+                let Some(iface) = interfaces.iter().find(|i| &i.name == iname) else {
+                    return Err(err(
+                        *ipos,
+                        format!("node {} implements unknown interface '{iname}'", d.name),
+                    ));
+                };
+                for p in &iface.properties {
+                    if inherited.iter().any(|q| q.name == p.name) {
+                        return Err(err(
+                            *ipos,
+                            format!(
+                                "property '{}' comes from two interfaces of node {}",
+                                p.name, d.name
+                            ),
+                        ));
+                    }
+                    inherited.push(p.clone());
+                }
+                if let Some((_, c)) = iface_constraints.iter().find(|(n, _)| n == iname) {
+                    constraints.extend(c.clone());
+                }
+            }
+            Shape {
+                kind: TypeKind::Node,
+                inherited,
+                constraints,
+                is_edge: false,
+            }
+        }
+        RawDeclKind::Edge { from, to } => {
+            for (n, p) in [from, to] {
+                if !node_names.contains(n.as_str()) {
+                    return Err(err(
+                        *p,
+                        format!("edge {} refers to unknown node type '{n}'", d.name),
+                    ));
+                }
+            }
+            Shape {
+                kind: TypeKind::Edge {
+                    from: from.0.clone(),
+                    to: to.0.clone(),
+                    card: Cardinality::default(),
+                },
+                inherited: Vec::new(),
+                constraints: Vec::new(),
+                is_edge: true,
+            }
+        }
+    })
+}
+
 fn check(src: &str, decls: Vec<RawDecl>) -> Result<Catalog> {
     let _ = src;
     // Names: unique across all declarations, upper-case types.
@@ -455,57 +567,15 @@ fn check(src: &str, decls: Vec<RawDecl>) -> Result<Catalog> {
     let mut types = Vec::new();
     let mut next_id = 1u32;
     for d in &decls {
-        let (kind, inherited, mut constraints, is_edge) = match &d.kind {
-            RawDeclKind::Interface => continue,
-            RawDeclKind::Node { implements } => {
-                let mut inherited: Vec<PropDef> = Vec::new();
-                let mut constraints = Vec::new();
-                for (iname, ipos) in implements {
-                    let Some(iface) = interfaces.iter().find(|i| &i.name == iname) else {
-                        return Err(err(
-                            *ipos,
-                            format!("node {} implements unknown interface '{iname}'", d.name),
-                        ));
-                    };
-                    for p in &iface.properties {
-                        if inherited.iter().any(|q| q.name == p.name) {
-                            return Err(err(
-                                *ipos,
-                                format!(
-                                    "property '{}' comes from two interfaces of node {}",
-                                    p.name, d.name
-                                ),
-                            ));
-                        }
-                        inherited.push(p.clone());
-                    }
-                    if let Some((_, c)) = iface_constraints.iter().find(|(n, _)| n == iname) {
-                        constraints.extend(c.clone());
-                    }
-                }
-                (TypeKind::Node, inherited, constraints, false)
-            }
-            RawDeclKind::Edge { from, to } => {
-                for (n, p) in [from, to] {
-                    if !node_names.contains(n.as_str()) {
-                        return Err(err(
-                            *p,
-                            format!("edge {} refers to unknown node type '{n}'", d.name),
-                        ));
-                    }
-                }
-                (
-                    TypeKind::Edge {
-                        from: from.0.clone(),
-                        to: to.0.clone(),
-                        card: Cardinality::default(),
-                    },
-                    Vec::new(),
-                    Vec::new(),
-                    true,
-                )
-            }
-        };
+        if matches!(d.kind, RawDeclKind::Interface) {
+            continue;
+        }
+        let Shape {
+            kind,
+            inherited,
+            mut constraints,
+            is_edge,
+        } = kind_of(d, &interfaces, &iface_constraints, &node_names)?;
         let mut props = check_props(&d.name, &d.props, &inherited)?;
         let mut all_props = inherited.clone();
         all_props.append(&mut props);
@@ -541,93 +611,26 @@ fn check(src: &str, decls: Vec<RawDecl>) -> Result<Catalog> {
                         format!("@card is only for edges, not node {}", d.name),
                     ));
                 };
-                let Some((lo, hi)) = parse_range(a.args.first()) else {
-                    return Err(err(*pos, "@card takes a range such as 0..1, 1.. or 0..*"));
-                };
-                let as_count = |n: Option<Num>| -> Result<Option<u64>> {
-                    match n {
-                        None => Ok(None),
-                        Some(Num::Int(i)) if i >= 0 => Ok(Some(i as u64)),
-                        Some(other) => {
-                            Err(err(*pos, format!("@card bounds are counts, not {other}")))
-                        }
-                    }
-                };
-                let min = as_count(lo)?.unwrap_or(0);
-                let max = as_count(hi)?;
-                if max.is_some_and(|m| m < min) {
-                    return Err(err(
-                        *pos,
-                        format!("@card({min}..{}) has max below min", max.unwrap()),
-                    ));
-                }
-                *card = Cardinality { min, max };
+                *card = cardinality(a, *pos)?;
             } else {
                 t.annotations.push(a.clone());
             }
         }
 
-        // Property-level constraints become type constraints.
-        for rp in &d.props {
-            for (a, pos) in &rp.annotations {
-                match a.name.as_str() {
-                    "key" => constraints.push((
-                        Annotation {
-                            name: "key".into(),
-                            args: vec![Literal::Ident(rp.name.clone())],
-                            kwargs: vec![],
-                        },
-                        *pos,
-                    )),
-                    "unique" | "index" => constraints.push((
-                        Annotation {
-                            name: a.name.clone(),
-                            args: vec![Literal::Ident(rp.name.clone())],
-                            kwargs: vec![],
-                        },
-                        *pos,
-                    )),
-                    "range" | "check" => {
-                        let mut args = vec![Literal::Ident(rp.name.clone())];
-                        args.extend(a.args.clone());
-                        constraints.push((
-                            Annotation {
-                                name: a.name.clone(),
-                                args,
-                                kwargs: vec![],
-                            },
-                            *pos,
-                        ));
-                    }
-                    _ => {}
-                }
-            }
-        }
-        // Interface property annotations (e.g. `name: String @key`) apply too.
+        // Property-level constraints become type constraints: the node's
+        // own, then its interfaces' (e.g. `name: String @key`).
+        let mut owned: Vec<&RawProp> = d.props.iter().collect();
         if let RawDeclKind::Node { implements } = &d.kind {
             for (iname, _) in implements {
                 if let Some(idecl) = decls.iter().find(|x| &x.name == iname) {
-                    for rp in &idecl.props {
-                        for (a, pos) in &rp.annotations {
-                            if matches!(
-                                a.name.as_str(),
-                                "key" | "unique" | "index" | "range" | "check"
-                            ) {
-                                let mut args = vec![Literal::Ident(rp.name.clone())];
-                                if matches!(a.name.as_str(), "range" | "check") {
-                                    args.extend(a.args.clone());
-                                }
-                                constraints.push((
-                                    Annotation {
-                                        name: a.name.clone(),
-                                        args,
-                                        kwargs: vec![],
-                                    },
-                                    *pos,
-                                ));
-                            }
-                        }
-                    }
+                    owned.extend(&idecl.props);
+                }
+            }
+        }
+        for rp in owned {
+            for (a, pos) in &rp.annotations {
+                if let Some(c) = as_constraint(&rp.name, a) {
+                    constraints.push((c, *pos));
                 }
             }
         }
