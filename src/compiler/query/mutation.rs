@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use super::ast::{Body, Expr, Predicate, QueryDecl, Statement};
+use super::ast::{Assignment, Body, Expr, Predicate, QueryDecl, Statement};
 use super::check::{Checker, Code, declare_params, type_error};
 use super::ir::{MutStmt, MutationPlan, Pred, ValExpr};
 use crate::compiler::catalog::{Catalog, ID, PropType, TypeDef};
@@ -38,78 +38,19 @@ pub fn check(catalog: &Catalog, q: &QueryDecl) -> Result<MutationPlan> {
         )));
     }
     let mut out = Vec::new();
-    let mut strict = destructive;
     for s in stmts {
         out.push(match s {
             Statement::Insert {
                 type_name,
                 values,
                 pos,
-            } => {
-                let (t, c) = target(catalog, &params, type_name, *pos)?;
-                let mut map = BTreeMap::new();
-                for a in values {
-                    settable(t, &a.prop, a.pos)?;
-                    if map.insert(a.prop.clone(), value(&c, &a.value)?).is_some() {
-                        return Err(type_error(
-                            Code::UnknownProperty,
-                            a.pos,
-                            format!("'{}' is given twice", a.prop),
-                        ));
-                    }
-                }
-                if t.is_edge() && !(map.contains_key("from") && map.contains_key("to")) {
-                    return Err(type_error(
-                        Code::UnknownProperty,
-                        *pos,
-                        format!("inserting a {} edge needs from: and to:", t.name),
-                    ));
-                }
-                MutStmt::Insert {
-                    ty: t.name.clone(),
-                    values: map,
-                }
-            }
+            } => insert(catalog, &params, type_name, values, *pos)?,
             Statement::Update {
                 type_name,
                 set,
                 filter,
                 pos,
-            } => {
-                strict = true;
-                let (t, c) = target(catalog, &params, type_name, *pos)?;
-                let mut map = BTreeMap::new();
-                for a in set {
-                    settable(t, &a.prop, a.pos)?;
-                    if a.prop == ID || a.prop == "from" || a.prop == "to" || t.key.contains(&a.prop)
-                    {
-                        return Err(type_error(
-                            Code::IdentityUpdate,
-                            a.pos,
-                            format!(
-                                "{}.{} identifies the row and cannot be changed by update",
-                                t.name, a.prop
-                            ),
-                        ));
-                    }
-                    map.insert(a.prop.clone(), value(&c, &a.value)?);
-                }
-                if t.properties.iter().any(|p| p.ty == PropType::Blob) {
-                    return Err(type_error(
-                        Code::Unsupported,
-                        *pos,
-                        format!(
-                            "updating {} (a type with Blob properties) is not supported yet",
-                            t.name
-                        ),
-                    ));
-                }
-                MutStmt::Update {
-                    ty: t.name.clone(),
-                    set: map,
-                    filter: filter.as_ref().map(|f| row_filter(&c, f)).transpose()?,
-                }
-            }
+            } => update(catalog, &params, type_name, set, filter.as_ref(), *pos)?,
             Statement::Delete {
                 type_name,
                 filter,
@@ -123,6 +64,8 @@ pub fn check(catalog: &Catalog, q: &QueryDecl) -> Result<MutationPlan> {
             }
         });
     }
+    // Updates and deletes read what they change.
+    let strict = out.iter().any(|s| !matches!(s, MutStmt::Insert { .. }));
     Ok(MutationPlan {
         name: q.name.clone(),
         params: params.into_iter().map(|(n, (t, o))| (n, t, o)).collect(),
@@ -131,10 +74,87 @@ pub fn check(catalog: &Catalog, q: &QueryDecl) -> Result<MutationPlan> {
     })
 }
 
+type Params = BTreeMap<String, (PropType, bool)>;
+
+/// `insert Type { prop: value, ... }`.
+fn insert(
+    catalog: &Catalog,
+    params: &Params,
+    type_name: &str,
+    values: &[Assignment],
+    pos: Pos,
+) -> Result<MutStmt> {
+    let (t, c) = target(catalog, params, type_name, pos)?;
+    let mut map = BTreeMap::new();
+    for a in values {
+        settable(t, &a.prop, a.pos)?;
+        if map.insert(a.prop.clone(), value(&c, &a.value)?).is_some() {
+            return Err(type_error(
+                Code::UnknownProperty,
+                a.pos,
+                format!("'{}' is given twice", a.prop),
+            ));
+        }
+    }
+    if t.is_edge() && !(map.contains_key("from") && map.contains_key("to")) {
+        return Err(type_error(
+            Code::UnknownProperty,
+            pos,
+            format!("inserting a {} edge needs from: and to:", t.name),
+        ));
+    }
+    Ok(MutStmt::Insert {
+        ty: t.name.clone(),
+        values: map,
+    })
+}
+
+/// `update Type set { prop: value, ... } [where prop op value]`.
+fn update(
+    catalog: &Catalog,
+    params: &Params,
+    type_name: &str,
+    set: &[Assignment],
+    filter: Option<&Predicate>,
+    pos: Pos,
+) -> Result<MutStmt> {
+    let (t, c) = target(catalog, params, type_name, pos)?;
+    let mut map = BTreeMap::new();
+    for a in set {
+        settable(t, &a.prop, a.pos)?;
+        if a.prop == ID || a.prop == "from" || a.prop == "to" || t.key.contains(&a.prop) {
+            return Err(type_error(
+                Code::IdentityUpdate,
+                a.pos,
+                format!(
+                    "{}.{} identifies the row and cannot be changed by update",
+                    t.name, a.prop
+                ),
+            ));
+        }
+        map.insert(a.prop.clone(), value(&c, &a.value)?);
+    }
+    if t.properties.iter().any(|p| p.ty == PropType::Blob) {
+        return Err(type_error(
+            Code::Unsupported,
+            pos,
+            format!(
+                "updating {} (a type with Blob properties) is not supported yet",
+                t.name
+            ),
+        ));
+    }
+    Ok(MutStmt::Update {
+        ty: t.name.clone(),
+        set: map,
+        filter: filter.map(|f| row_filter(&c, f)).transpose()?,
+    })
+}
+
 /// A statement's type, and a checker with its rows bound as variable 0.
 fn target<'c>(
     catalog: &'c Catalog,
-    params: &BTreeMap<String, (PropType, bool)>,
+    params: &Params,
     name: &str,
     pos: Pos,
 ) -> Result<(&'c TypeDef, Checker<'c>)> {
