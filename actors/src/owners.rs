@@ -197,6 +197,7 @@ impl Machine for GateOwner {
         Vec::new()
     }
 
+    // The gate owner's transition table, one arm per message.
     fn on_msg(&mut self, _now: Tick, from: Addr, msg: Msg) -> Vec<Effect> {
         match msg {
             Msg::Acquire { op, mode } => {
@@ -279,6 +280,7 @@ impl Machine for GateOwner {
         }
     }
 
+    // One arm per storage answer the gate owner waits for.
     fn on_io(&mut self, _now: Tick, req: ReqId, out: IoOut) -> Vec<Effect> {
         let Some(pending) = self.pending.remove(&req) else {
             return Vec::new();

@@ -656,6 +656,8 @@ impl Machine for Writer {
         }
     }
 
+    // The writer's whole transition table, one arm per (state, message): a
+    // protocol step is read and checked here, raft-rs style.
     fn on_msg(&mut self, _now: Tick, from: Addr, msg: Msg) -> Vec<Effect> {
         if let Some(op) = Self::reply_op(&msg)
             && op != &self.op

@@ -58,6 +58,7 @@ fn step(title: &str) {
     println!("\n== {title}");
 }
 
+// A script: the demo's steps in the order a user sees them.
 pub async fn run(dir: Option<PathBuf>) -> Result<(), OmniError> {
     let base = match dir {
         Some(d) => d,

@@ -107,6 +107,8 @@ pub fn parse_error(src: &str, pos: Pos, message: impl Into<String>) -> OmniError
     }
 }
 
+// One match over the input, one arm per token: the token grammar reads
+// top to bottom in one place.
 pub fn tokenize(src: &str) -> Result<Vec<Token>> {
     let bytes = src.as_bytes();
     let mut out = Vec::new();

@@ -288,6 +288,7 @@ impl<'a> Parser<'a> {
         })
     }
 
+    // One arm per property type of the schema grammar.
     fn prop_type(&mut self) -> Result<PropType> {
         if self.c.eat(&Tok::LBracket) {
             let pos = self.c.pos();

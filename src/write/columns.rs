@@ -177,6 +177,8 @@ fn in_range(r: &(Option<Num>, Option<Num>), v: f64, iv: Option<i128>) -> bool {
 
 /// Check and convert one cell for a property of type `ty`. Returns the reason
 /// on failure (the caller adds where).
+// One arm per (property type, input cell) pair: the whole conversion
+// table of the JSONL format.
 fn convert<'a>(ty: &PropType, cell: Cell<'a>) -> std::result::Result<Val<'a>, String> {
     let wrong = |want: &str, c: &Cell| format!("expected {want}, got {}", c.kind());
     Ok(match (ty, cell) {

@@ -271,6 +271,9 @@ impl<'c> BlockParser<'c> {
         }
     }
 
+    // The loader's hot path: one line, parsed and validated without
+    // allocating per cell; kept whole so that nothing is re-dispatched per
+    // line.
     fn line(&mut self, text: &str, line: usize) -> Result<()> {
         let mut problem = None;
         let seed = LineSeed {

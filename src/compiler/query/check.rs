@@ -665,6 +665,7 @@ impl<'a> Checker<'a> {
         })
     }
 
+    // One arm per return-expression form (property, id, node, aggregate).
     fn ret_expr(&self, e: &Expr, returns: &[ReturnCol]) -> Result<RetExpr> {
         match e {
             Expr::Var { var, pos } if self.names.contains_key(var) => {

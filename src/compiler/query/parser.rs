@@ -237,6 +237,7 @@ impl Parser<'_> {
         Ok((min, max))
     }
 
+    // One arm per clause form of the match grammar.
     fn clause(&mut self) -> Result<Clause> {
         let pos = self.c.pos();
         if self.c.at_ident("not") && self.c.peek_at(1) == &Tok::LBrace {
