@@ -907,6 +907,71 @@ fn interface_choices(catalog: &Catalog, q: &QueryDecl) -> Result<Vec<BTreeMap<St
     Ok(choices)
 }
 
+/// The return column an order item sorts by: a return alias, an existing
+/// column, or a hidden column added for it.
+fn order_column(
+    c: &Checker,
+    o: &OrderItem,
+    returns: &mut Vec<ReturnCol>,
+    aggregate: bool,
+) -> Result<usize> {
+    let pos = o.expr.pos();
+    let by_alias = match &o.expr {
+        Expr::Alias { name, .. } => returns.iter().position(|r| r.name == *name),
+        _ => None,
+    };
+    let col = match by_alias {
+        Some(i) => i,
+        None => {
+            let expr = match c.ret_expr(&o.expr, returns) {
+                Ok(e) => e,
+                Err(OmniError::Type { code, .. })
+                    if code == Code::UnknownVariable.id()
+                        && matches!(o.expr, Expr::Alias { .. }) =>
+                {
+                    return Err(type_error(
+                        Code::UnknownOrderItem,
+                        pos,
+                        "order names neither a return alias nor an expression",
+                    ));
+                }
+                Err(OmniError::Type { code, message, .. })
+                    if code == Code::BareEdgeReturned.id() =>
+                {
+                    return Err(type_error(Code::BareEdgeReturned, pos, message));
+                }
+                Err(e) => return Err(e),
+            };
+            if let RetExpr::Node { .. } = expr {
+                return Err(type_error(
+                    Code::UnknownOrderItem,
+                    pos,
+                    "order by a property, not a whole node",
+                ));
+            }
+            match returns.iter().position(|r| r.expr == expr) {
+                Some(i) => i,
+                None => {
+                    if aggregate && !matches!(expr, RetExpr::Agg { .. }) {
+                        return Err(type_error(
+                            Code::MisplacedAggregate,
+                            pos,
+                            "in an aggregate query, order by a group key or an aggregate",
+                        ));
+                    }
+                    returns.push(ReturnCol {
+                        name: format!("__order{}", returns.len()),
+                        expr,
+                        visible: false,
+                    });
+                    returns.len() - 1
+                }
+            }
+        }
+    };
+    Ok(col)
+}
+
 /// Check one arm: interface-bound variables take the types in `choice`.
 fn check_arm(catalog: &Catalog, q: &QueryDecl, choice: BTreeMap<String, String>) -> Result<Plan> {
     let Body::Read(r) = &q.body else {
@@ -947,60 +1012,7 @@ fn check_arm(catalog: &Catalog, q: &QueryDecl, choice: BTreeMap<String, String>)
         .any(|r| matches!(r.expr, RetExpr::Agg { .. }));
     let mut order = Vec::new();
     for o in &r.order {
-        let pos = o.expr.pos();
-        let by_alias = match &o.expr {
-            Expr::Alias { name, .. } => returns.iter().position(|r| r.name == *name),
-            _ => None,
-        };
-        let col = match by_alias {
-            Some(i) => i,
-            None => {
-                let expr = match c.ret_expr(&o.expr, &returns) {
-                    Ok(e) => e,
-                    Err(OmniError::Type { code, .. })
-                        if code == Code::UnknownVariable.id()
-                            && matches!(o.expr, Expr::Alias { .. }) =>
-                    {
-                        return Err(type_error(
-                            Code::UnknownOrderItem,
-                            pos,
-                            "order names neither a return alias nor an expression",
-                        ));
-                    }
-                    Err(OmniError::Type { code, message, .. })
-                        if code == Code::BareEdgeReturned.id() =>
-                    {
-                        return Err(type_error(Code::BareEdgeReturned, pos, message));
-                    }
-                    Err(e) => return Err(e),
-                };
-                if let RetExpr::Node { .. } = expr {
-                    return Err(type_error(
-                        Code::UnknownOrderItem,
-                        pos,
-                        "order by a property, not a whole node",
-                    ));
-                }
-                match returns.iter().position(|r| r.expr == expr) {
-                    Some(i) => i,
-                    None => {
-                        if aggregate && !matches!(expr, RetExpr::Agg { .. }) {
-                            return Err(type_error(
-                                Code::MisplacedAggregate,
-                                pos,
-                                "in an aggregate query, order by a group key or an aggregate",
-                            ));
-                        }
-                        returns.push(ReturnCol {
-                            name: format!("__order{}", returns.len()),
-                            expr,
-                            visible: false,
-                        });
-                        returns.len() - 1
-                    }
-                }
-            }
-        };
+        let col = order_column(&c, o, &mut returns, aggregate)?;
         order.push(OrderKey { col, desc: o.desc });
     }
     Ok(Plan {
