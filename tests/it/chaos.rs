@@ -245,11 +245,13 @@ pub async fn writer_processes_killed_among_live_ones_lose_nothing_in(place: Plac
         stop_writer(w, &mut acked);
     }
     if let Place::S3 { .. } = place {
-        // A killed process is known dead only once its lease has lapsed
-        // (lease time plus the skew margin); until then its intent is a
-        // live process's and is left alone.
+        // A killed process is known dead only once its lease has lapsed by
+        // more than the observer's clock-skew margin (a fifth of the
+        // observer's own lease, the default 10 s here); until then its
+        // intent is a live process's and is rightly left alone.
         let lease: u64 = CHILD_LEASE_MS.parse().expect("a number of ms");
-        std::thread::sleep(Duration::from_millis(lease * 2));
+        let margin = omnigraph::Options::default().lease / 4;
+        std::thread::sleep(Duration::from_millis(lease) + margin);
     }
     check_graph(&uri, &acked).await;
     // Every dead writer's intent was resolved by exactly one of the others.
