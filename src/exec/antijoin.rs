@@ -40,12 +40,25 @@ impl Ctx<'_> {
         let origin = plan.vars.len();
         let mut probe = frame.clone();
         probe.cols.push(Some((0..frame.rows as u32).collect()));
-        let mut extended = plan.clone();
-        extended.vars.push(crate::compiler::query::ir::VarInfo {
+        // The inner operators read only the plan's variables: copy those
+        // (not the returns, nor an interface query's other arms).
+        let mut vars = plan.vars.clone();
+        vars.push(crate::compiler::query::ir::VarInfo {
             name: "__origin".into(),
             kind: VarKind::Node(String::new()),
             interface: None,
         });
+        let extended = Plan {
+            name: plan.name.clone(),
+            vars,
+            ops: Vec::new(),
+            returns: Vec::new(),
+            aggregate: false,
+            order: Vec::new(),
+            limit: None,
+            params: plan.params.clone(),
+            union: Vec::new(),
+        };
         let matched = self.run_ops(&extended, inner, probe).await?;
         let mut hit = vec![false; frame.rows];
         if let Some(o) = &matched.cols[origin] {

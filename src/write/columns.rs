@@ -67,6 +67,19 @@ pub fn val_at(a: &ArrayRef, i: usize, ty: &PropType) -> Result<Val<'static>> {
     })
 }
 
+/// A row's `@unique` key over some of its values, or `None` when one of
+/// them is null: nulls never collide. Loads and mutations compare with it.
+pub fn unique_key<'v, 'a: 'v>(vals: impl IntoIterator<Item = &'v Val<'a>>) -> Option<String> {
+    let mut parts = Vec::new();
+    for v in vals {
+        if *v == Val::Null {
+            return None;
+        }
+        parts.push(format!("{v:?}"));
+    }
+    Some(parts.join("\u{1}"))
+}
+
 /// A validated value, ready for its column.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Val<'a> {

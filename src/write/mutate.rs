@@ -14,7 +14,7 @@ use arrow_array::RecordBatch;
 use serde::Serialize;
 
 use super::cell::Cell;
-use super::columns::{TableBuilder, TypeRules, Val, val_at};
+use super::columns::{TableBuilder, TypeRules, Val, unique_key, val_at};
 use super::ids;
 use super::load::{MAX_KEYED_BYTES, MAX_KEYED_ROWS};
 use crate::compiler::catalog::{DST, ID, PropType, SRC, TypeDef, TypeKind};
@@ -562,11 +562,7 @@ impl MutationWork {
     async fn check_unique(&self, s: &mut Staging<'_>, ty: &str, cols: &[String]) -> Result<()> {
         let rules = s.rules(ty)?;
         let idx: Vec<usize> = cols.iter().filter_map(|c| rules.prop_index(c)).collect();
-        let key = |r: &Row| -> Option<String> {
-            let parts: Vec<String> = idx.iter().map(|&i| format!("{:?}", r.vals[i])).collect();
-            // NULLs never collide.
-            (!idx.iter().any(|&i| r.vals[i] == Val::Null)).then(|| parts.join("\u{1}"))
-        };
+        let key = |r: &Row| unique_key(idx.iter().map(|&i| &r.vals[i]));
         if s.changes[ty].upserts.is_empty() {
             return Ok(());
         }

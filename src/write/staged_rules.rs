@@ -4,12 +4,12 @@
 //! the file's rows. A mutation checks the same rules on its change set; a
 //! load names the input line of the row that breaks them.
 
-use arrow_array::{Array, RecordBatch};
+use arrow_array::RecordBatch;
 
+use super::columns::{self, val_at};
 use super::jsonl::ParsedType;
 use crate::compiler::catalog::{Cardinality, ID, SRC, TypeDef, TypeKind};
 use crate::error::{Location, OmniError, Result};
-use crate::exec::export::cell_json;
 use crate::storage::substrate::PrepareCx;
 use crate::storage::{scan, stage};
 use crate::util::hash::FxHashMap;
@@ -24,20 +24,27 @@ fn at(line: usize, pt: &ParsedType, prop: &str, value: String) -> Location {
     }
 }
 
-/// The unique key of row `i` over `cols`, or `None` if any part is null
-/// (nulls never collide).
-fn unique_key(b: &RecordBatch, cols: &[String], i: usize) -> Result<Option<String>> {
-    let mut parts = Vec::with_capacity(cols.len());
+/// The `@unique` key of row `i` over `cols` (`None`: a part is null), read
+/// as the values a mutation compares.
+fn unique_key(
+    pt: &ParsedType,
+    b: &RecordBatch,
+    cols: &[String],
+    i: usize,
+) -> Result<Option<String>> {
+    let mut vals = Vec::with_capacity(cols.len());
     for c in cols {
         let a = b
             .column_by_name(c)
             .ok_or_else(|| OmniError::Storage(format!("column {c} is missing")))?;
-        if a.is_null(i) {
-            return Ok(None);
-        }
-        parts.push(cell_json(a, i)?);
+        let ty = &pt
+            .def
+            .property(c)
+            .ok_or_else(|| OmniError::Storage(format!("{} has no property {c}", pt.def.name)))?
+            .ty;
+        vals.push(val_at(a, i, ty)?);
     }
-    Ok(Some(serde_json::Value::Array(parts).to_string()))
+    Ok(columns::unique_key(&vals))
 }
 
 /// Does the type have a rule checked here?
@@ -79,7 +86,7 @@ async fn unique(
     for (bi, b) in pt.batches.iter().enumerate() {
         let ids = stage::string_column(b, ID)?;
         for i in 0..b.num_rows() {
-            let Some(k) = unique_key(b, cols, i)? else {
+            let Some(k) = unique_key(pt, b, cols, i)? else {
                 continue;
             };
             let line = pt.lines[bi][i] as usize;
@@ -87,7 +94,7 @@ async fn unique(
                 && other != ids.value(i)
             {
                 return Err(OmniError::invalid(
-                    at(line, pt, &shown, k),
+                    at(line, pt, &shown, k.replace('\u{1}', ", ")),
                     format!("violates @unique: line {first} has it too"),
                 ));
             }
@@ -107,11 +114,11 @@ async fn unique(
             if file_ids.get(id).is_some() {
                 continue; // the file replaces this row
             }
-            if let Some(k) = unique_key(&b, cols, i)?
+            if let Some(k) = unique_key(pt, &b, cols, i)?
                 && let Some((_, line)) = file.get(&k)
             {
                 return Err(OmniError::invalid(
-                    at(*line, pt, &shown, k),
+                    at(*line, pt, &shown, k.replace('\u{1}', ", ")),
                     format!("violates @unique: the graph's row {id:?} has it already"),
                 ));
             }

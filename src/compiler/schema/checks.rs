@@ -146,8 +146,7 @@ fn kind_of(
     })
 }
 
-pub(super) fn check(src: &str, decls: Vec<RawDecl>) -> Result<Catalog> {
-    let _ = src;
+pub(super) fn check(decls: Vec<RawDecl>) -> Result<Catalog> {
     // Names: unique across all declarations, upper-case types.
     let mut seen = HashSet::new();
     for d in &decls {

@@ -13,7 +13,7 @@ use crate::error::Result;
 /// Compile schema source into a catalog with fresh stable ids.
 pub fn compile(src: &str) -> Result<Catalog> {
     let decls = syntax::Parser::new(src)?.parse_all()?;
-    checks::check(src, decls)
+    checks::check(decls)
 }
 
 #[cfg(test)]
