@@ -668,6 +668,8 @@ impl Omnigraph {
         out: &mut (dyn std::io::Write + Send),
     ) -> Result<usize> {
         let snap = self.resolve(target).await?;
-        export::export(&self.inner.graph, &snap, out).await
+        // Boxed: Lance's scan futures nest deep enough that a caller's own
+        // async fn could otherwise overflow the compiler's layout query depth.
+        Box::pin(export::export(&self.inner.graph, &snap, out)).await
     }
 }
