@@ -9,8 +9,8 @@ use arrow::compute::{concat, take};
 use arrow_array::{Array, ArrayRef, UInt32Array};
 use arrow_schema::DataType;
 
-use super::scalar::{S, cmp_s, s_at};
 use crate::compiler::query::ir::{AggFunc, Plan, RetExpr};
+use crate::compiler::value::{self, Value};
 use crate::error::Result;
 
 /// Aggregate state of one group for one aggregate column.
@@ -74,16 +74,18 @@ pub(super) fn update(acc: &mut Acc2, arr: Option<&ArrayRef>, row: usize) {
             int, float, any, ..
         } => {
             *any = true;
-            match s_at(arr, row) {
-                S::I(i) => *int += i,
-                S::F(f) => *float += f,
+            let v = value::at(arr, row);
+            match (v.integer(), &v) {
+                (Some(i), _) => *int += i,
+                (None, Value::Float(f)) => *float += f,
                 _ => {}
             }
         }
         Acc2::Avg { sum, n } => {
-            match s_at(arr, row) {
-                S::I(i) => *sum += i as f64,
-                S::F(f) => *sum += f,
+            let v = value::at(arr, row);
+            match (v.integer(), &v) {
+                (Some(i), _) => *sum += i as f64,
+                (None, Value::Float(f)) => *sum += f,
                 _ => return,
             }
             *n += 1;
@@ -92,7 +94,7 @@ pub(super) fn update(acc: &mut Acc2, arr: Option<&ArrayRef>, row: usize) {
             let better = match best {
                 None => true,
                 Some((a, i)) => {
-                    let o = cmp_s(&s_at(arr, row), &s_at(a, *i));
+                    let o = value::order(&value::at(arr, row), &value::at(a, *i));
                     if *max {
                         o == Some(Ordering::Greater)
                     } else {

@@ -5,7 +5,6 @@
 use std::io::Write;
 
 use arrow_array::cast::AsArray;
-use arrow_array::types::*;
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::DataType;
 use base64::Engine;
@@ -13,6 +12,7 @@ use futures::TryStreamExt;
 use serde_json::{Map, Value, json};
 
 use crate::compiler::catalog::{DST, ID, PropType, SRC, TypeDef};
+use crate::compiler::value;
 use crate::error::{OmniError, Result};
 use crate::storage::scan;
 use crate::storage::{GraphStorage, Snapshot};
@@ -28,20 +28,8 @@ fn f64_json(v: f64) -> Value {
 /// Does a column of this type have a JSON form ([`cell_json`])?
 pub fn has_json_form(dt: &DataType) -> bool {
     match dt {
-        DataType::Utf8
-        | DataType::LargeUtf8
-        | DataType::Boolean
-        | DataType::Int32
-        | DataType::Int64
-        | DataType::UInt32
-        | DataType::UInt64
-        | DataType::Float32
-        | DataType::Float64
-        | DataType::Date32
-        | DataType::Date64 => true,
-        DataType::FixedSizeList(f, _) | DataType::List(f) => has_json_form(f.data_type()),
         DataType::Struct(fields) => fields.iter().all(|f| has_json_form(f.data_type())),
-        _ => false,
+        other => value::readable(other),
     }
 }
 
@@ -51,38 +39,8 @@ fn no_json_form(dt: &DataType) -> String {
 
 /// One Arrow cell as the JSON a load accepts for it.
 pub fn cell_json(a: &ArrayRef, i: usize) -> Result<Value> {
-    if a.is_null(i) {
-        return Ok(Value::Null);
-    }
-    Ok(match a.data_type() {
-        DataType::Utf8 => json!(a.as_string::<i32>().value(i)),
-        DataType::LargeUtf8 => json!(a.as_string::<i64>().value(i)),
-        DataType::Boolean => json!(a.as_boolean().value(i)),
-        DataType::Int32 => json!(a.as_primitive::<Int32Type>().value(i)),
-        DataType::Int64 => json!(a.as_primitive::<Int64Type>().value(i)),
-        DataType::UInt32 => json!(a.as_primitive::<UInt32Type>().value(i)),
-        DataType::UInt64 => json!(a.as_primitive::<UInt64Type>().value(i)),
-        DataType::Float32 => f64_json(a.as_primitive::<Float32Type>().value(i) as f64),
-        DataType::Float64 => f64_json(a.as_primitive::<Float64Type>().value(i)),
-        DataType::Date32 => json!(date_string(a.as_primitive::<Date32Type>().value(i))),
-        DataType::Date64 => json!(datetime_string(a.as_primitive::<Date64Type>().value(i))),
-        DataType::FixedSizeList(_, _) => {
-            let v = a.as_fixed_size_list().value(i);
-            Value::Array(
-                (0..v.len())
-                    .map(|j| cell_json(&v, j))
-                    .collect::<Result<_>>()?,
-            )
-        }
-        DataType::List(_) => {
-            let v = a.as_list::<i32>().value(i);
-            Value::Array(
-                (0..v.len())
-                    .map(|j| cell_json(&v, j))
-                    .collect::<Result<_>>()?,
-            )
-        }
-        DataType::Struct(fields) => {
+    match a.data_type() {
+        DataType::Struct(fields) if !a.is_null(i) => {
             let s = a.as_struct();
             let mut obj = Map::new();
             for (f, c) in fields.iter().zip(s.columns()) {
@@ -91,10 +49,32 @@ pub fn cell_json(a: &ArrayRef, i: usize) -> Result<Value> {
                     obj.insert(f.name().clone(), v);
                 }
             }
-            Value::Object(obj)
+            Ok(Value::Object(obj))
         }
-        other => return Err(OmniError::Storage(no_json_form(other))),
-    })
+        dt if has_json_form(dt) => Ok(value_json(&value::at(a, i))),
+        other => Err(OmniError::Storage(no_json_form(other))),
+    }
+}
+
+/// A value as the JSON a load accepts for it.
+fn value_json(v: &value::Value) -> Value {
+    use value::Value as V;
+    match v {
+        V::Null => Value::Null,
+        V::Bool(b) => json!(b),
+        V::Int(i) => json!(i),
+        V::UInt(u) => json!(u),
+        V::Float(f) => f64_json(*f),
+        V::Str(s) => json!(s),
+        V::Date(d) => json!(date_string(*d)),
+        V::DateTime(ms) => json!(datetime_string(*ms)),
+        V::Vector(xs) => Value::Array(xs.iter().map(|x| f64_json(*x as f64)).collect()),
+        V::List(items) => Value::Array(items.iter().map(value_json).collect()),
+        V::Bytes(b) => json!(format!(
+            "base64:{}",
+            base64::engine::general_purpose::STANDARD.encode(b)
+        )),
+    }
 }
 
 async fn export_type(
@@ -178,13 +158,7 @@ async fn read_blobs<'p>(
         let vals = scan::blobs(ds, batch, p)
             .await?
             .into_iter()
-            .map(|b| match b {
-                Some(bytes) => json!(format!(
-                    "base64:{}",
-                    base64::engine::general_purpose::STANDARD.encode(&bytes)
-                )),
-                None => Value::Null,
-            })
+            .map(|b| b.map_or(Value::Null, |bytes| value_json(&value::Value::Bytes(bytes))))
             .collect();
         out.push((*p, vals));
     }

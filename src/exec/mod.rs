@@ -12,6 +12,5 @@ pub mod output;
 pub mod params;
 mod project;
 pub mod run;
-pub mod scalar;
 mod scan;
 mod traverse;

@@ -4,11 +4,17 @@
 use std::collections::BTreeMap;
 
 use crate::compiler::catalog::PropType;
-use crate::compiler::query::ir::{Plan, Value};
+use serde::Deserialize;
+
+use crate::compiler::query::ir::Plan;
+use crate::compiler::value::{self, Value};
 use crate::error::{OmniError, Result};
 
 /// Parameter JSON -> typed values, checked against the plan's declarations.
-pub fn bind_params(plan: &Plan, json: &serde_json::Value) -> Result<BTreeMap<String, Value>> {
+pub fn bind_params(
+    plan: &Plan,
+    json: &serde_json::Value,
+) -> Result<BTreeMap<String, Value<'static>>> {
     bind(&plan.name, &plan.params, json)
 }
 
@@ -18,7 +24,7 @@ pub fn bind(
     query: &str,
     params: &[(String, PropType, bool)],
     json: &serde_json::Value,
-) -> Result<BTreeMap<String, Value>> {
+) -> Result<BTreeMap<String, Value<'static>>> {
     use crate::compiler::lexer::Pos;
     use crate::compiler::query::check::{Code, type_error};
     let obj = match json {
@@ -48,58 +54,72 @@ pub fn bind(
                 }
             }
             Some(v) => {
-                let val = json_value(ty, v).ok_or_else(|| {
-                    type_error(
-                        Code::ParameterValue,
-                        Pos::default(),
-                        format!("parameter ${name} expects {}, got {v}", ty.describe()),
-                    )
-                })?;
-                out.insert(name.clone(), val);
+                let val = Value::deserialize(v)
+                    .map_err(|e| e.to_string())
+                    .and_then(|input| value::typed(ty, input))
+                    .map_err(|why| {
+                        type_error(
+                            Code::ParameterValue,
+                            Pos::default(),
+                            format!(
+                                "parameter ${name} expects {}, got {v}: {why}",
+                                ty.describe()
+                            ),
+                        )
+                    })?;
+                out.insert(name.clone(), val.into_owned());
             }
         }
     }
     Ok(out)
 }
 
-pub(super) fn json_value(ty: &PropType, v: &serde_json::Value) -> Option<Value> {
-    use crate::util::dates::{days_from_date, ms_from_datetime};
-    Some(match ty {
-        PropType::String | PropType::Enum(_) => Value::Str(v.as_str()?.to_string()),
-        PropType::Bool => Value::Bool(v.as_bool()?),
-        PropType::I32 => Value::Int(i32::try_from(v.as_i64()?).ok()? as i64),
-        PropType::I64 => Value::Int(v.as_i64()?),
-        PropType::U32 => Value::Int(u32::try_from(v.as_u64()?).ok()? as i64),
-        PropType::U64 => match v.as_u64()? {
-            u if u <= i64::MAX as u64 => Value::Int(u as i64),
-            u => Value::UInt(u),
-        },
-        PropType::F32 | PropType::F64 => Value::Float(v.as_f64()?),
-        PropType::Date => match v {
-            serde_json::Value::String(s) => Value::Date(days_from_date(s)?),
-            other => Value::Date(i32::try_from(other.as_i64()?).ok()?),
-        },
-        PropType::DateTime => match v {
-            serde_json::Value::String(s) => Value::DateTime(ms_from_datetime(s)?),
-            other => Value::DateTime(other.as_i64()?),
-        },
-        PropType::List(inner) => Value::List(
-            v.as_array()?
-                .iter()
-                .map(|x| json_value(inner, x))
-                .collect::<Option<_>>()?,
-        ),
-        PropType::Vector(n) => {
-            let a = v.as_array()?;
-            if a.len() != *n as usize {
-                return None;
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compiler::query::check::Code;
+    use serde_json::json;
+
+    fn decls() -> Vec<(String, PropType, bool)> {
+        vec![
+            ("age".into(), PropType::I32, false),
+            ("born".into(), PropType::Date, true),
+            ("big".into(), PropType::U64, true),
+        ]
+    }
+
+    #[test]
+    fn parameters_are_typed_by_the_input_conversion_table() {
+        let got = bind(
+            "q",
+            &decls(),
+            &json!({"age": 41, "born": "2024-05-01", "big": 7}),
+        )
+        .unwrap();
+        assert_eq!(got["age"], Value::Int(41));
+        assert_eq!(got["born"], Value::Date(19844));
+        assert_eq!(got["big"], Value::UInt(7));
+    }
+
+    #[test]
+    fn a_parameter_of_the_wrong_type_names_the_value_and_why() {
+        match bind("q", &decls(), &json!({"age": "old"})) {
+            Err(OmniError::Type { code, message, .. }) => {
+                assert_eq!(code, Code::ParameterValue.id());
+                assert!(message.contains("$age expects I32"), "{message}");
+                assert!(message.contains("\"old\""), "{message}");
+                assert!(
+                    message.contains("expected an integer, got a string"),
+                    "{message}"
+                );
             }
-            Value::Vector(
-                a.iter()
-                    .map(|x| x.as_f64().map(|f| f as f32))
-                    .collect::<Option<_>>()?,
-            )
+            other => panic!("expected a type error, got {other:?}"),
         }
-        PropType::Blob => return None,
-    })
+        match bind("q", &decls(), &json!({"age": 3_000_000_000u64})) {
+            Err(OmniError::Type { message, .. }) => {
+                assert!(message.contains("out of range for I32"), "{message}")
+            }
+            other => panic!("expected a type error, got {other:?}"),
+        }
+    }
 }

@@ -9,7 +9,8 @@ use arrow_schema::{DataType, Field};
 
 use super::run::{Ctx, Frame, var_type};
 use crate::compiler::catalog::{ID, PropType};
-use crate::compiler::query::ir::{Plan, RetExpr, ValExpr, Value};
+use crate::compiler::query::ir::{Plan, RetExpr, ValExpr};
+use crate::compiler::value::Value;
 use crate::error::Result;
 
 impl Ctx<'_> {
@@ -76,9 +77,9 @@ pub(super) fn repeat(v: &Value, n: usize) -> ArrayRef {
         Value::Int(i) => Arc::new(Int64Array::from(vec![*i; n])),
         Value::UInt(u) => Arc::new(UInt64Array::from(vec![*u; n])),
         Value::Float(f) => Arc::new(Float64Array::from(vec![*f; n])),
-        Value::Str(s) => Arc::new(StringArray::from(vec![s.as_str(); n])),
+        Value::Str(s) => Arc::new(StringArray::from(vec![s.as_ref(); n])),
         Value::Date(d) => Arc::new(Date32Array::from(vec![*d; n])),
         Value::DateTime(ms) => Arc::new(Date64Array::from(vec![*ms; n])),
-        Value::List(_) | Value::Vector(_) => new_null_array(&DataType::Utf8, n),
+        Value::List(_) | Value::Vector(_) | Value::Bytes(_) => new_null_array(&DataType::Utf8, n),
     }
 }

@@ -21,7 +21,8 @@ use super::cache::{Key, Phys, RuntimeCache};
 use super::order::order_and_limit;
 use super::project::repeat;
 use crate::compiler::catalog::{ID, TypeDef};
-use crate::compiler::query::ir::{Op, Plan, Pred, RetExpr, ValExpr, Value, VarKind};
+use crate::compiler::query::ir::{Op, Plan, Pred, RetExpr, ValExpr, VarKind};
+use crate::compiler::value::Value;
 use crate::error::Result;
 use crate::storage::scan::{self};
 use crate::storage::{GraphStorage, Snapshot, stage};
@@ -49,7 +50,7 @@ pub struct Ctx<'a> {
     pub snap: &'a Snapshot,
     pub cache: &'a RuntimeCache,
     /// Parameter values; an absent optional parameter is missing here.
-    pub params: &'a BTreeMap<String, Value>,
+    pub params: &'a BTreeMap<String, Value<'static>>,
     pub now_ms: i64,
 }
 
@@ -116,7 +117,7 @@ impl Ctx<'_> {
         Ok(arr)
     }
 
-    pub(super) fn param(&self, name: &str) -> Option<&Value> {
+    pub(super) fn param(&self, name: &str) -> Option<&Value<'static>> {
         self.params.get(name)
     }
 
@@ -128,7 +129,7 @@ impl Ctx<'_> {
         })
     }
 
-    pub(super) fn const_of(&self, e: &ValExpr) -> Option<Value> {
+    pub(super) fn const_of(&self, e: &ValExpr) -> Option<Value<'static>> {
         match e {
             ValExpr::Const(v) => Some(v.clone()),
             ValExpr::Param { name } => self.param(name).cloned(),
@@ -239,7 +240,7 @@ async fn arm_rows(ctx: &Ctx<'_>, arm: &Plan, ties: bool) -> Result<ArmRows> {
             }
             if info.interface.is_some() {
                 tie_cols.push(repeat(
-                    &Value::Str(var_type(arm, v).to_string()),
+                    &Value::Str(var_type(arm, v).to_string().into()),
                     frame.rows,
                 ));
             }

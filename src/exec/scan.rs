@@ -8,10 +8,13 @@ use arrow_array::{Array, ArrayRef};
 use futures::TryStreamExt;
 
 use super::run::{Ctx, Frame, var_type};
-use super::scalar::{S, holds, s_at, s_of};
+use std::borrow::Cow;
+
 use crate::compiler::catalog::ID;
 use crate::compiler::query::ast::CmpOp;
-use crate::compiler::query::ir::{Op, Plan, Pred, ValExpr, Value};
+use crate::compiler::query::ir::{Op, Plan, Pred, ValExpr};
+use crate::compiler::value::Value;
+use crate::compiler::value::{self, holds};
 use crate::error::Result;
 use crate::storage::scan::{self, Filter};
 use crate::storage::stage;
@@ -44,15 +47,7 @@ impl Ctx<'_> {
                 (ValExpr::Prop { .. } | ValExpr::Id { .. }, o) => self.const_of(o),
                 (o, _) => self.const_of(o),
             };
-            let key = match c {
-                Some(Value::Str(s)) => Some(s),
-                Some(Value::Int(i)) => Some(i.to_string()),
-                Some(Value::UInt(u)) => Some(u.to_string()),
-                Some(Value::Bool(b)) => Some(b.to_string()),
-                Some(Value::Date(d)) => Some(d.to_string()),
-                Some(Value::DateTime(d)) => Some(d.to_string()),
-                _ => None,
-            };
+            let key = c.and_then(|v| v.key_part());
             let found = key.and_then(|k| ids.get(&k)).into_iter().collect();
             let rest = active
                 .iter()
@@ -192,15 +187,15 @@ pub(super) enum Acc<'f> {
     Cand {
         arr: ArrayRef,
     },
-    Const(Value),
+    Const(Value<'static>),
 }
 
 impl Acc<'_> {
-    fn at(&self, row: usize, cand: u32) -> S<'_> {
+    fn at(&self, row: usize, cand: u32) -> Cow<'_, Value<'_>> {
         match self {
-            Acc::Col { arr, idx } => s_at(arr, idx[row] as usize),
-            Acc::Cand { arr } => s_at(arr, cand as usize),
-            Acc::Const(v) => s_of(v),
+            Acc::Col { arr, idx } => Cow::Owned(value::at(arr, idx[row] as usize)),
+            Acc::Cand { arr } => Cow::Owned(value::at(arr, cand as usize)),
+            Acc::Const(v) => Cow::Borrowed(v),
         }
     }
 }

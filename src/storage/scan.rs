@@ -17,36 +17,21 @@ use lance::Dataset;
 
 use crate::compiler::catalog::PropType;
 use crate::compiler::query::ast::CmpOp;
-use crate::compiler::query::ir::Value;
+use crate::compiler::value::Value;
 use crate::error::{OmniError, Result};
 
 /// Lance's name for the row-id column a scan adds on request.
 pub const ROW_ID: &str = "_rowid";
 
-/// A constant as the column type it is compared with.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Scalar {
-    Utf8(String),
-    I32(i32),
-    I64(i64),
-    U32(u32),
-    U64(u64),
-    F32(f32),
-    F64(f64),
-    Bool(bool),
-    /// Days since the epoch.
-    Date(i32),
-    /// Milliseconds since the epoch.
-    DateTime(i64),
-}
-
 /// A row filter storage evaluates.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Filter {
+    /// `column op value`, the value one that fits the column's type `ty`.
     Cmp {
         column: String,
+        ty: PropType,
         op: CmpOp,
-        value: Scalar,
+        value: Value<'static>,
     },
     And(Vec<Filter>),
 }
@@ -56,28 +41,15 @@ impl Filter {
     /// cannot evaluate it exactly (`contains`, `starts_with`, a value that
     /// does not fit the column): the caller filters in memory.
     pub fn compare(column: &str, ty: &PropType, op: CmpOp, value: &Value) -> Option<Filter> {
-        let value = match (ty, value) {
-            (PropType::String | PropType::Enum(_), Value::Str(s)) => Scalar::Utf8(s.clone()),
-            (PropType::I32, Value::Int(i)) => Scalar::I32(i32::try_from(*i).ok()?),
-            (PropType::I64, Value::Int(i)) => Scalar::I64(*i),
-            (PropType::U32, Value::Int(i)) => Scalar::U32(u32::try_from(*i).ok()?),
-            (PropType::U64, Value::Int(i)) => Scalar::U64(u64::try_from(*i).ok()?),
-            (PropType::U64, Value::UInt(u)) => Scalar::U64(*u),
-            (PropType::F32, Value::Float(f)) => Scalar::F32(*f as f32),
-            (PropType::F64, Value::Float(f)) => Scalar::F64(*f),
-            (PropType::F64, Value::Int(i)) => Scalar::F64(*i as f64),
-            (PropType::Bool, Value::Bool(b)) => Scalar::Bool(*b),
-            (PropType::Date, Value::Date(d)) => Scalar::Date(*d),
-            (PropType::DateTime, Value::DateTime(ms)) => Scalar::DateTime(*ms),
-            _ => return None,
-        };
         if matches!(op, CmpOp::Contains | CmpOp::StartsWith) {
             return None;
         }
+        scalar(ty, value)?;
         Some(Filter::Cmp {
             column: column.to_string(),
+            ty: ty.clone(),
             op,
-            value,
+            value: value.clone().into_owned(),
         })
     }
 
@@ -93,19 +65,13 @@ impl Filter {
     /// The one translation to a Lance expression.
     fn lance(&self) -> DfExpr {
         match self {
-            Filter::Cmp { column, op, value } => {
-                let v = lit(match value {
-                    Scalar::Utf8(s) => ScalarValue::Utf8(Some(s.clone())),
-                    Scalar::I32(i) => ScalarValue::Int32(Some(*i)),
-                    Scalar::I64(i) => ScalarValue::Int64(Some(*i)),
-                    Scalar::U32(u) => ScalarValue::UInt32(Some(*u)),
-                    Scalar::U64(u) => ScalarValue::UInt64(Some(*u)),
-                    Scalar::F32(f) => ScalarValue::Float32(Some(*f)),
-                    Scalar::F64(f) => ScalarValue::Float64(Some(*f)),
-                    Scalar::Bool(b) => ScalarValue::Boolean(Some(*b)),
-                    Scalar::Date(d) => ScalarValue::Date32(Some(*d)),
-                    Scalar::DateTime(ms) => ScalarValue::Date64(Some(*ms)),
-                });
+            Filter::Cmp {
+                column,
+                ty,
+                op,
+                value,
+            } => {
+                let v = lit(scalar(ty, value).expect("Filter::compare checked the value fits"));
                 let c = col(column.as_str());
                 match op {
                     CmpOp::Eq => c.eq(v),
@@ -126,6 +92,27 @@ impl Filter {
                 .expect("Filter::all never builds an empty And"),
         }
     }
+}
+
+/// `value` as a literal of a `ty` column's Arrow type, if it fits exactly.
+fn scalar(ty: &PropType, value: &Value) -> Option<ScalarValue> {
+    Some(match (ty, value) {
+        (PropType::String | PropType::Enum(_), Value::Str(s)) => {
+            ScalarValue::Utf8(Some(s.to_string()))
+        }
+        (PropType::I32, Value::Int(i)) => ScalarValue::Int32(Some(i32::try_from(*i).ok()?)),
+        (PropType::I64, Value::Int(i)) => ScalarValue::Int64(Some(*i)),
+        (PropType::U32, Value::Int(i)) => ScalarValue::UInt32(Some(u32::try_from(*i).ok()?)),
+        (PropType::U64, Value::Int(i)) => ScalarValue::UInt64(Some(u64::try_from(*i).ok()?)),
+        (PropType::U64, Value::UInt(u)) => ScalarValue::UInt64(Some(*u)),
+        (PropType::F32, Value::Float(f)) => ScalarValue::Float32(Some(*f as f32)),
+        (PropType::F64, Value::Float(f)) => ScalarValue::Float64(Some(*f)),
+        (PropType::F64, Value::Int(i)) => ScalarValue::Float64(Some(*i as f64)),
+        (PropType::Bool, Value::Bool(b)) => ScalarValue::Boolean(Some(*b)),
+        (PropType::Date, Value::Date(d)) => ScalarValue::Date32(Some(*d)),
+        (PropType::DateTime, Value::DateTime(ms)) => ScalarValue::Date64(Some(*ms)),
+        _ => return None,
+    })
 }
 
 /// Some columns of every row (that `filter` keeps), in batches.

@@ -5,21 +5,7 @@
 
 use std::borrow::Cow;
 
-use super::cell::Cell;
-use super::columns::Val;
-
-/// The canonical spelling of one key value.
-pub fn key_part(v: &Val) -> Option<String> {
-    Some(match v {
-        Val::Str(s) => s.to_string(),
-        Val::Int(i) => i.to_string(),
-        Val::UInt(u) => u.to_string(),
-        Val::Bool(b) => b.to_string(),
-        Val::Date(d) => d.to_string(),
-        Val::DateTime(ms) => ms.to_string(),
-        _ => return None,
-    })
-}
+use crate::compiler::value::Value;
 
 /// The id of a node from its key values, in key declaration order.
 pub fn derive_id(parts: &[String]) -> String {
@@ -36,7 +22,7 @@ pub fn derive_id(parts: &[String]) -> String {
 /// contradicts.
 pub fn row_id<'g>(
     key: &[usize],
-    vals: &[Val],
+    vals: &[Value],
     given: Option<Cow<'g, str>>,
 ) -> Result<Option<Cow<'g, str>>, String> {
     if key.is_empty() {
@@ -44,7 +30,7 @@ pub fn row_id<'g>(
     }
     let parts: Vec<String> = key
         .iter()
-        .map(|&i| key_part(&vals[i]).unwrap_or_default())
+        .map(|&i| vals[i].key_part().unwrap_or_default())
         .collect();
     let derived = derive_id(&parts);
     match given {
@@ -55,24 +41,15 @@ pub fn row_id<'g>(
 
 /// An edge endpoint as written in JSONL (`"from"`/`"to"`): a string id, an
 /// integer key, or a composite key written as a list. A string borrows.
-pub fn endpoint_id<'c>(c: &'c Cell) -> Option<Cow<'c, str>> {
-    Some(match c {
-        Cell::Str(s) => Cow::Borrowed(s.as_ref()),
-        Cell::Int(i) => Cow::Owned(i.to_string()),
-        Cell::UInt(u) => Cow::Owned(u.to_string()),
-        Cell::Bool(b) => Cow::Owned(b.to_string()),
-        Cell::List(items) => {
-            let parts: Option<Vec<String>> = items
-                .iter()
-                .map(|c| match c {
-                    Cell::List(_) | Cell::Null | Cell::Float(_) => None,
-                    other => endpoint_id(other).map(Cow::into_owned),
-                })
-                .collect();
-            Cow::Owned(derive_id(&parts?))
+pub fn endpoint_id<'c>(c: &'c Value) -> Option<Cow<'c, str>> {
+    match c {
+        Value::Str(s) => Some(Cow::Borrowed(s.as_ref())),
+        Value::List(items) => {
+            let parts: Option<Vec<String>> = items.iter().map(Value::key_part).collect();
+            Some(Cow::Owned(derive_id(&parts?)))
         }
-        Cell::Null | Cell::Float(_) => return None,
-    })
+        other => other.key_part().map(Cow::Owned),
+    }
 }
 
 #[cfg(test)]
@@ -83,18 +60,18 @@ mod tests {
     fn single_and_composite_keys_spell_canonically() {
         assert_eq!(derive_id(&["alice".into()]), "alice");
         assert_eq!(derive_id(&["acme".into(), "3".into()]), r#"["acme","3"]"#);
-        assert_eq!(key_part(&Val::Int(-4)).unwrap(), "-4");
-        assert_eq!(key_part(&Val::Date(19000)).unwrap(), "19000");
+        assert_eq!(Value::Int(-4).key_part().unwrap(), "-4");
+        assert_eq!(Value::Date(19000).key_part().unwrap(), "19000");
         assert_eq!(
-            endpoint_id(&Cell::List(vec![Cell::Str("acme".into()), Cell::Int(3)])).unwrap(),
+            endpoint_id(&Value::List(vec![Value::Str("acme".into()), Value::Int(3)])).unwrap(),
             r#"["acme","3"]"#
         );
-        assert!(endpoint_id(&Cell::Float(1.5)).is_none());
+        assert!(endpoint_id(&Value::Float(1.5)).is_none());
     }
 
     #[test]
     fn a_keyed_row_takes_its_id_from_the_key() {
-        let vals = [Val::Str("alice".into()), Val::Int(3)];
+        let vals = [Value::Str("alice".into()), Value::Int(3)];
         assert_eq!(row_id(&[0], &vals, None).unwrap().as_deref(), Some("alice"));
         assert_eq!(
             row_id(&[0], &vals, Some("alice".into()))

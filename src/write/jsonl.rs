@@ -14,10 +14,10 @@ use arrow_array::RecordBatch;
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
-use super::cell::Cell;
 use super::columns::{TableBuilder, TypeRules};
 use super::ids;
 use crate::compiler::catalog::{Catalog, TypeDef};
+use crate::compiler::value::Value;
 use crate::error::{Location, OmniError, Result};
 use crate::util::hash::FxHashMap;
 
@@ -55,8 +55,8 @@ pub struct Parsed {
 struct Line<'a> {
     node: Option<Cow<'a, str>>,
     edge: Option<Cow<'a, str>>,
-    from: Option<Cell<'a>>,
-    to: Option<Cell<'a>>,
+    from: Option<Value<'a>>,
+    to: Option<Value<'a>>,
     data: Data<'a>,
 }
 
@@ -164,8 +164,8 @@ struct DataSeed<'r> {
 }
 
 struct Row<'a> {
-    cells: Vec<Option<Cell<'a>>>,
-    id: Option<Cell<'a>>,
+    cells: Vec<Option<Value<'a>>>,
+    id: Option<Value<'a>>,
 }
 
 impl DataSeed<'_> {
@@ -221,7 +221,7 @@ impl<'de> Visitor<'de> for DataSeed<'_> {
                 self.refuse(&key, "property given twice".into());
                 return Err(serde::de::Error::custom("duplicate property"));
             }
-            match map.next_value::<Cell<'de>>() {
+            match map.next_value::<Value<'de>>() {
                 Ok(c) => row.cells[i] = Some(c),
                 Err(e) => {
                     self.refuse(&key, e.to_string());
@@ -234,7 +234,12 @@ impl<'de> Visitor<'de> for DataSeed<'_> {
 }
 
 /// An edge's `from` or `to` as an id.
-fn edge_end<'c>(c: &'c Option<Cell>, which: &str, line: usize, name: &str) -> Result<Cow<'c, str>> {
+fn edge_end<'c>(
+    c: &'c Option<Value>,
+    which: &str,
+    line: usize,
+    name: &str,
+) -> Result<Cow<'c, str>> {
     c.as_ref().and_then(ids::endpoint_id).ok_or_else(|| {
         OmniError::invalid(
             Location {
@@ -361,7 +366,7 @@ impl<'c> BlockParser<'c> {
             .or_insert_with(|| TableBuilder::new(rules.clone(), 1024));
         let vals = builder.validate(row.cells, Some(line))?;
         let given_id = match &row.id {
-            None | Some(Cell::Null) => None,
+            None | Some(Value::Null) => None,
             Some(c) => Some(ids::endpoint_id(c).ok_or_else(|| {
                 OmniError::invalid(
                     Location {

@@ -1,7 +1,6 @@
 //! Writes before the protocol: values checked against the schema, rows built
 //! into Arrow batches, the JSONL loader, and the prepare step of each write.
 
-pub mod cell;
 pub mod columns;
 pub mod compact;
 pub mod ids;

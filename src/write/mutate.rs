@@ -13,15 +13,14 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 use serde::Serialize;
 
-use super::cell::Cell;
-use super::columns::{TableBuilder, TypeRules, Val, unique_key, val_at};
+use super::columns::{TableBuilder, TypeRules, unique_key};
 use super::ids;
 use super::load::{MAX_KEYED_BYTES, MAX_KEYED_ROWS};
 use crate::compiler::catalog::{DST, ID, PropType, SRC, TypeDef, TypeKind};
-use crate::compiler::query::ast::CmpOp;
-use crate::compiler::query::ir::{MutStmt, MutationPlan, Pred, ValExpr, Value};
+use crate::compiler::query::ir::{MutStmt, MutationPlan, Pred, ValExpr};
+use crate::compiler::value::holds;
+use crate::compiler::value::{self, Value};
 use crate::error::{Location, OmniError, Result};
-use crate::exec::scalar::{holds, s_of};
 use crate::storage::scan::{self, Filter};
 use crate::storage::stage;
 use crate::storage::substrate::{BoxFut, PrepareCx, PrepareWork, Prepared};
@@ -47,27 +46,12 @@ fn filter_column(p: &Pred) -> (&str, PropType) {
     }
 }
 
-fn value_cell(v: &Value) -> Cell<'static> {
-    match v {
-        Value::Null => Cell::Null,
-        Value::Bool(b) => Cell::Bool(*b),
-        Value::Int(i) => Cell::Int(*i),
-        Value::UInt(u) => Cell::UInt(*u),
-        Value::Float(f) => Cell::Float(*f),
-        Value::Str(s) => Cell::Str(s.clone().into()),
-        Value::Date(d) => Cell::Int(*d as i64),
-        Value::DateTime(ms) => Cell::Int(*ms),
-        Value::List(items) => Cell::List(items.iter().map(value_cell).collect()),
-        Value::Vector(xs) => Cell::List(xs.iter().map(|x| Cell::Float(*x as f64)).collect()),
-    }
-}
-
 /// One full row of a type, as validated values.
 #[derive(Clone, Debug)]
 struct Row {
     id: String,
     ends: Option<(String, String)>,
-    vals: Vec<Val<'static>>,
+    vals: Vec<Value<'static>>,
 }
 
 /// The pending changes to one type.
@@ -82,7 +66,7 @@ struct TypeChanges {
 
 pub struct MutationWork {
     plan: MutationPlan,
-    params: BTreeMap<String, Value>,
+    params: BTreeMap<String, Value<'static>>,
     if_commit: Option<String>,
     /// `now()`, read once per operation: every `now()` of the mutation,
     /// and every re-prepare of it, is this instant.
@@ -92,7 +76,7 @@ pub struct MutationWork {
 impl MutationWork {
     pub fn new(
         plan: MutationPlan,
-        params: BTreeMap<String, Value>,
+        params: BTreeMap<String, Value<'static>>,
         if_commit: Option<String>,
     ) -> Self {
         Self {
@@ -103,7 +87,7 @@ impl MutationWork {
         }
     }
 
-    fn value(&self, e: &ValExpr) -> Value {
+    fn value(&self, e: &ValExpr) -> Value<'static> {
         match e {
             ValExpr::Const(v) => v.clone(),
             ValExpr::Param { name } => self.params.get(name).cloned().unwrap_or(Value::Null),
@@ -126,34 +110,12 @@ fn loc(ty: &str, prop: Option<&str>, value: Option<String>) -> Location {
 
 /// Does a row's value satisfy `prop op value`?
 fn row_matches(rules: &TypeRules, row: &Row, f: &Pred, v: &Value) -> bool {
-    let val: Val = match &f.left {
-        ValExpr::Id { .. } => Val::Str(row.id.clone().into()),
+    match &f.left {
+        ValExpr::Id { .. } => holds(f.op, &Value::Str(row.id.as_str().into()), v),
         _ => match rules.prop_index(filter_column(f).0) {
-            Some(i) => row.vals[i].clone(),
-            None => return false,
+            Some(i) => holds(f.op, &row.vals[i], v),
+            None => false,
         },
-    };
-    compare(&val, f.op, v)
-}
-
-fn compare(a: &Val, op: CmpOp, b: &Value) -> bool {
-    let a = val_value(a);
-    holds(op, &s_of(&a), &s_of(b))
-}
-
-/// A validated cell as a plan value, to compare it as reads do.
-fn val_value(v: &Val) -> Value {
-    match v {
-        Val::Null | Val::Bytes(_) => Value::Null,
-        Val::Bool(b) => Value::Bool(*b),
-        Val::Int(i) => Value::Int(*i),
-        Val::UInt(u) => Value::UInt(*u),
-        Val::Float(f) => Value::Float(*f),
-        Val::Str(s) => Value::Str(s.to_string()),
-        Val::Date(d) => Value::Date(*d),
-        Val::DateTime(ms) => Value::DateTime(*ms),
-        Val::Vector(xs) => Value::Vector(xs.clone()),
-        Val::List(items) => Value::List(items.iter().map(val_value).collect()),
     }
 }
 
@@ -199,7 +161,11 @@ impl<'c> Staging<'c> {
 
     /// Committed rows of `ty` that match (all of them when no filter),
     /// read whole and validated into rows.
-    async fn committed(&mut self, ty: &str, filter: Option<(&Pred, &Value)>) -> Result<Vec<Row>> {
+    async fn committed(
+        &mut self,
+        ty: &str,
+        filter: Option<(&Pred, &Value<'_>)>,
+    ) -> Result<Vec<Row>> {
         let def = self.def(ty);
         let rules = self.rules(ty)?;
         let ds = self.cx.read(def).await?;
@@ -228,10 +194,10 @@ impl<'c> Staging<'c> {
                     .properties
                     .iter()
                     .map(|p| match b.column_by_name(&p.name) {
-                        Some(c) => val_at(c, i, &p.ty),
-                        None => Ok(Val::Null),
+                        Some(c) => value::at(c, i).into_owned(),
+                        None => Value::Null,
                     })
-                    .collect::<Result<Vec<_>>>()?;
+                    .collect::<Vec<_>>();
                 let ends = if def.is_edge() {
                     Some((
                         stage::string_column(b, SRC)?.value(i).to_string(),
@@ -255,7 +221,7 @@ impl<'c> Staging<'c> {
 
     /// Rows of `ty` as this mutation sees them: pending shadow committed,
     /// deleted ones are gone.
-    async fn visible(&mut self, ty: &str, filter: Option<(&Pred, &Value)>) -> Result<Vec<Row>> {
+    async fn visible(&mut self, ty: &str, filter: Option<(&Pred, &Value<'_>)>) -> Result<Vec<Row>> {
         let rules = self.rules(ty)?;
         let mut rows: BTreeMap<String, Row> = BTreeMap::new();
         for r in self.committed(ty, filter).await? {
@@ -285,20 +251,20 @@ impl MutationWork {
     ) -> Result<()> {
         let def = s.def(ty);
         let rules = s.rules(ty)?;
-        let cells: Vec<Option<Cell>> = rules
+        let cells: Vec<Option<Value>> = rules
             .props
             .iter()
-            .map(|p| values.get(&p.def.name).map(|v| value_cell(&self.value(v))))
+            .map(|p| values.get(&p.def.name).map(|v| self.value(v)))
             .collect();
         let builder = TableBuilder::new(rules.clone(), 0);
-        let vals: Vec<Val<'static>> = builder
+        let vals: Vec<Value<'static>> = builder
             .validate(cells, None)?
             .into_iter()
-            .map(Val::into_owned)
+            .map(Value::into_owned)
             .collect();
         let given = match values.get(ID).map(|v| self.value(v)) {
             None | Some(Value::Null) => None,
-            Some(Value::Str(s)) => Some(Cow::Owned(s)),
+            Some(Value::Str(s)) => Some(s),
             Some(other) => {
                 return Err(OmniError::invalid(
                     loc(ty, Some(ID), Some(format!("{other:?}"))),
@@ -321,14 +287,12 @@ impl MutationWork {
             Some(_) => {
                 let end = |k: &str| -> Result<String> {
                     let v = self.value(&values[k]);
-                    ids::endpoint_id(&value_cell(&v))
-                        .map(Cow::into_owned)
-                        .ok_or_else(|| {
-                            OmniError::invalid(
-                                loc(ty, Some(k), Some(format!("{v:?}"))),
-                                "an endpoint is a node id",
-                            )
-                        })
+                    ids::endpoint_id(&v).map(Cow::into_owned).ok_or_else(|| {
+                        OmniError::invalid(
+                            loc(ty, Some(k), Some(format!("{v:?}"))),
+                            "an endpoint is a node id",
+                        )
+                    })
                 };
                 Some((end("from")?, end("to")?))
             }
@@ -372,7 +336,7 @@ impl MutationWork {
         for (prop, v) in set {
             let i = rules.prop_index(prop).expect("checked property");
             let val = rules.props[i]
-                .validate(Some(value_cell(&self.value(v))))
+                .validate(Some(self.value(v)))
                 .map_err(|(m, value)| OmniError::invalid(loc(ty, Some(prop), value), m))?;
             new_vals.push((i, val.into_owned()));
         }

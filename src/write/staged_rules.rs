@@ -6,9 +6,10 @@
 
 use arrow_array::RecordBatch;
 
-use super::columns::{self, val_at};
+use super::columns;
 use super::jsonl::ParsedType;
 use crate::compiler::catalog::{Cardinality, ID, SRC, TypeDef, TypeKind};
+use crate::compiler::value;
 use crate::error::{Location, OmniError, Result};
 use crate::storage::substrate::PrepareCx;
 use crate::storage::{scan, stage};
@@ -26,23 +27,13 @@ fn at(line: usize, pt: &ParsedType, prop: &str, value: String) -> Location {
 
 /// The `@unique` key of row `i` over `cols` (`None`: a part is null), read
 /// as the values a mutation compares.
-fn unique_key(
-    pt: &ParsedType,
-    b: &RecordBatch,
-    cols: &[String],
-    i: usize,
-) -> Result<Option<String>> {
+fn unique_key(b: &RecordBatch, cols: &[String], i: usize) -> Result<Option<String>> {
     let mut vals = Vec::with_capacity(cols.len());
     for c in cols {
         let a = b
             .column_by_name(c)
             .ok_or_else(|| OmniError::Storage(format!("column {c} is missing")))?;
-        let ty = &pt
-            .def
-            .property(c)
-            .ok_or_else(|| OmniError::Storage(format!("{} has no property {c}", pt.def.name)))?
-            .ty;
-        vals.push(val_at(a, i, ty)?);
+        vals.push(value::at(a, i));
     }
     Ok(columns::unique_key(&vals))
 }
@@ -86,7 +77,7 @@ async fn unique(
     for (bi, b) in pt.batches.iter().enumerate() {
         let ids = stage::string_column(b, ID)?;
         for i in 0..b.num_rows() {
-            let Some(k) = unique_key(pt, b, cols, i)? else {
+            let Some(k) = unique_key(b, cols, i)? else {
                 continue;
             };
             let line = pt.lines[bi][i] as usize;
@@ -114,7 +105,7 @@ async fn unique(
             if file_ids.get(id).is_some() {
                 continue; // the file replaces this row
             }
-            if let Some(k) = unique_key(pt, &b, cols, i)?
+            if let Some(k) = unique_key(&b, cols, i)?
                 && let Some((_, line)) = file.get(&k)
             {
                 return Err(OmniError::invalid(

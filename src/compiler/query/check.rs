@@ -13,6 +13,7 @@ use super::ir::{
 };
 use crate::compiler::catalog::{Catalog, PropType, TypeDef};
 use crate::compiler::lexer::Pos;
+use crate::compiler::value::Value;
 use crate::error::{OmniError, Result};
 use crate::util::dates::{days_from_date, ms_from_datetime};
 
@@ -103,10 +104,13 @@ fn comparable(op: CmpOp, l: &ir::ValType, r: &ir::ValType) -> bool {
     }
 }
 
-fn lit_value(lit: &Lit, pos: Pos) -> Result<(ir::Value, ir::ValType)> {
-    use ir::{ValType, Value};
+fn lit_value(lit: &Lit, pos: Pos) -> Result<(Value<'static>, ir::ValType)> {
+    use ir::ValType;
     Ok(match lit {
-        Lit::Str(s) => (Value::Str(s.clone()), ValType::Known(PropType::String)),
+        Lit::Str(s) => (
+            Value::Str(s.clone().into()),
+            ValType::Known(PropType::String),
+        ),
         Lit::Int(i) => (Value::Int(*i), ValType::Known(PropType::I64)),
         Lit::Float(f) => (Value::Float(*f), ValType::Known(PropType::F64)),
         Lit::Bool(b) => (Value::Bool(*b), ValType::Known(PropType::Bool)),
@@ -357,7 +361,7 @@ impl<'a> Checker<'a> {
         other: &ir::ValType,
         pos: Pos,
     ) -> Result<(ValExpr, ir::ValType)> {
-        use ir::{ValType::Known, Value};
+        use ir::ValType::Known;
         match (&side, other) {
             ((ValExpr::Const(Value::Str(s)), _), Known(PropType::Date)) => {
                 let d = days_from_date(s).ok_or_else(|| {

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use crate::compiler::catalog::PropType;
+use crate::compiler::value::Value;
 
 use super::ast::CmpOp;
 
@@ -21,23 +22,6 @@ pub struct VarInfo {
     /// Bound through this interface (`$x: Named`): only its properties are
     /// visible, and a whole-node return shows those.
     pub interface: Option<String>,
-}
-
-/// A constant value in a plan (literals, resolved parameters, `now()`).
-#[derive(Clone, Debug, PartialEq, PartialOrd)]
-pub enum Value {
-    Null,
-    Bool(bool),
-    Int(i64),
-    UInt(u64),
-    Float(f64),
-    Str(String),
-    /// Days since 1970-01-01.
-    Date(i32),
-    /// Milliseconds since the epoch.
-    DateTime(i64),
-    List(Vec<Value>),
-    Vector(Vec<f32>),
 }
 
 /// The type of a value as the checker sees it.
@@ -62,7 +46,7 @@ pub enum ValExpr {
     Param {
         name: String,
     },
-    Const(Value),
+    Const(Value<'static>),
     Now,
 }
 

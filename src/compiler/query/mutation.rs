@@ -265,7 +265,7 @@ mod tests {
         match &plan.stmts[0] {
             MutStmt::Delete { filter, .. } => assert_eq!(
                 filter.right,
-                ValExpr::Const(crate::compiler::query::ir::Value::Date(18263))
+                ValExpr::Const(crate::compiler::value::Value::Date(18263))
             ),
             other => panic!("{other:?}"),
         }
