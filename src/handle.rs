@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::sync::Arc;
 
-use lance::session::Session;
 use serde::Serialize;
 
 use crate::compiler::catalog::Catalog;
@@ -18,7 +17,7 @@ use crate::exec::export;
 use crate::exec::params;
 use crate::exec::run::{self, QueryResult};
 use crate::storage::manifest::{CommitRecord, MAIN, validate_branch_name};
-use crate::storage::requests::{Counters, Requests, counted_session};
+use crate::storage::requests::{Counters, Requests, StorageSession, counted_session};
 use crate::storage::substrate::{LanceSubstrate, PrepareWork};
 use crate::storage::{GraphStorage, Snapshot, Target};
 use crate::util::ulid::new_ulid;
@@ -33,8 +32,9 @@ use omnigraph_actors::{Bugs, OpId, OpKind, Outcome, RecoveryReport};
 pub struct Options {
     /// Recorded as the actor of every commit this handle makes.
     pub actor: String,
-    /// Share a Lance session (needed to reopen a `memory://` graph).
-    pub session: Option<Arc<Session>>,
+    /// Share a storage session with other handles (needed to reopen a
+    /// `memory://` graph).
+    pub session: Option<StorageSession>,
     /// How long a write waits for a gate another process holds before it
     /// fails `Contended` (default 60 s; `OMNIGRAPH_GATE_WAIT_MS` sets it).
     pub gate_wait: std::time::Duration,
@@ -135,7 +135,7 @@ impl Drop for Inner {
 
 /// The handle's Lance session: the caller's, or a new one that counts its
 /// object-store requests.
-fn session_of(opts: &Options) -> (Arc<Session>, Arc<Counters>) {
+fn session_of(opts: &Options) -> (StorageSession, Arc<Counters>) {
     match &opts.session {
         Some(s) => (s.clone(), Arc::new(Counters::default())),
         None => counted_session(),
@@ -446,8 +446,7 @@ impl Omnigraph {
             if r.lance_branch != own {
                 continue;
             }
-            let ds = self.inner.graph.tables.open(r).await?;
-            if ds.get_fragments().len() >= COMPACT_AT_FRAGMENTS {
+            if self.inner.graph.read_table(&snap, t).await?.fragments() >= COMPACT_AT_FRAGMENTS {
                 out.push(t.name.clone());
             }
         }
@@ -521,12 +520,12 @@ impl Omnigraph {
         let mut types = Vec::new();
         for t in &self.inner.graph.catalog.types {
             let r = snap.table(t)?;
-            let ds = self.inner.graph.tables.open(r).await?;
+            let table = self.inner.graph.read_table(&snap, t).await?;
             types.push(TableInfo {
                 name: t.name.clone(),
                 kind: if t.is_edge() { "edge" } else { "node" }.into(),
-                rows: ds.count_rows(None).await?,
-                fragments: ds.get_fragments().len(),
+                rows: table.rows().await?,
+                fragments: table.fragments(),
                 table_version: r.version,
                 lance_branch: r.lance_branch.clone(),
             });

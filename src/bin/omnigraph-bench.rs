@@ -350,10 +350,12 @@ async fn locks(n: usize) {
     use omnigraph_actors::{Addr, GateMode, TableKey};
     let tmp = Scratch::new("locks.omni");
     std::fs::create_dir_all(&tmp.0).expect("dir");
-    let store =
-        omnigraph::storage::objstore::Store::open(&lance::session::Session::default(), &tmp.uri())
-            .await
-            .expect("store");
+    let store = omnigraph::storage::objstore::Store::open(
+        &omnigraph::storage::requests::StorageSession::default(),
+        &tmp.uri(),
+    )
+    .await
+    .expect("store");
     let l = ProcessLocks::new(&store, "BENCH".into())
         .await
         .expect("locks");

@@ -15,6 +15,7 @@ use crate::compiler::catalog::{DST, ID, PropType, SRC, TypeDef};
 use crate::compiler::value;
 use crate::error::{OmniError, Result};
 use crate::storage::scan;
+use crate::storage::tables::Table;
 use crate::storage::{GraphStorage, Snapshot};
 use crate::util::dates::{date_string, datetime_string};
 
@@ -149,13 +150,13 @@ async fn export_type(
 
 /// Blob values of a batch as `"base64:..."` strings (null where null).
 async fn read_blobs<'p>(
-    ds: &std::sync::Arc<lance::Dataset>,
+    table: &Table,
     batch: &RecordBatch,
     props: &[&'p str],
 ) -> Result<Vec<(&'p str, Vec<Value>)>> {
     let mut out = Vec::new();
     for p in props {
-        let vals = scan::blobs(ds, batch, p)
+        let vals = scan::blobs(table, batch, p)
             .await?
             .into_iter()
             .map(|b| b.map_or(Value::Null, |bytes| value_json(&value::Value::Bytes(bytes))))
@@ -175,7 +176,7 @@ pub async fn export(
     let types: Vec<&TypeDef> = g.catalog.nodes().chain(g.catalog.edges()).collect();
     for t in &types {
         let ds = g.read_table(snap, t).await?;
-        let schema = arrow_schema::Schema::from(ds.schema());
+        let schema = ds.schema();
         for f in schema.fields() {
             let blob = t.property(f.name()).is_some_and(|p| p.ty == PropType::Blob);
             if !blob && !has_json_form(f.data_type()) {

@@ -452,7 +452,7 @@ mod tests {
             "the lease tests need the local S3 server and its environment: run ./scripts/test.sh",
         );
         Store::open(
-            &lance::session::Session::default(),
+            &crate::storage::requests::StorageSession::default(),
             &format!("{base}/{}", new_ulid()),
         )
         .await

@@ -390,7 +390,7 @@ mod tests {
     use omnigraph_actors::TableKey;
 
     async fn locks_at(uri: &str, incarnation: &str) -> ProcessLocks {
-        let store = Store::open(&lance::session::Session::default(), uri)
+        let store = Store::open(&crate::storage::requests::StorageSession::default(), uri)
             .await
             .expect("store");
         ProcessLocks::new(&store, incarnation.into())

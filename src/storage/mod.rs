@@ -31,8 +31,7 @@ pub mod tables;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use lance::Dataset;
-use lance::session::Session;
+use requests::StorageSession;
 use sha2::{Digest, Sha256};
 
 use crate::compiler::catalog::{Catalog, TypeDef};
@@ -40,7 +39,7 @@ use crate::error::{OmniError, Result};
 use manifest::{BranchRecord, ChangeNote, CommitRecord, MAIN, Manifest, Manifests, TableRef};
 use objstore::Store;
 use omnigraph_actors::{CommitId, Head};
-use tables::Tables;
+use tables::{Table, Tables};
 
 /// Which state of the graph a read (or a write's snapshot) sees.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -103,7 +102,7 @@ fn schema_id(source: &str) -> String {
 impl GraphStorage {
     /// Create a new graph with the given (already compiled) schema.
     pub async fn init(
-        session: Arc<Session>,
+        session: StorageSession,
         uri: &str,
         source: &str,
         catalog: Catalog,
@@ -115,7 +114,7 @@ impl GraphStorage {
         if manifests.exists().await? {
             return Err(OmniError::AlreadyExists(format!("a graph at {uri}")));
         }
-        let tables = Tables::new(store.clone(), session);
+        let tables = Tables::new(store.clone(), session.0);
         let id = schema_id(source);
         let mut refs = BTreeMap::new();
         for t in &catalog.types {
@@ -188,7 +187,7 @@ impl GraphStorage {
     }
 
     /// Open an existing graph.
-    pub async fn open(session: Arc<Session>, uri: &str) -> Result<Self> {
+    pub async fn open(session: StorageSession, uri: &str) -> Result<Self> {
         let uri = objstore::normalize_uri(uri)?;
         let store = Store::open(&session, &uri).await?;
         let manifests = Manifests::new(store.clone());
@@ -207,7 +206,7 @@ impl GraphStorage {
             .ok_or_else(|| OmniError::Storage(format!("catalog {id} is missing from the graph")))?;
         let catalog: Catalog = serde_json::from_slice(&catalog_bytes)
             .map_err(|e| OmniError::Storage(format!("catalog {id} is corrupt: {e}")))?;
-        let tables = Tables::new(store.clone(), session);
+        let tables = Tables::new(store.clone(), session.0);
         Ok(Self {
             store,
             manifests,
@@ -254,7 +253,7 @@ impl GraphStorage {
     }
 
     /// A table as a snapshot sees it.
-    pub async fn read_table(&self, snap: &Snapshot, t: &TypeDef) -> Result<Arc<Dataset>> {
-        self.tables.open(snap.table(t)?).await
+    pub async fn read_table(&self, snap: &Snapshot, t: &TypeDef) -> Result<Table> {
+        Ok(Table(self.tables.open(snap.table(t)?).await?))
     }
 }

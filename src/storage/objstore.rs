@@ -4,10 +4,10 @@
 
 use std::sync::Arc;
 
+use super::requests::StorageSession;
 use bytes::Bytes;
 use futures::TryStreamExt;
 use lance::io::{ObjectStore, ObjectStoreParams};
-use lance::session::Session;
 use object_store::path::Path;
 use object_store::{GetOptions, ObjectStoreExt, PutMode, PutOptions, UpdateVersion};
 
@@ -43,9 +43,9 @@ fn lance_not_found(e: &lance::Error) -> bool {
 }
 
 impl Store {
-    pub async fn open(session: &Session, uri: &str) -> Result<Self> {
+    pub async fn open(session: &StorageSession, uri: &str) -> Result<Self> {
         let (os, root) = ObjectStore::from_uri_and_params(
-            session.store_registry(),
+            session.0.store_registry(),
             uri,
             &ObjectStoreParams::default(),
         )

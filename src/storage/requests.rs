@@ -106,8 +106,13 @@ impl Counters {
 /// The schemes whose stores are counted: the remote ones.
 const COUNTED: &[&str] = &["s3"];
 
-/// A Lance session whose remote stores count their requests.
-pub fn counted_session() -> (Arc<Session>, Arc<Counters>) {
+/// What the handles opened with one session share: object-store
+/// connections and caches. A `memory://` graph lives as long as its session.
+#[derive(Clone, Debug, Default)]
+pub struct StorageSession(pub(super) Arc<Session>);
+
+/// A session whose remote stores count their requests.
+pub fn counted_session() -> (StorageSession, Arc<Counters>) {
     let counters = Arc::new(Counters::default());
     let registry = ObjectStoreRegistry::default();
     for scheme in COUNTED {
@@ -126,7 +131,7 @@ pub fn counted_session() -> (Arc<Session>, Arc<Counters>) {
         lance::dataset::DEFAULT_METADATA_CACHE_SIZE,
         Arc::new(registry),
     );
-    (Arc::new(session), counters)
+    (StorageSession(Arc::new(session)), counters)
 }
 
 #[derive(Debug)]

@@ -3,8 +3,6 @@
 //! expression of ours; it becomes a Lance (DataFusion) expression here and
 //! nowhere else, so caller text never becomes SQL.
 
-use std::sync::Arc;
-
 use arrow_array::cast::AsArray;
 use arrow_array::types::UInt64Type;
 use arrow_array::{Array, ArrayRef, RecordBatch, new_null_array};
@@ -13,7 +11,8 @@ use datafusion::prelude::{Expr as DfExpr, col, lit};
 use datafusion::scalar::ScalarValue;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
-use lance::Dataset;
+
+use super::tables::Table;
 
 use crate::compiler::catalog::PropType;
 use crate::compiler::query::ast::CmpOp;
@@ -117,11 +116,11 @@ fn scalar(ty: &PropType, value: &Value) -> Option<ScalarValue> {
 
 /// Some columns of every row (that `filter` keeps), in batches.
 pub async fn scan(
-    ds: &Dataset,
+    table: &Table,
     columns: &[&str],
     filter: Option<&Filter>,
 ) -> Result<Vec<RecordBatch>> {
-    stream(ds, columns, filter, None, false)
+    stream(table, columns, filter, None, false)
         .await?
         .try_collect()
         .await
@@ -130,7 +129,7 @@ pub async fn scan(
 /// Some columns of every row as a stream, `batch_rows` at a time if given,
 /// with Lance's row ids (column [`ROW_ID`]) if asked (for blob reads).
 pub async fn stream(
-    ds: &Dataset,
+    Table(ds): &Table,
     columns: &[&str],
     filter: Option<&Filter>,
     batch_rows: Option<usize>,
@@ -156,14 +155,15 @@ pub async fn stream(
 
 /// One whole column, in scan order (an empty table gives an empty array of
 /// the column's type).
-pub async fn column(ds: &Dataset, column: &str) -> Result<ArrayRef> {
-    let parts: Vec<ArrayRef> = scan(ds, &[column], None)
+pub async fn column(table: &Table, column: &str) -> Result<ArrayRef> {
+    let parts: Vec<ArrayRef> = scan(table, &[column], None)
         .await?
         .iter()
         .map(|b| b.column(0).clone())
         .collect();
     if parts.is_empty() {
-        let ty = ds
+        let ty = table
+            .0
             .schema()
             .field(column)
             .map(|f| f.data_type())
@@ -177,7 +177,7 @@ pub async fn column(ds: &Dataset, column: &str) -> Result<ArrayRef> {
 /// The bytes of a Blob property for the rows of a batch scanned with row
 /// ids (null where null).
 pub async fn blobs(
-    ds: &Arc<Dataset>,
+    Table(ds): &Table,
     batch: &RecordBatch,
     prop: &str,
 ) -> Result<Vec<Option<Vec<u8>>>> {

@@ -11,18 +11,18 @@ use lance::Dataset;
 use lance::dataset::transaction::Transaction;
 use lance::dataset::{InsertBuilder, MergeInsertBuilder, WhenMatched, WhenNotMatched, WriteMode};
 
-use super::tables::write_params;
+use super::tables::{Table, TableChange, write_params};
 use crate::compiler::catalog::ID;
 use crate::error::{OmniError, Result};
 
 /// How many ids one `IN (...)` probe carries.
 const PROBE_CHUNK: usize = 4096;
 
-pub async fn append(ds: Arc<Dataset>, batches: Vec<RecordBatch>) -> Result<Transaction> {
+pub async fn append(Table(ds): Table, batches: Vec<RecordBatch>) -> Result<TableChange> {
     insert(ds, batches, WriteMode::Append).await
 }
 
-pub async fn overwrite(ds: Arc<Dataset>, batches: Vec<RecordBatch>) -> Result<Transaction> {
+pub async fn overwrite(Table(ds): Table, batches: Vec<RecordBatch>) -> Result<TableChange> {
     insert(ds, batches, WriteMode::Overwrite).await
 }
 
@@ -30,29 +30,31 @@ async fn insert(
     ds: Arc<Dataset>,
     batches: Vec<RecordBatch>,
     mode: WriteMode,
-) -> Result<Transaction> {
+) -> Result<TableChange> {
     let session = ds.session();
     let params = write_params(&session, mode);
-    Ok(InsertBuilder::new(ds)
-        .with_params(&params)
-        .execute_uncommitted(batches)
-        .await?)
+    Ok(TableChange(
+        InsertBuilder::new(ds)
+            .with_params(&params)
+            .execute_uncommitted(batches)
+            .await?,
+    ))
 }
 
 /// Upsert by id: matched rows are replaced, new ids inserted.
-pub async fn upsert(ds: Arc<Dataset>, batches: Vec<RecordBatch>) -> Result<Transaction> {
+pub async fn upsert(Table(ds): Table, batches: Vec<RecordBatch>) -> Result<TableChange> {
     let mut b = MergeInsertBuilder::try_new(ds, vec![ID.to_string()])?;
     b.when_matched(WhenMatched::UpdateAll)
         .when_not_matched(WhenNotMatched::InsertAll)
         .conflict_retries(0);
     let staged = b.try_build()?.execute_uncommitted_batches(batches).await?;
-    Ok(staged.transaction)
+    Ok(TableChange(staged.transaction))
 }
 
 /// Rewrite a table's small fragments into few large ones, as a staged
 /// transaction (`None` when there is nothing worth rewriting). The new files
 /// are invisible until the transaction is committed.
-pub async fn compaction(ds: Arc<Dataset>) -> Result<Option<Transaction>> {
+pub async fn compaction(Table(ds): Table) -> Result<Option<TableChange>> {
     use lance::dataset::optimize::{CompactionOptions, plan_compaction};
     use lance::dataset::transaction::{Operation, RewriteGroup};
     let plan = plan_compaction(&ds, &CompactionOptions::default()).await?;
@@ -77,20 +79,24 @@ pub async fn compaction(ds: Arc<Dataset>) -> Result<Option<Transaction>> {
         rewritten_indices: Vec::new(),
         frag_reuse_index: None,
     };
-    Ok(Some(Transaction::new(plan.read_version(), op, None)))
+    Ok(Some(TableChange(Transaction::new(
+        plan.read_version(),
+        op,
+        None,
+    ))))
 }
 
 /// Delete the rows with these ids.
-pub async fn delete_ids(ds: Arc<Dataset>, ids: &[String]) -> Result<Transaction> {
+pub async fn delete_ids(Table(ds): Table, ids: &[String]) -> Result<TableChange> {
     let list = ids.iter().map(|s| lit(s.clone())).collect();
     let staged = lance::dataset::DeleteBuilder::from_expr(ds, col(ID).in_list(list, false))
         .execute_uncommitted()
         .await?;
-    Ok(staged.transaction)
+    Ok(TableChange(staged.transaction))
 }
 
 /// Which of `ids` exist in the table.
-pub async fn existing_ids(ds: &Dataset, ids: &[&str]) -> Result<HashSet<String>> {
+pub async fn existing_ids(Table(ds): &Table, ids: &[&str]) -> Result<HashSet<String>> {
     let mut found = HashSet::new();
     for chunk in ids.chunks(PROBE_CHUNK) {
         let list = chunk.iter().map(|s| lit(s.to_string())).collect();
@@ -109,7 +115,7 @@ pub async fn existing_ids(ds: &Dataset, ids: &[&str]) -> Result<HashSet<String>>
 }
 
 /// Every value of a string column (e.g. all ids, or all edge sources).
-pub async fn scan_strings(ds: &Dataset, column: &str) -> Result<Vec<StringArray>> {
+pub async fn scan_strings(Table(ds): &Table, column: &str) -> Result<Vec<StringArray>> {
     let mut scan = ds.scan();
     scan.project(&[column])?;
     let mut stream = scan.try_into_stream().await?;
@@ -124,7 +130,7 @@ pub async fn scan_strings(ds: &Dataset, column: &str) -> Result<Vec<StringArray>
 /// (when `by_dst`) is one of `ids`: the edges that touch a few nodes, read
 /// without building a whole adjacency.
 pub async fn edges_touching(
-    ds: &Dataset,
+    Table(ds): &Table,
     ids: &[&str],
     by_src: bool,
     by_dst: bool,

@@ -15,6 +15,7 @@ use tracing::{debug, warn};
 
 use super::locks::ProcessLocks;
 use super::manifest::{BranchRecord, ChangeNote, Claim, CommitRecord, MAIN, Manifest, TableRef};
+use super::tables::{Table, TableChange};
 use super::{GraphStorage, Snapshot, sidecar};
 use crate::compiler::catalog::{Catalog, TypeDef};
 use crate::error::{OmniError, Result};
@@ -75,26 +76,31 @@ impl PrepareCx {
     }
 
     /// A table as the snapshot sees it (for reads and probes).
-    pub async fn read(&self, t: &TypeDef) -> Result<Arc<Dataset>> {
+    pub async fn read(&self, t: &TypeDef) -> Result<Table> {
         self.graph.read_table(&self.snapshot, t).await
     }
 
     /// The dataset to stage a change to `t` against. On a branch that still
     /// shares the table with its parent this forks it first (invisible until
     /// published); the version returned is the base the commit must land on.
-    pub async fn target(&self, t: &TypeDef) -> Result<Arc<Dataset>> {
+    pub async fn target(&self, t: &TypeDef) -> Result<Table> {
         let r = self.snapshot.table(t)?;
         let own = self.snapshot.record.own_lance_branch(&self.snapshot.branch);
         if r.lance_branch == own {
-            return self.graph.tables.open(r).await;
+            return Ok(Table(self.graph.tables.open(r).await?));
         }
         let own = own.expect("main always owns its tables");
-        self.graph.tables.ensure_fork(r, &own).await
+        Ok(Table(self.graph.tables.ensure_fork(r, &own).await?))
     }
 
     /// Stage `txn` (built against `base` from [`Self::target`]) as this write's
     /// change to `t`. One transaction per table.
-    pub fn stage(&mut self, t: &TypeDef, base: Arc<Dataset>, mut txn: Transaction) -> Result<()> {
+    pub fn stage(
+        &mut self,
+        t: &TypeDef,
+        Table(base): Table,
+        TableChange(mut txn): TableChange,
+    ) -> Result<()> {
         let key = t.table_key();
         if self.staged.contains_key(&key) {
             return Err(OmniError::Storage(format!(

@@ -28,6 +28,30 @@ type Physical = (String, Option<String>);
 /// A table version exactly: (folder, Lance branch, version).
 type Exact = (String, Option<String>, u64);
 
+/// One table at one version: what a read scans and what a write stages a
+/// change against. The Lance dataset inside is storage's alone.
+#[derive(Clone)]
+pub struct Table(pub(super) Arc<Dataset>);
+
+impl Table {
+    pub async fn rows(&self) -> Result<usize> {
+        Ok(self.0.count_rows(None).await?)
+    }
+
+    pub fn fragments(&self) -> usize {
+        self.0.get_fragments().len()
+    }
+
+    /// The table's Arrow schema as stored.
+    pub fn schema(&self) -> arrow_schema::Schema {
+        arrow_schema::Schema::from(self.0.schema())
+    }
+}
+
+/// A change staged against a [`Table`]: its files are written, but no
+/// reader sees them until the write commits it.
+pub struct TableChange(pub(super) Transaction);
+
 pub struct Tables {
     store: Store,
     session: Arc<Session>,

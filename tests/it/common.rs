@@ -147,17 +147,23 @@ impl Place {
 
 /// The object names under a folder of a graph, on any store.
 pub async fn stored(uri: &str, dir: &str) -> Vec<String> {
-    let store = omnigraph::storage::objstore::Store::open(&lance::session::Session::default(), uri)
-        .await
-        .unwrap();
+    let store = omnigraph::storage::objstore::Store::open(
+        &omnigraph::storage::requests::StorageSession::default(),
+        uri,
+    )
+    .await
+    .unwrap();
     store.list(dir).await.unwrap()
 }
 
 /// Every graph version's change note: (kind, op).
 pub async fn changes(uri: &str) -> Vec<(String, String)> {
-    let store = omnigraph::storage::objstore::Store::open(&lance::session::Session::default(), uri)
-        .await
-        .unwrap();
+    let store = omnigraph::storage::objstore::Store::open(
+        &omnigraph::storage::requests::StorageSession::default(),
+        uri,
+    )
+    .await
+    .unwrap();
     let mut names = store.list("_graph/versions").await.unwrap();
     names.sort();
     let mut out = Vec::new();
