@@ -550,6 +550,7 @@ fn normalise(q: &str, r: &omnigraph::QueryResult) -> serde_json::Value {
     }
 }
 
+// One benchmark run from setup to report, in the order it prints.
 async fn queries(dir: &str, uri: &str, repeats: usize, reference: Option<&str>) {
     let meta: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(format!("{dir}/meta.json")).expect("meta.json"),

@@ -163,27 +163,8 @@ impl Ctx<'_> {
         let mut by_source: HashMap<u32, Vec<u32>> = HashMap::new();
         if (*min, *max) == (1, Some(1)) && !*to_bound && to_filters.is_empty() {
             // One hop, nothing to check: read the adjacency directly.
-            let adj = if *dir == Dir::In { &g.inn } else { &g.out };
-            let mut scratch = Vec::new();
-            for (r, &src) in froms.iter().enumerate() {
-                scratch.clear();
-                scratch.extend(adj.range(src).map(|i| adj.targets[i]));
-                if *dir == Dir::Both {
-                    scratch.extend(g.inn.range(src).map(|i| g.inn.targets[i]));
-                }
-                if scratch.len() > 1 {
-                    scratch.sort_unstable();
-                    scratch.dedup();
-                }
-                let same_type = var_type(plan, *from) == to_type;
-                for &t in &scratch {
-                    if same_type && t == src {
-                        continue; // the start is visited at hop 0
-                    }
-                    keep_rows.push(r);
-                    new_to.push(t);
-                }
-            }
+            let same_type = var_type(plan, *from) == to_type;
+            let (keep_rows, new_to) = one_hop(&g, *dir, &froms, same_type);
             let mut out = frame.take_rows(&keep_rows);
             out.cols[*to] = Some(new_to);
             return Ok(out);
@@ -351,4 +332,32 @@ impl Bfs {
             frontier = next;
         }
     }
+}
+
+/// Each row's one-hop neighbours in `g` (deduplicated, the start itself
+/// left out when both ends have one type): the rows to keep, each with the
+/// neighbour it reaches.
+fn one_hop(g: &GraphIndex, dir: Dir, froms: &[u32], same_type: bool) -> (Vec<usize>, Vec<u32>) {
+    let adj = if dir == Dir::In { &g.inn } else { &g.out };
+    let (mut keep_rows, mut new_to) = (Vec::new(), Vec::new());
+    let mut scratch = Vec::new();
+    for (r, &src) in froms.iter().enumerate() {
+        scratch.clear();
+        scratch.extend(adj.range(src).map(|i| adj.targets[i]));
+        if dir == Dir::Both {
+            scratch.extend(g.inn.range(src).map(|i| g.inn.targets[i]));
+        }
+        if scratch.len() > 1 {
+            scratch.sort_unstable();
+            scratch.dedup();
+        }
+        for &t in &scratch {
+            if same_type && t == src {
+                continue; // the start is visited at hop 0
+            }
+            keep_rows.push(r);
+            new_to.push(t);
+        }
+    }
+    (keep_rows, new_to)
 }

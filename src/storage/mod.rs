@@ -99,6 +99,51 @@ fn schema_id(source: &str) -> String {
     digest.iter().take(16).map(|b| format!("{b:02x}")).collect()
 }
 
+/// A new graph's first manifest version and its commit: `main` with every
+/// table empty at `refs`.
+fn first_version(
+    id: &str,
+    refs: BTreeMap<String, TableRef>,
+    actor: &str,
+    types: usize,
+) -> (Manifest, CommitRecord) {
+    let commit = crate::util::ulid::new_ulid();
+    let mut branches = BTreeMap::new();
+    branches.insert(
+        MAIN.to_string(),
+        BranchRecord {
+            head: commit.clone(),
+            updated_at: 1,
+            incarnation: 0,
+            parent: None,
+            tables: refs,
+        },
+    );
+    let m = Manifest {
+        format: manifest::FORMAT,
+        version: 1,
+        schema: id.to_string(),
+        branches,
+        change: ChangeNote {
+            kind: "init".into(),
+            branch: MAIN.into(),
+            commit: Some(commit.clone()),
+            op: commit.clone(),
+        },
+    };
+    let record = CommitRecord {
+        id: commit,
+        parents: Vec::new(),
+        branch: MAIN.into(),
+        manifest_version: 1,
+        actor: actor.to_string(),
+        timestamp: chrono::Utc::now().to_rfc3339(),
+        kind: "init".into(),
+        summary: serde_json::json!({ "types": types }),
+    };
+    (m, record)
+}
+
 impl GraphStorage {
     /// Create a new graph with the given (already compiled) schema.
     pub async fn init(
@@ -139,40 +184,7 @@ impl GraphStorage {
                 &serde_json::to_vec_pretty(&catalog)?,
             )
             .await?;
-        let commit = crate::util::ulid::new_ulid();
-        let mut branches = BTreeMap::new();
-        branches.insert(
-            MAIN.to_string(),
-            BranchRecord {
-                head: commit.clone(),
-                updated_at: 1,
-                incarnation: 0,
-                parent: None,
-                tables: refs,
-            },
-        );
-        let m = Manifest {
-            format: manifest::FORMAT,
-            version: 1,
-            schema: id.clone(),
-            branches,
-            change: ChangeNote {
-                kind: "init".into(),
-                branch: MAIN.into(),
-                commit: Some(commit.clone()),
-                op: commit.clone(),
-            },
-        };
-        let record = CommitRecord {
-            id: commit,
-            parents: Vec::new(),
-            branch: MAIN.into(),
-            manifest_version: 1,
-            actor: actor.to_string(),
-            timestamp: chrono::Utc::now().to_rfc3339(),
-            kind: "init".into(),
-            summary: serde_json::json!({ "types": catalog.types.len() }),
-        };
+        let (m, record) = first_version(&id, refs, actor, catalog.types.len());
         if !manifests.publish(&m, Some(&record)).await? {
             return Err(OmniError::AlreadyExists(format!("a graph at {uri}")));
         }

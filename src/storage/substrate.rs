@@ -470,6 +470,9 @@ impl LanceSubstrate {
 
     /// Apply a change to the latest manifest and publish it as the next
     /// version. The branch head must still be `expected`.
+    // Kept whole: each attempt's order (re-read, check the head and the
+    // tables, build, compare-and-swap, classify the outcome) is the
+    // protocol's publish step, and reads best top to bottom.
     async fn publish(&self, req: PublishReq) -> PublishResult {
         // A create-if-absent lost to another process: re-read and try again
         // (bounded); the expected-head check decides whether we may.
@@ -561,6 +564,8 @@ impl LanceSubstrate {
         PublishResult::Unknown("manifest publish kept losing races".into())
     }
 
+    // One arm per kind of change a publish carries; each arm is the whole
+    // rule for that kind.
     async fn apply(
         &self,
         latest: &Manifest,

@@ -472,6 +472,7 @@ mod tests {
         }
     }
 
+    // One case per rule of the conversion table, read as a table.
     #[test]
     fn values_are_checked_against_the_schema() {
         let r = rules(

@@ -443,7 +443,7 @@ type BlockResult = (usize, Result<BlockRows>);
 /// Parse a whole JSONL input. `progress` is told how many bytes were read.
 pub fn parse(
     catalog: &Catalog,
-    mut input: impl Read,
+    input: impl Read,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<Parsed> {
     let rules: RulesByName = catalog
@@ -457,9 +457,7 @@ pub fn parse(
     let (work_tx, work_rx) = crossbeam_channel::bounded::<(usize, usize, Vec<u8>)>(workers * 2);
     let (done_tx, done_rx) = crossbeam_channel::unbounded::<BlockResult>();
     let failed = AtomicBool::new(false);
-    let mut total_lines = 0usize;
-    let mut total_bytes = 0u64;
-    let read_result: Result<()> = std::thread::scope(|scope| {
+    let (lines, bytes) = std::thread::scope(|scope| {
         for _ in 0..workers {
             let work_rx = work_rx.clone();
             let done_tx = done_tx.clone();
@@ -469,20 +467,7 @@ pub fn parse(
                     if failed.load(Ordering::Relaxed) {
                         continue;
                     }
-                    let result = match std::str::from_utf8(&bytes) {
-                        Ok(text) => BlockParser::new(rules).block(text, first_line),
-                        Err(e) => {
-                            let bad_line = first_line
-                                + bytes[..e.valid_up_to()]
-                                    .iter()
-                                    .filter(|b| **b == b'\n')
-                                    .count();
-                            Err(OmniError::invalid(
-                                at_line(bad_line, None),
-                                "the line is not valid UTF-8",
-                            ))
-                        }
-                    };
+                    let result = parse_block(rules, first_line, &bytes);
                     if result.is_err() {
                         failed.store(true, Ordering::Relaxed);
                     }
@@ -491,50 +476,86 @@ pub fn parse(
             });
         }
         drop(done_tx);
-        // Read blocks, cut at the last line end, and hand them out.
-        let mut carry: Vec<u8> = Vec::new();
-        let mut idx = 0;
-        let mut next_line = 1usize;
-        let mut eof = false;
-        while !eof && !failed.load(Ordering::Relaxed) {
-            let mut block = std::mem::take(&mut carry);
-            block.reserve(BLOCK_BYTES);
-            // `read_to_end` fills spare capacity without zeroing it first.
-            let n = (&mut input)
-                .take(BLOCK_BYTES as u64)
-                .read_to_end(&mut block)?;
-            eof = n < BLOCK_BYTES;
-            total_bytes += n as u64;
-            progress(total_bytes);
-            if !eof {
-                match block.iter().rposition(|b| *b == b'\n') {
-                    Some(cut) => carry = block.split_off(cut + 1),
-                    None => {
-                        carry = block;
-                        continue;
-                    }
-                }
-            }
-            if block.is_empty() {
-                continue;
-            }
-            let newlines = block.iter().filter(|b| **b == b'\n').count();
-            let lines_here = newlines + usize::from(!block.ends_with(b"\n"));
-            let first = next_line;
-            next_line += newlines;
-            total_lines += lines_here;
-            if work_tx.send((idx, first, block)).is_err() {
-                break;
-            }
-            idx += 1;
-        }
-        drop(work_tx);
-        Ok(())
-    });
-    read_result?;
-
+        read_blocks(input, work_tx, &failed, progress)
+    })?;
     let mut results: Vec<BlockResult> = done_rx.into_iter().collect();
     results.sort_by_key(|(idx, _)| *idx);
+    Ok(Parsed {
+        types: merge_blocks(catalog, results)?,
+        lines,
+        bytes,
+    })
+}
+
+/// One block of whole lines, its first line numbered `first_line`.
+fn parse_block(rules: &RulesByName, first_line: usize, bytes: &[u8]) -> Result<BlockRows> {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => BlockParser::new(rules).block(text, first_line),
+        Err(e) => {
+            let bad_line = first_line
+                + bytes[..e.valid_up_to()]
+                    .iter()
+                    .filter(|b| **b == b'\n')
+                    .count();
+            Err(OmniError::invalid(
+                at_line(bad_line, None),
+                "the line is not valid UTF-8",
+            ))
+        }
+    }
+}
+
+/// Read the input in blocks cut at their last line end and hand them to
+/// the workers, numbered, until the end or a worker fails. Returns the
+/// lines and bytes read.
+fn read_blocks(
+    mut input: impl Read,
+    work_tx: crossbeam_channel::Sender<(usize, usize, Vec<u8>)>,
+    failed: &AtomicBool,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<(usize, u64)> {
+    let (mut total_lines, mut total_bytes) = (0usize, 0u64);
+    let mut carry: Vec<u8> = Vec::new();
+    let mut idx = 0;
+    let mut next_line = 1usize;
+    let mut eof = false;
+    while !eof && !failed.load(Ordering::Relaxed) {
+        let mut block = std::mem::take(&mut carry);
+        block.reserve(BLOCK_BYTES);
+        // `read_to_end` fills spare capacity without zeroing it first.
+        let n = (&mut input)
+            .take(BLOCK_BYTES as u64)
+            .read_to_end(&mut block)?;
+        eof = n < BLOCK_BYTES;
+        total_bytes += n as u64;
+        progress(total_bytes);
+        if !eof {
+            match block.iter().rposition(|b| *b == b'\n') {
+                Some(cut) => carry = block.split_off(cut + 1),
+                None => {
+                    carry = block;
+                    continue;
+                }
+            }
+        }
+        if block.is_empty() {
+            continue;
+        }
+        let newlines = block.iter().filter(|b| **b == b'\n').count();
+        let lines_here = newlines + usize::from(!block.ends_with(b"\n"));
+        let first = next_line;
+        next_line += newlines;
+        total_lines += lines_here;
+        if work_tx.send((idx, first, block)).is_err() {
+            break;
+        }
+        idx += 1;
+    }
+    Ok((total_lines, total_bytes))
+}
+
+/// The blocks' rows per type, in input order (the first error wins).
+fn merge_blocks(catalog: &Catalog, results: Vec<BlockResult>) -> Result<BTreeMap<u32, ParsedType>> {
     let mut types: BTreeMap<u32, ParsedType> = BTreeMap::new();
     for (_, r) in results {
         for (id, (batch, lines, explicit)) in r? {
@@ -554,11 +575,7 @@ pub fn parse(
             entry.explicit_ids += explicit;
         }
     }
-    Ok(Parsed {
-        types,
-        lines: total_lines,
-        bytes: total_bytes,
-    })
+    Ok(types)
 }
 
 #[cfg(test)]

@@ -553,6 +553,31 @@ enum Staged {
     Deletes(Vec<String>),
 }
 
+/// A table's upserted rows as one batch, within the per-commit limit.
+fn rows_batch(rules: Arc<TypeRules>, ty: &str, c: &TypeChanges) -> Result<RecordBatch> {
+    let mut b = TableBuilder::new(rules, c.upserts.len());
+    for r in c.upserts.values() {
+        b.push(
+            &r.id,
+            r.ends.as_ref().map(|(a, d)| (a.as_str(), d.as_str())),
+            r.vals.clone(),
+            0,
+            true,
+        );
+    }
+    let (batch, _) = b.finish()?;
+    if batch.get_array_memory_size() > MAX_KEYED_BYTES {
+        return Err(OmniError::ResourceLimitExceeded {
+            what: format!(
+                "{} bytes of {ty} staged in one commit",
+                batch.get_array_memory_size()
+            ),
+            limit: format!("{} MiB per table", MAX_KEYED_BYTES >> 20),
+        });
+    }
+    Ok(batch)
+}
+
 impl PrepareWork for MutationWork {
     fn prepare<'a>(&'a self, cx: &'a mut PrepareCx) -> BoxFut<'a, Result<Prepared>> {
         Box::pin(async move {
@@ -595,27 +620,7 @@ impl PrepareWork for MutationWork {
                     nodes.insert(ty.clone(), count);
                 }
                 let input = if !c.upserts.is_empty() {
-                    let mut b = TableBuilder::new(s.rules[ty].clone(), c.upserts.len());
-                    for r in c.upserts.values() {
-                        b.push(
-                            &r.id,
-                            r.ends.as_ref().map(|(a, d)| (a.as_str(), d.as_str())),
-                            r.vals.clone(),
-                            0,
-                            true,
-                        );
-                    }
-                    let (batch, _) = b.finish()?;
-                    if batch.get_array_memory_size() > MAX_KEYED_BYTES {
-                        return Err(OmniError::ResourceLimitExceeded {
-                            what: format!(
-                                "{} bytes of {ty} staged in one commit",
-                                batch.get_array_memory_size()
-                            ),
-                            limit: format!("{} MiB per table", MAX_KEYED_BYTES >> 20),
-                        });
-                    }
-                    Staged::Rows(batch)
+                    Staged::Rows(rows_batch(s.rules[ty].clone(), ty, c)?)
                 } else {
                     Staged::Deletes(c.deleted.iter().cloned().collect())
                 };

@@ -568,33 +568,8 @@ impl<'a> Checker<'a> {
                 "an edge binding ($w:edge) cannot have hop bounds",
             ));
         }
-        let check_end = |s: &Self, name: &str, want: &str| -> Result<()> {
-            if name == "_" {
-                return Ok(());
-            }
-            if let Some(&i) = s.names.get(name) {
-                match &s.vars[i].kind {
-                    VarKind::Node(t) if t == want => {}
-                    VarKind::Node(t) => {
-                        return Err(type_error(
-                            Code::EdgeDirection,
-                            *pos,
-                            format!("{} goes {ef} -> {et}, but ${name} is a {t}", e.name),
-                        ));
-                    }
-                    VarKind::Edge(_) => {
-                        return Err(type_error(
-                            Code::VariableTypeClash,
-                            *pos,
-                            format!("${name} is an edge"),
-                        ));
-                    }
-                }
-            }
-            Ok(())
-        };
-        check_end(self, from, ef)?;
-        check_end(self, to, et)?;
+        self.check_end(from, ef, e, *pos)?;
+        self.check_end(to, et, e, *pos)?;
         let from_bound = from != "_" && self.names.contains_key(from);
         let to_bound = to != "_" && self.names.contains_key(to);
         // Start from whichever end is bound (prefer `from`).
@@ -630,20 +605,7 @@ impl<'a> Checker<'a> {
                 to_filters: Vec::new(),
             }),
             Some(w) => {
-                if self.names.contains_key(w) {
-                    return Err(type_error(
-                        Code::VariableTypeClash,
-                        *pos,
-                        format!("${w} is already bound"),
-                    ));
-                }
-                self.vars.push(VarInfo {
-                    name: w.clone(),
-                    kind: VarKind::Edge(e.name.clone()),
-                    interface: None,
-                });
-                let wv = self.vars.len() - 1;
-                self.names.insert(w.clone(), wv);
+                let wv = self.bind_edge(w, &e.name, *pos)?;
                 ops.push(Op::ExpandEdge {
                     from: sv,
                     edge_var: wv,
@@ -656,6 +618,47 @@ impl<'a> Checker<'a> {
             }
         }
         Ok(())
+    }
+
+    /// A traversal end that is already bound must be a node of the type
+    /// the edge has at that end (`_` is never bound).
+    fn check_end(&self, name: &str, want: &str, e: &TypeDef, pos: Pos) -> Result<()> {
+        let (ef, et) = e.endpoints().expect("edge");
+        let Some(&i) = self.names.get(name).filter(|_| name != "_") else {
+            return Ok(());
+        };
+        match &self.vars[i].kind {
+            VarKind::Node(t) if t == want => Ok(()),
+            VarKind::Node(t) => Err(type_error(
+                Code::EdgeDirection,
+                pos,
+                format!("{} goes {ef} -> {et}, but ${name} is a {t}", e.name),
+            )),
+            VarKind::Edge(_) => Err(type_error(
+                Code::VariableTypeClash,
+                pos,
+                format!("${name} is an edge"),
+            )),
+        }
+    }
+
+    /// `$w: edge` in a traversal: a new variable bound to the edge rows.
+    fn bind_edge(&mut self, w: &str, edge: &str, pos: Pos) -> Result<usize> {
+        if self.names.contains_key(w) {
+            return Err(type_error(
+                Code::VariableTypeClash,
+                pos,
+                format!("${w} is already bound"),
+            ));
+        }
+        self.vars.push(VarInfo {
+            name: w.to_string(),
+            kind: VarKind::Edge(edge.to_string()),
+            interface: None,
+        });
+        let wv = self.vars.len() - 1;
+        self.names.insert(w.to_string(), wv);
+        Ok(wv)
     }
 
     fn agg_func(name: &str) -> Option<ir::AggFunc> {

@@ -146,10 +146,10 @@ fn kind_of(
     })
 }
 
-pub(super) fn check(decls: Vec<RawDecl>) -> Result<Catalog> {
-    // Names: unique across all declarations, upper-case types.
+/// Type names: unique across all declarations, upper-case.
+fn check_type_names(decls: &[RawDecl]) -> Result<()> {
     let mut seen = HashSet::new();
-    for d in &decls {
+    for d in decls {
         if !d
             .name
             .chars()
@@ -168,7 +168,11 @@ pub(super) fn check(decls: Vec<RawDecl>) -> Result<Catalog> {
             return Err(err(d.pos, format!("type '{}' is declared twice", d.name)));
         }
     }
+    Ok(())
+}
 
+pub(super) fn check(decls: Vec<RawDecl>) -> Result<Catalog> {
+    check_type_names(&decls)?;
     let mut interfaces: Vec<InterfaceDef> = Vec::new();
     let mut iface_constraints: Vec<(String, Vec<(Annotation, Pos)>)> = Vec::new();
     for d in decls
@@ -227,44 +231,54 @@ pub(super) fn check(decls: Vec<RawDecl>) -> Result<Catalog> {
         };
         next_id += 1;
 
-        // Declaration annotations: @card on edges, the rest are kept.
-        for (a, pos) in &d.annotations {
-            if a.name == "card" {
-                let TypeKind::Edge { card, .. } = &mut t.kind else {
-                    return Err(err(
-                        *pos,
-                        format!("@card is only for edges, not node {}", d.name),
-                    ));
-                };
-                *card = cardinality(a, *pos)?;
-            } else {
-                t.annotations.push(a.clone());
-            }
-        }
-
-        // Property-level constraints become type constraints: the node's
-        // own, then its interfaces' (e.g. `name: String @key`).
-        let mut owned: Vec<&RawProp> = d.props.iter().collect();
-        if let RawDeclKind::Node { implements } = &d.kind {
-            for (iname, _) in implements {
-                if let Some(idecl) = decls.iter().find(|x| &x.name == iname) {
-                    owned.extend(&idecl.props);
-                }
-            }
-        }
-        for rp in owned {
-            for (a, pos) in &rp.annotations {
-                if let Some(c) = as_constraint(&rp.name, a) {
-                    constraints.push((c, *pos));
-                }
-            }
-        }
+        declaration_annotations(&mut t, d)?;
+        constraints.extend(property_constraints(d, &decls));
         constraints.extend(d.constraints.clone());
         apply_constraints(&mut t, &constraints, is_edge)?;
         types.push(t);
     }
 
     Ok(Catalog { types, interfaces })
+}
+
+/// Declaration annotations: @card on edges, the rest are kept.
+fn declaration_annotations(t: &mut TypeDef, d: &RawDecl) -> Result<()> {
+    for (a, pos) in &d.annotations {
+        if a.name == "card" {
+            let TypeKind::Edge { card, .. } = &mut t.kind else {
+                return Err(err(
+                    *pos,
+                    format!("@card is only for edges, not node {}", d.name),
+                ));
+            };
+            *card = cardinality(a, *pos)?;
+        } else {
+            t.annotations.push(a.clone());
+        }
+    }
+    Ok(())
+}
+
+/// Property-level constraints as type constraints: the node's own, then
+/// its interfaces' (e.g. `name: String @key`).
+fn property_constraints(d: &RawDecl, decls: &[RawDecl]) -> Vec<(Annotation, Pos)> {
+    let mut owned: Vec<&RawProp> = d.props.iter().collect();
+    if let RawDeclKind::Node { implements } = &d.kind {
+        for (iname, _) in implements {
+            if let Some(idecl) = decls.iter().find(|x| &x.name == iname) {
+                owned.extend(&idecl.props);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for rp in owned {
+        for (a, pos) in &rp.annotations {
+            if let Some(c) = as_constraint(&rp.name, a) {
+                out.push((c, *pos));
+            }
+        }
+    }
+    out
 }
 
 fn check_props(owner: &str, raw: &[RawProp], inherited: &[PropDef]) -> Result<Vec<PropDef>> {
@@ -308,33 +322,7 @@ fn check_props(owner: &str, raw: &[RawProp], inherited: &[PropDef]) -> Result<Ve
                 ));
             }
             if a.name == "embed" {
-                let Some(source) = str_arg(a, 0) else {
-                    return Err(err(
-                        *pos,
-                        "@embed names its source property: @embed(\"bio\")",
-                    ));
-                };
-                if !matches!(rp.ty, PropType::Vector(_)) {
-                    return Err(err(
-                        *pos,
-                        format!(
-                            "@embed is only for Vector properties, not {owner}.{}",
-                            rp.name
-                        ),
-                    ));
-                }
-                let model =
-                    a.kwargs
-                        .iter()
-                        .find(|(k, _)| k == "model")
-                        .and_then(|(_, v)| match v {
-                            Literal::Str(s) => Some(s.clone()),
-                            _ => None,
-                        });
-                embed = Some(EmbedSpec {
-                    source: source.to_string(),
-                    model,
-                });
+                embed = Some(embed_spec(owner, rp, a, *pos)?);
             }
             if !KNOWN_PROP_ANNOTATIONS.contains(&a.name.as_str()) {
                 annotations.push(a.clone());
@@ -349,8 +337,49 @@ fn check_props(owner: &str, raw: &[RawProp], inherited: &[PropDef]) -> Result<Ve
             annotations,
         });
     }
-    // @embed sources are String properties of the same owner.
-    for p in &out {
+    check_embed_sources(owner, raw, &out, inherited)?;
+    Ok(out)
+}
+
+/// `@embed("source", model: "...")` on a Vector property.
+fn embed_spec(owner: &str, rp: &RawProp, a: &Annotation, pos: Pos) -> Result<EmbedSpec> {
+    let Some(source) = str_arg(a, 0) else {
+        return Err(err(
+            pos,
+            "@embed names its source property: @embed(\"bio\")",
+        ));
+    };
+    if !matches!(rp.ty, PropType::Vector(_)) {
+        return Err(err(
+            pos,
+            format!(
+                "@embed is only for Vector properties, not {owner}.{}",
+                rp.name
+            ),
+        ));
+    }
+    let model = a
+        .kwargs
+        .iter()
+        .find(|(k, _)| k == "model")
+        .and_then(|(_, v)| match v {
+            Literal::Str(s) => Some(s.clone()),
+            _ => None,
+        });
+    Ok(EmbedSpec {
+        source: source.to_string(),
+        model,
+    })
+}
+
+/// @embed sources are String properties of the same owner.
+fn check_embed_sources(
+    owner: &str,
+    raw: &[RawProp],
+    out: &[PropDef],
+    inherited: &[PropDef],
+) -> Result<()> {
+    for p in out {
         if let Some(e) = &p.embed {
             let src = out.iter().chain(inherited).find(|q| q.name == e.source);
             if !matches!(src, Some(q) if q.ty == PropType::String) {
@@ -369,5 +398,5 @@ fn check_props(owner: &str, raw: &[RawProp], inherited: &[PropDef]) -> Result<Ve
             }
         }
     }
-    Ok(out)
+    Ok(())
 }

@@ -56,35 +56,7 @@ pub(super) fn apply_constraints(
             ));
         }
         match a.name.as_str() {
-            "key" => {
-                let props = prop_list(t, a, pos, 0)?;
-                if !t.key.is_empty() {
-                    if t.key == props {
-                        continue;
-                    }
-                    return Err(err(pos, format!("node {} has more than one @key", t.name)));
-                }
-                for name in &props {
-                    let p = t.property(name).expect("checked");
-                    if p.nullable {
-                        return Err(err(
-                            pos,
-                            format!("key property {}.{name} cannot be nullable", t.name),
-                        ));
-                    }
-                    if !p.ty.can_be_key() {
-                        return Err(err(
-                            pos,
-                            format!(
-                                "key property {}.{name} has type {}, which cannot form an id",
-                                t.name,
-                                p.ty.describe()
-                            ),
-                        ));
-                    }
-                }
-                t.key = props;
-            }
+            "key" => key(t, a, pos)?,
             "unique" => {
                 let props = prop_list(t, a, pos, 0)?;
                 if !t.uniques.contains(&props) {
@@ -97,76 +69,117 @@ pub(super) fn apply_constraints(
                     t.indexes.push(props);
                 }
             }
-            "range" => {
-                let props = prop_list(t, a, pos, 1)?;
-                let [name] = props.as_slice() else {
-                    return Err(err(
-                        pos,
-                        "@range takes one property and a range: @range(age, 0..150)",
-                    ));
-                };
-                let Some((min, max)) = parse_range(a.args.last()) else {
-                    return Err(err(pos, "@range needs a range such as 0..150, 0.. or ..10"));
-                };
-                let p = t.property(name).expect("checked");
-                if !p.ty.is_numeric() {
-                    return Err(err(
-                        pos,
-                        format!(
-                            "@range on {}.{name} needs a numeric property, not {}",
-                            t.name,
-                            p.ty.describe()
-                        ),
-                    ));
-                }
-                if min.is_none() && max.is_none() {
-                    return Err(err(pos, "@range needs at least one bound"));
-                }
-                if let (Some(lo), Some(hi)) = (min, max)
-                    && lo.as_f64() > hi.as_f64()
-                {
-                    return Err(err(
-                        pos,
-                        format!("@range({name}, {lo}..{hi}) has min above max"),
-                    ));
-                }
-                t.ranges.push(RangeConstraint {
-                    property: name.clone(),
-                    min,
-                    max,
-                });
-            }
-            "check" => {
-                let props = prop_list(t, a, pos, 1)?;
-                let [name] = props.as_slice() else {
-                    return Err(err(
-                        pos,
-                        "@check takes one property and a pattern: @check(email, \"^.+$\")",
-                    ));
-                };
-                let Some(Literal::Str(pattern)) = a.args.last() else {
-                    return Err(err(pos, "@check needs a pattern string"));
-                };
-                let p = t.property(name).expect("checked");
-                if p.ty != PropType::String {
-                    return Err(err(
-                        pos,
-                        format!("@check on {}.{name} needs a String property", t.name),
-                    ));
-                }
-                if let Err(e) = regex::Regex::new(pattern) {
-                    return Err(err(
-                        pos,
-                        format!("@check pattern for {}.{name} is invalid: {e}", t.name),
-                    ));
-                }
-                t.checks.push(CheckConstraint {
-                    property: name.clone(),
-                    pattern: pattern.clone(),
-                });
-            }
+            "range" => range(t, a, pos)?,
+            "check" => check(t, a, pos)?,
             _ => t.annotations.push(a.clone()),
         }
     }
+    Ok(())
+}
+
+/// `@key(a, ...)`: one per node (repeating the same one is harmless), of
+/// required properties whose type can spell an id.
+fn key(t: &mut TypeDef, a: &Annotation, pos: Pos) -> Result<()> {
+    let props = prop_list(t, a, pos, 0)?;
+    if !t.key.is_empty() {
+        if t.key == props {
+            return Ok(());
+        }
+        return Err(err(pos, format!("node {} has more than one @key", t.name)));
+    }
+    for name in &props {
+        let p = t.property(name).expect("checked");
+        if p.nullable {
+            return Err(err(
+                pos,
+                format!("key property {}.{name} cannot be nullable", t.name),
+            ));
+        }
+        if !p.ty.can_be_key() {
+            return Err(err(
+                pos,
+                format!(
+                    "key property {}.{name} has type {}, which cannot form an id",
+                    t.name,
+                    p.ty.describe()
+                ),
+            ));
+        }
+    }
+    t.key = props;
+    Ok(())
+}
+
+/// `@range(prop, lo..hi)` on one numeric property, with at least one bound.
+fn range(t: &mut TypeDef, a: &Annotation, pos: Pos) -> Result<()> {
+    let props = prop_list(t, a, pos, 1)?;
+    let [name] = props.as_slice() else {
+        return Err(err(
+            pos,
+            "@range takes one property and a range: @range(age, 0..150)",
+        ));
+    };
+    let Some((min, max)) = parse_range(a.args.last()) else {
+        return Err(err(pos, "@range needs a range such as 0..150, 0.. or ..10"));
+    };
+    let p = t.property(name).expect("checked");
+    if !p.ty.is_numeric() {
+        return Err(err(
+            pos,
+            format!(
+                "@range on {}.{name} needs a numeric property, not {}",
+                t.name,
+                p.ty.describe()
+            ),
+        ));
+    }
+    if min.is_none() && max.is_none() {
+        return Err(err(pos, "@range needs at least one bound"));
+    }
+    if let (Some(lo), Some(hi)) = (min, max)
+        && lo.as_f64() > hi.as_f64()
+    {
+        return Err(err(
+            pos,
+            format!("@range({name}, {lo}..{hi}) has min above max"),
+        ));
+    }
+    t.ranges.push(RangeConstraint {
+        property: name.clone(),
+        min,
+        max,
+    });
+    Ok(())
+}
+
+/// `@check(prop, "pattern")` on one String property, with a valid regex.
+fn check(t: &mut TypeDef, a: &Annotation, pos: Pos) -> Result<()> {
+    let props = prop_list(t, a, pos, 1)?;
+    let [name] = props.as_slice() else {
+        return Err(err(
+            pos,
+            "@check takes one property and a pattern: @check(email, \"^.+$\")",
+        ));
+    };
+    let Some(Literal::Str(pattern)) = a.args.last() else {
+        return Err(err(pos, "@check needs a pattern string"));
+    };
+    let p = t.property(name).expect("checked");
+    if p.ty != PropType::String {
+        return Err(err(
+            pos,
+            format!("@check on {}.{name} needs a String property", t.name),
+        ));
+    }
+    if let Err(e) = regex::Regex::new(pattern) {
+        return Err(err(
+            pos,
+            format!("@check pattern for {}.{name} is invalid: {e}", t.name),
+        ));
+    }
+    t.checks.push(CheckConstraint {
+        property: name.clone(),
+        pattern: pattern.clone(),
+    });
     Ok(())
 }
