@@ -5,7 +5,9 @@ use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow::compute::{concat, take};
+use arrow::compute::{cast, concat, take};
+use arrow_array::cast::AsArray;
+use arrow_array::types::Float64Type;
 use arrow_array::{Array, ArrayRef, UInt32Array};
 use arrow_schema::DataType;
 
@@ -82,12 +84,8 @@ pub(super) fn update(acc: &mut Acc2, arr: Option<&ArrayRef>, row: usize) {
             }
         }
         Acc2::Avg { sum, n } => {
-            let v = value::at(arr, row);
-            match (v.integer(), &v) {
-                (Some(i), _) => *sum += i as f64,
-                (None, Value::Float(f)) => *sum += f,
-                _ => return,
-            }
+            // `aggregate` gives an average its argument as Float64.
+            *sum += arr.as_primitive::<Float64Type>().value(row);
             *n += 1;
         }
         Acc2::MinMax { best, max } => {
@@ -208,6 +206,12 @@ pub(super) fn aggregate(
             unreachable!()
         };
         let float = arg.as_ref().is_some_and(is_float);
+        // An average reads its argument as floats, cast once for the column
+        // rather than a value per row.
+        let arg = match (func, arg) {
+            (AggFunc::Avg, Some(a)) => Some(cast(a.as_ref(), &DataType::Float64)?),
+            (_, a) => a.clone(),
+        };
         let mut accs = vec![new_acc(*func, float); groups.len()];
         for r in 0..total_rows {
             update(&mut accs[group_of[r]], arg.as_ref(), r);
