@@ -90,6 +90,11 @@ pub enum OmniError {
     BadRequest(String),
     #[error("storage error: {0}")]
     Storage(String),
+    /// A text query could not be embedded: no endpoint configured, it did
+    /// not answer in time, refused, or answered something that is not a
+    /// vector of the property's dimension.
+    #[error("embedding failed: {0}")]
+    Embedding(String),
     #[error("lance: {0}")]
     Lance(#[from] lance::Error),
     #[error("io: {0}")]
@@ -140,6 +145,7 @@ impl OmniError {
             Self::NotFound(_) => "NotFound",
             Self::AlreadyExists(_) => "AlreadyExists",
             Self::BadRequest(_) => "BadRequest",
+            Self::Embedding(_) => "EmbeddingError",
             Self::Storage(_) | Self::Lance(_) | Self::Io(_) => "StorageError",
         }
     }

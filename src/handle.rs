@@ -13,6 +13,7 @@ use crate::compiler::query::{check, mutation, parser};
 use crate::compiler::schema;
 use crate::error::{OmniError, Result};
 use crate::exec::cache::{DEFAULT_LIMIT, RuntimeCache};
+use crate::exec::embed::EmbedConfig;
 use crate::exec::export;
 use crate::exec::params;
 use crate::exec::run::{self, QueryResult};
@@ -43,6 +44,9 @@ pub struct Options {
     /// is taken over after this plus a clock-skew margin (default 10 s;
     /// `OMNIGRAPH_LEASE_MS` sets it).
     pub lease: std::time::Duration,
+    /// How a text query of `nearest` is embedded (default: from the
+    /// `OMNIGRAPH_EMBED_*` variables).
+    pub embed: EmbedConfig,
     /// Halt this handle's storage at a crash point from the start, so that
     /// recovery at open can be interrupted too (tests only).
     #[cfg(feature = "fault-injection")]
@@ -60,6 +64,7 @@ impl Default for Options {
             session: None,
             gate_wait: std::time::Duration::from_millis(gate_wait_ms),
             lease: crate::storage::locks::lease_time(),
+            embed: EmbedConfig::from_env(),
             #[cfg(feature = "fault-injection")]
             crash_at: None,
         }
@@ -118,6 +123,7 @@ struct Inner {
     /// The object-store requests of this handle's own session.
     requests: Arc<Counters>,
     cache: RuntimeCache,
+    embed: EmbedConfig,
     writes: Option<Writes>,
     recovery: RecoveryReport,
 }
@@ -204,6 +210,7 @@ impl Omnigraph {
                 graph,
                 requests,
                 cache: RuntimeCache::new(DEFAULT_LIMIT),
+                embed: opts.embed,
                 writes: None,
                 recovery: RecoveryReport::default(),
             }),
@@ -259,6 +266,7 @@ impl Omnigraph {
                 graph,
                 requests,
                 cache: RuntimeCache::new(DEFAULT_LIMIT),
+                embed: opts.embed,
                 writes: Some(Writes { substrate, host }),
                 recovery,
             }),
@@ -632,6 +640,7 @@ impl Omnigraph {
             cache: &self.inner.cache,
             params: &values,
             now_ms: chrono::Utc::now().timestamp_millis(),
+            embed: &self.inner.embed,
         };
         run::run(&ctx, &plan).await
     }

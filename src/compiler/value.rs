@@ -116,6 +116,7 @@ impl Value<'_> {
     }
 
     /// The value as an exact integer, if it is one.
+    #[inline]
     pub fn integer(&self) -> Option<i128> {
         match self {
             Value::Int(i) => Some(*i as i128),
@@ -329,6 +330,7 @@ pub fn readable(dt: &DataType) -> bool {
 /// Row `i` of an Arrow column, strings borrowed from it. A type that is
 /// not [`readable`] reads as null: callers that meet arbitrary columns
 /// check `readable` first.
+#[inline]
 pub fn at(a: &ArrayRef, i: usize) -> Value<'_> {
     if a.is_null(i) {
         return Value::Null;

@@ -48,6 +48,8 @@ pub enum Key {
     /// few sources instead of building its index; the next traversal of it
     /// builds the index, since a repeated workload pays for it quickly.
     Probed(Phys),
+    /// The inverted index of one String column.
+    Text(Phys, String),
 }
 
 struct Entry {
@@ -73,6 +75,7 @@ pub struct CacheStats {
     pub graph_build_edges: AtomicU64,
     pub graph_build_micros: AtomicU64,
     pub column_loads: AtomicU64,
+    pub text_builds: AtomicU64,
     pub evictions: AtomicU64,
 }
 
@@ -86,6 +89,7 @@ impl CacheStats {
             "graph_index_edges_built": g(&self.graph_build_edges),
             "graph_index_build_ms": g(&self.graph_build_micros) as f64 / 1000.0,
             "column_loads": g(&self.column_loads),
+            "text_builds": g(&self.text_builds),
             "evictions": g(&self.evictions),
         })
     }

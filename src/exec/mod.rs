@@ -5,6 +5,7 @@
 mod aggregate;
 mod antijoin;
 pub mod cache;
+pub mod embed;
 pub mod export;
 pub mod graph;
 mod order;
@@ -13,4 +14,6 @@ pub mod params;
 mod project;
 pub mod run;
 mod scan;
+mod search;
+mod text;
 mod traverse;

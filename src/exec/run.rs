@@ -52,6 +52,8 @@ pub struct Ctx<'a> {
     /// Parameter values; an absent optional parameter is missing here.
     pub params: &'a BTreeMap<String, Value<'static>>,
     pub now_ms: i64,
+    /// How text queries of `nearest` are embedded.
+    pub embed: &'a super::embed::EmbedConfig,
 }
 
 #[derive(Clone)]
@@ -194,6 +196,7 @@ impl Ctx<'_> {
             Op::Expand { .. } => self.expand(plan, op, frame).await,
             Op::ExpandEdge { .. } => self.expand_edge(plan, op, frame).await,
             Op::Filter(p) => self.filter(plan, p, frame).await,
+            Op::TextFilter { .. } => self.text_filter(plan, op, frame).await,
             Op::AntiJoin(inner) => match anti_degree_test(inner) {
                 Some(test) => self.anti_degree(test, frame).await,
                 None => self.anti_join(plan, inner, frame).await,
@@ -225,7 +228,7 @@ async fn arm_rows(ctx: &Ctx<'_>, arm: &Plan, ties: bool) -> Result<ArmRows> {
             RetExpr::Agg { arg: Some(e), .. } => {
                 Some(ctx.project(arm, &frame, &RetExpr::Val(e.clone())).await?)
             }
-            RetExpr::Agg { arg: None, .. } => None,
+            RetExpr::Agg { arg: None, .. } | RetExpr::Fused { .. } => None,
             other => Some(ctx.project(arm, &frame, other).await?),
         });
     }
@@ -281,6 +284,7 @@ pub async fn run(ctx: &Ctx<'_>, plan: &Plan) -> Result<QueryResult> {
     let tie_cols: Vec<ArrayRef> = (0..arms[0].ties.len())
         .map(|i| concat_all(arms.iter().map(|a| a.ties[i].clone()).collect()))
         .collect::<Result<_>>()?;
+    let (values, tie_cols) = super::search::scored_rows(plan, values, tie_cols)?;
 
     let columns = if plan.aggregate {
         aggregate(plan, values, total_rows)?

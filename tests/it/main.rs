@@ -16,3 +16,4 @@ mod processes;
 mod query;
 mod recovery;
 mod s3;
+mod search;

@@ -200,7 +200,7 @@ impl<'a> Checker<'a> {
         self.vars.len() - 1
     }
 
-    fn var(&self, name: &str, pos: Pos) -> Result<usize> {
+    pub(super) fn var(&self, name: &str, pos: Pos) -> Result<usize> {
         self.names.get(name).copied().ok_or_else(|| {
             type_error(
                 Code::UnknownVariable,
@@ -210,7 +210,7 @@ impl<'a> Checker<'a> {
         })
     }
 
-    fn var_type(&self, var: usize) -> &'a TypeDef {
+    pub(super) fn var_type(&self, var: usize) -> &'a TypeDef {
         let name = match &self.vars[var].kind {
             VarKind::Node(t) | VarKind::Edge(t) => t,
         };
@@ -251,7 +251,12 @@ impl<'a> Checker<'a> {
         Ok((self.vars.len() - 1, true))
     }
 
-    fn prop_expr(&self, var: usize, prop: &str, pos: Pos) -> Result<(ValExpr, ir::ValType)> {
+    pub(super) fn prop_expr(
+        &self,
+        var: usize,
+        prop: &str,
+        pos: Pos,
+    ) -> Result<(ValExpr, ir::ValType)> {
         let t = self.var_type(var);
         if prop == "id" {
             return Ok((ValExpr::Id { var }, ir::ValType::Known(PropType::String)));
@@ -334,12 +339,15 @@ impl<'a> Checker<'a> {
 
     fn unsupported_call(&self, func: &str, pos: Pos, in_return: bool) -> OmniError {
         match func {
-            "nearest" | "bm25" | "rrf" | "search" | "fuzzy" | "match_text" => type_error(
-                Code::Unsupported,
+            f if super::search::is_score(f) => type_error(
+                Code::SearchArgument,
                 pos,
-                format!(
-                    "{func}(...) is not supported yet: vector, full-text and hybrid search are not implemented in this version"
-                ),
+                format!("{func}(...) is a score: use it in return or order"),
+            ),
+            f if super::search::is_text_filter(f) => type_error(
+                Code::SearchArgument,
+                pos,
+                format!("{func}(...) is a match filter: use it in match {{ }}"),
             ),
             "count" | "sum" | "avg" | "min" | "max" if !in_return => type_error(
                 Code::MisplacedAggregate,
@@ -430,6 +438,7 @@ impl<'a> Checker<'a> {
     fn clauses(&mut self, clauses: &[Clause]) -> Result<Vec<Op>> {
         let mut ops: Vec<Op> = Vec::new();
         let mut filters: Vec<(Pred, Pos)> = Vec::new();
+        let mut text_filters: Vec<Op> = Vec::new();
         let outer_vars = self.vars.len();
         for c in clauses {
             match c {
@@ -443,8 +452,8 @@ impl<'a> Checker<'a> {
                 } => {
                     filters.push((self.pred(left, *op, right, *pos)?, *pos));
                 }
-                Clause::TextFilter { func, pos, .. } => {
-                    return Err(self.unsupported_call(func, *pos, false));
+                Clause::TextFilter { func, args, pos } => {
+                    text_filters.push(self.text_filter(func, args, *pos)?);
                 }
                 Clause::Not { clauses, .. } => {
                     let saved = self.names.clone();
@@ -455,6 +464,14 @@ impl<'a> Checker<'a> {
             }
         }
         place_filters(&mut ops, filters, outer_vars);
+        for f in text_filters {
+            let Op::TextFilter { var, .. } = &f else {
+                unreachable!("text_filter builds Op::TextFilter")
+            };
+            // Right after the variable is bound (outer ones already are).
+            let at = introduced_at(&ops, *var).map_or(0, |i| i + 1);
+            ops.insert(at, f);
+        }
         Ok(ops)
     }
 
@@ -673,7 +690,7 @@ impl<'a> Checker<'a> {
     }
 
     // One arm per return-expression form (property, id, node, aggregate).
-    fn ret_expr(&self, e: &Expr, returns: &[ReturnCol]) -> Result<RetExpr> {
+    fn ret_expr(&self, e: &Expr, returns: &mut Vec<ReturnCol>) -> Result<RetExpr> {
         match e {
             Expr::Var { var, pos } if self.names.contains_key(var) => {
                 let v = self.names[var];
@@ -699,11 +716,11 @@ impl<'a> Checker<'a> {
                 }
                 Ok(RetExpr::Val(v))
             }
+            Expr::Call { func, args, pos } if super::search::is_score(func) => {
+                self.score_expr(func, args, *pos, returns)
+            }
             Expr::Call { func, args, pos } => {
                 let Some(agg) = Self::agg_func(func) else {
-                    if func == "nearest" {
-                        return Err(self.unsupported_call(func, *pos, true));
-                    }
                     return Err(self.unsupported_call(func, *pos, true));
                 };
                 let [arg] = args.as_slice() else {
@@ -782,23 +799,7 @@ impl<'a> Checker<'a> {
 fn place_filters(ops: &mut Vec<Op>, filters: Vec<(Pred, Pos)>, outer_vars: usize) {
     for (p, _) in filters {
         let vars = p.vars();
-        let introduced_at = |v: usize| -> Option<usize> {
-            ops.iter().position(|op| match op {
-                Op::NodeScan { var, .. } => *var == v,
-                Op::Expand {
-                    to,
-                    to_bound: false,
-                    ..
-                } => *to == v,
-                Op::ExpandEdge {
-                    to,
-                    edge_var,
-                    to_bound,
-                    ..
-                } => (*to == v && !to_bound) || *edge_var == v,
-                _ => false,
-            })
-        };
+        let introduced_at = |v: usize| introduced_at(ops, v);
         match vars.as_slice() {
             [v] if *v >= outer_vars => {
                 let at = introduced_at(*v).expect("a variable is introduced before use");
@@ -821,6 +822,25 @@ fn place_filters(ops: &mut Vec<Op>, filters: Vec<(Pred, Pos)>, outer_vars: usize
             }
         }
     }
+}
+
+/// The operator that binds variable `v`, if one of `ops` does.
+fn introduced_at(ops: &[Op], v: usize) -> Option<usize> {
+    ops.iter().position(|op| match op {
+        Op::NodeScan { var, .. } => *var == v,
+        Op::Expand {
+            to,
+            to_bound: false,
+            ..
+        } => *to == v,
+        Op::ExpandEdge {
+            to,
+            edge_var,
+            to_bound,
+            ..
+        } => (*to == v && !to_bound) || *edge_var == v,
+        _ => false,
+    })
 }
 
 /// Most arms a query binding interfaces may have (the product of the
@@ -979,6 +999,37 @@ fn order_column(
     Ok(col)
 }
 
+/// Scores are per row (never grouped), and a fusion ranks each side's
+/// top `limit` rows, so it needs one.
+fn search_rules(
+    returns: &[ReturnCol],
+    aggregate: bool,
+    limit: Option<u64>,
+    pos: Pos,
+) -> Result<()> {
+    let scored = returns
+        .iter()
+        .any(|r| matches!(r.expr, RetExpr::Score(_) | RetExpr::Fused { .. }));
+    if aggregate && scored {
+        return Err(type_error(
+            Code::MisplacedAggregate,
+            pos,
+            "search scores are per row: they cannot be returned beside aggregates",
+        ));
+    }
+    let fused = returns
+        .iter()
+        .any(|r| matches!(r.expr, RetExpr::Fused { .. }));
+    if fused && limit.is_none() {
+        return Err(type_error(
+            Code::NearestWithoutLimit,
+            pos,
+            "rrf(...) fuses each ranking's top `limit` rows: it needs a limit",
+        ));
+    }
+    Ok(())
+}
+
 /// Check one arm: interface-bound variables take the types in `choice`.
 fn check_arm(catalog: &Catalog, q: &QueryDecl, choice: BTreeMap<String, String>) -> Result<Plan> {
     let Body::Read(r) = &q.body else {
@@ -1007,7 +1058,7 @@ fn check_arm(catalog: &Catalog, q: &QueryDecl, choice: BTreeMap<String, String>)
     }
     let mut returns: Vec<ReturnCol> = Vec::new();
     for item in &r.returns {
-        let expr = c.ret_expr(&item.expr, &returns)?;
+        let expr = c.ret_expr(&item.expr, &mut returns)?;
         returns.push(ReturnCol {
             name: item.column().to_string(),
             expr,
@@ -1022,6 +1073,7 @@ fn check_arm(catalog: &Catalog, q: &QueryDecl, choice: BTreeMap<String, String>)
         let col = order_column(&c, o, &mut returns, aggregate)?;
         order.push(OrderKey { col, desc: o.desc });
     }
+    search_rules(&returns, aggregate, r.limit, q.pos)?;
     Ok(Plan {
         name: q.name.clone(),
         vars: c.vars,
@@ -1138,7 +1190,7 @@ mod tests {
             "Q011"
         );
         assert_eq!(
-            code("query q() { match { $p: Person\n search($p.name, \"x\") } return { $p } }"),
+            code("query q() { match { $p: Person } return { frobnicate($p.name) } }"),
             "Q015"
         );
         assert_eq!(

@@ -51,11 +51,13 @@ pub enum Code {
     /// An update of a property that identifies the row (id, endpoints,
     /// key).
     IdentityUpdate,
+    /// A search function given the wrong arguments (see docs/language.md).
+    SearchArgument,
 }
 
 impl Code {
     /// Every code, in number order.
-    pub const ALL: [Code; 21] = [
+    pub const ALL: [Code; 22] = [
         Code::UnknownType,
         Code::UnknownProperty,
         Code::UnknownEdge,
@@ -77,6 +79,7 @@ impl Code {
         Code::VariableTypeClash,
         Code::WrongKind,
         Code::IdentityUpdate,
+        Code::SearchArgument,
     ];
 
     /// The stable spelling users see.
@@ -104,6 +107,7 @@ impl Code {
             Code::WrongKind => "Q020",
             // Q021 was never given out.
             Code::IdentityUpdate => "Q022",
+            Code::SearchArgument => "Q023",
         }
     }
 }

@@ -119,9 +119,63 @@ pub enum Op {
         to_filters: Vec<Pred>,
     },
     Filter(Pred),
+    /// `search` / `match_text` / `fuzzy` on a node variable's String
+    /// property: keep the rows whose text matches.
+    TextFilter {
+        var: usize,
+        prop: String,
+        test: TextTest,
+        query: ValExpr,
+    },
     /// Keep rows for which the inner pipeline (run with the row's bindings)
     /// produces nothing.
     AntiJoin(Vec<Op>),
+}
+
+/// What a text filter asks of a row's tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TextTest {
+    /// Every query token (`search`).
+    All,
+    /// The query's tokens, contiguously (`match_text`).
+    Phrase,
+    /// Every query token within this many edits of one of the row's
+    /// (`fuzzy`).
+    Fuzzy(u32),
+}
+
+/// A search function's score of one row.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Score {
+    /// Cosine distance between the row's vector and the query's.
+    Nearest {
+        var: usize,
+        prop: String,
+        query: ValExpr,
+        /// Set when the query is text, embedded at query time.
+        embed: Option<Embed>,
+    },
+    /// BM25 relevance of the row's text to the query's tokens.
+    Bm25 {
+        var: usize,
+        prop: String,
+        query: ValExpr,
+    },
+}
+
+/// How a text query of `nearest` becomes a vector.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Embed {
+    /// The property's `@embed` model (`None`: the configured default).
+    pub model: Option<String>,
+    pub dim: u32,
+}
+
+impl Score {
+    /// Does a better match score higher? (Distances rank low first.)
+    pub fn higher_is_better(&self) -> bool {
+        matches!(self, Score::Bm25 { .. })
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -144,6 +198,16 @@ pub enum RetExpr {
         func: AggFunc,
         arg: Option<ValExpr>,
         node_var: Option<usize>,
+    },
+    /// A search function's score. A row the function cannot score (no
+    /// vector, no query token) is not in the result when the score is
+    /// returned or ordered by.
+    Score(Score),
+    /// `rrf(a, b, k)`: the fusion of the rankings in two (hidden) score
+    /// columns, indices into the plan's returns.
+    Fused {
+        sides: [usize; 2],
+        k: u32,
     },
 }
 

@@ -6,3 +6,4 @@ pub mod codes;
 pub mod ir;
 pub mod mutation;
 pub mod parser;
+pub mod search;

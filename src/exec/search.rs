@@ -1,0 +1,309 @@
+//! Search in a read: text filters on the frame's rows, per-row scores
+//! (cosine distance, BM25), and the fusion of two rankings over the whole
+//! result. Everything reads the snapshot's own rows (through the runtime
+//! cache), so a row is found however recently it was written.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering as AtomicOrdering;
+
+use arrow::compute::{SortColumn, SortOptions, lexsort_to_indices};
+use arrow_array::cast::AsArray;
+use arrow_array::types::Float32Type;
+use arrow_array::{Array, ArrayRef, Float64Array};
+
+use super::cache::Key;
+use super::run::{Ctx, Frame, var_type};
+use super::text::{self, TextIndex};
+use crate::compiler::query::ir::{Op, Plan, RetExpr, Score, TextTest, ValExpr};
+use crate::compiler::value::Value;
+use crate::error::Result;
+
+impl Ctx<'_> {
+    /// The inverted index of a String property at this snapshot, built once
+    /// per table version.
+    pub(super) async fn text_index(&self, type_name: &str, prop: &str) -> Result<Arc<TextIndex>> {
+        let key = Key::Text(self.phys(self.def(type_name))?, prop.to_string());
+        if let Some(ix) = self.cache.get::<TextIndex>(&key) {
+            return Ok(ix);
+        }
+        let col = self.column(type_name, prop).await?;
+        let ix = Arc::new(TextIndex::build(col.as_string::<i32>()));
+        self.cache
+            .stats
+            .text_builds
+            .fetch_add(1, AtomicOrdering::Relaxed);
+        self.cache.put(key, ix.clone(), ix.bytes());
+        Ok(ix)
+    }
+
+    /// A query's text, or `None` for an absent optional parameter.
+    fn query_text(&self, query: &ValExpr) -> Option<String> {
+        match self.const_of(query)? {
+            Value::Str(s) => Some(s.into_owned()),
+            _ => None,
+        }
+    }
+
+    /// `search` / `match_text` / `fuzzy`: keep the rows whose text matches.
+    /// Reading an absent optional parameter, the filter is dropped.
+    pub(super) async fn text_filter(&self, plan: &Plan, op: &Op, frame: Frame) -> Result<Frame> {
+        let Op::TextFilter {
+            var,
+            prop,
+            test,
+            query,
+        } = op
+        else {
+            unreachable!("text_filter runs Op::TextFilter")
+        };
+        let Some(q) = self.query_text(query) else {
+            return Ok(frame);
+        };
+        let tokens = text::query_tokens(&q);
+        let type_name = var_type(plan, *var);
+        let ix = self.text_index(type_name, prop).await?;
+        let rows = match test {
+            TextTest::All => ix.rows_with_all(&tokens),
+            TextTest::Fuzzy(edits) => ix.rows_fuzzy(&tokens, *edits),
+            TextTest::Phrase => {
+                let col = self.column(type_name, prop).await?;
+                let texts = col.as_string::<i32>();
+                let mut rows = ix.rows_with_all(&tokens);
+                rows.retain(|&r| text::contains_phrase(texts.value(r as usize), &tokens));
+                rows
+            }
+        };
+        let of_var = frame.cols[*var].as_deref().expect("bound");
+        let keep: Vec<usize> = (0..frame.rows)
+            .filter(|&i| rows.binary_search(&of_var[i]).is_ok())
+            .collect();
+        Ok(frame.take_rows(&keep))
+    }
+
+    /// One score per frame row; null where the row cannot be scored (no
+    /// vector, a zero vector, no query token in its text).
+    pub(super) async fn score(&self, plan: &Plan, frame: &Frame, s: &Score) -> Result<ArrayRef> {
+        let rows = |var: &usize| frame.cols[*var].as_deref().expect("bound");
+        let scores: Float64Array = match s {
+            Score::Nearest {
+                var,
+                prop,
+                query,
+                embed,
+            } => {
+                let q: Option<Vec<f32>> = match (embed, self.const_of(query)) {
+                    (None, Some(Value::Vector(v))) => Some(v),
+                    (Some(e), Some(Value::Str(t))) => {
+                        Some(super::embed::embed(self.embed, e, &t).await?)
+                    }
+                    _ => None,
+                };
+                let col = self.column(var_type(plan, *var), prop).await?;
+                match q {
+                    Some(q) => cosine_distances(&col, &q, rows(var)),
+                    None => Float64Array::new_null(frame.rows),
+                }
+            }
+            Score::Bm25 { var, prop, query } => match self.query_text(query) {
+                Some(q) => {
+                    let tokens = text::query_tokens(&q);
+                    let ix = self.text_index(var_type(plan, *var), prop).await?;
+                    rows(var).iter().map(|&r| ix.bm25(&tokens, r)).collect()
+                }
+                None => Float64Array::new_null(frame.rows),
+            },
+        };
+        Ok(Arc::new(scores))
+    }
+}
+
+/// `1 - cos(angle)` between each listed row's vector and `q`.
+fn cosine_distances(col: &ArrayRef, q: &[f32], rows: &[u32]) -> Float64Array {
+    let list = col.as_fixed_size_list();
+    let dim = list.value_length() as usize;
+    let values = list.values().as_primitive::<Float32Type>().values();
+    let qn = q
+        .iter()
+        .map(|x| (*x as f64) * (*x as f64))
+        .sum::<f64>()
+        .sqrt();
+    rows.iter()
+        .map(|&r| {
+            let r = r as usize;
+            if list.is_null(r) || qn == 0.0 {
+                return None;
+            }
+            let v = &values[r * dim..(r + 1) * dim];
+            let (mut dot, mut vn) = (0.0f64, 0.0f64);
+            for (a, b) in v.iter().zip(q) {
+                dot += (*a as f64) * (*b as f64);
+                vn += (*a as f64) * (*a as f64);
+            }
+            (vn > 0.0).then(|| 1.0 - dot / (vn.sqrt() * qn))
+        })
+        .collect()
+}
+
+/// The ranks (from 1) of the rows in `scores`' best `limit`, ties by the
+/// tie columns ascending; `None` outside it or where unscored.
+fn ranks(
+    scores: &ArrayRef,
+    higher_is_better: bool,
+    ties: &[ArrayRef],
+    limit: usize,
+) -> Result<Vec<Option<u32>>> {
+    let mut cols = vec![SortColumn {
+        values: scores.clone(),
+        options: Some(SortOptions {
+            descending: higher_is_better,
+            nulls_first: false,
+        }),
+    }];
+    cols.extend(ties.iter().map(|t| SortColumn {
+        values: t.clone(),
+        options: Some(SortOptions {
+            descending: false,
+            nulls_first: true,
+        }),
+    }));
+    let order = lexsort_to_indices(&cols, None)?;
+    let mut out = vec![None; scores.len()];
+    for (rank, &row) in order.values().iter().enumerate().take(limit) {
+        if scores.is_null(row as usize) {
+            break;
+        }
+        out[row as usize] = Some(rank as u32 + 1);
+    }
+    Ok(out)
+}
+
+/// `rrf`: each side contributes its best `limit` rows; a row's score is
+/// the sum over the sides that rank it of `1 / (k + rank)`, null when
+/// neither does.
+pub(super) fn fuse(
+    sides: [(&ArrayRef, bool); 2],
+    k: u32,
+    limit: usize,
+    ties: &[ArrayRef],
+) -> Result<ArrayRef> {
+    let a = ranks(sides[0].0, sides[0].1, ties, limit)?;
+    let b = ranks(sides[1].0, sides[1].1, ties, limit)?;
+    let k = k as f64;
+    let fused: Float64Array = a
+        .iter()
+        .zip(&b)
+        .map(|(x, y)| match (x, y) {
+            (None, None) => None,
+            _ => Some(
+                x.map_or(0.0, |r| 1.0 / (k + r as f64)) + y.map_or(0.0, |r| 1.0 / (k + r as f64)),
+            ),
+        })
+        .collect();
+    Ok(Arc::new(fused))
+}
+
+/// The whole result's fusions (each ranks every row of every arm), then
+/// the result without the rows that a returned or ordered score cannot
+/// score.
+pub(super) fn scored_rows(
+    plan: &Plan,
+    mut values: Vec<Option<ArrayRef>>,
+    ties: Vec<ArrayRef>,
+) -> Result<(Vec<Option<ArrayRef>>, Vec<ArrayRef>)> {
+    let limit = plan.limit.unwrap_or(u64::MAX).min(usize::MAX as u64) as usize;
+    for (i, r) in plan.returns.iter().enumerate() {
+        if let RetExpr::Fused { sides, k } = &r.expr {
+            let side = |c: usize| -> (&ArrayRef, bool) {
+                let higher =
+                    matches!(&plan.returns[c].expr, RetExpr::Score(s) if s.higher_is_better());
+                (values[c].as_ref().expect("a score column"), higher)
+            };
+            values[i] = Some(fuse([side(sides[0]), side(sides[1])], *k, limit, &ties)?);
+        }
+    }
+    let judged: Vec<&ArrayRef> = plan
+        .returns
+        .iter()
+        .enumerate()
+        .filter(|(i, r)| {
+            matches!(r.expr, RetExpr::Score(_) | RetExpr::Fused { .. })
+                && (r.visible || plan.order.iter().any(|o| o.col == *i))
+        })
+        .filter_map(|(i, _)| values[i].as_ref())
+        .collect();
+    if judged.iter().all(|c| c.null_count() == 0) {
+        return Ok((values, ties));
+    }
+    let rows = judged.first().map_or(0, |c| c.len());
+    let keep = arrow_array::BooleanArray::from(
+        (0..rows)
+            .map(|r| judged.iter().all(|c| c.is_valid(r)))
+            .collect::<Vec<bool>>(),
+    );
+    let cut = |c: &ArrayRef| arrow::compute::filter(c.as_ref(), &keep);
+    let values = values
+        .iter()
+        .map(|v| v.as_ref().map(cut).transpose())
+        .collect::<std::result::Result<_, _>>()?;
+    let ties = ties
+        .iter()
+        .map(cut)
+        .collect::<std::result::Result<_, _>>()?;
+    Ok((values, ties))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn col(scores: &[Option<f64>]) -> ArrayRef {
+        Arc::new(Float64Array::from(scores.to_vec()))
+    }
+
+    #[test]
+    fn fusion_sums_reciprocal_ranks_of_each_sides_top_n() {
+        let ids: ArrayRef = Arc::new(arrow_array::StringArray::from(vec!["a", "b", "c", "d"]));
+        // Distances: b, a, c best first (d unscored); bm25: d, c best first.
+        let dist = col(&[Some(0.2), Some(0.1), Some(0.3), None]);
+        let bm = col(&[None, None, Some(1.0), Some(2.0)]);
+        let f = fuse([(&dist, false), (&bm, true)], 60, 2, &[ids]).unwrap();
+        let f = f.as_primitive::<arrow_array::types::Float64Type>();
+        // Top 2 of each side: dist -> b(1), a(2); bm25 -> d(1), c(2).
+        assert_eq!(f.value(0), 1.0 / 62.0);
+        assert_eq!(f.value(1), 1.0 / 61.0);
+        assert_eq!(f.value(2), 1.0 / 62.0);
+        assert_eq!(f.value(3), 1.0 / 61.0);
+        let f3 = fuse([(&dist, false), (&bm, true)], 60, 3, &[]).unwrap();
+        let f3 = f3.as_primitive::<arrow_array::types::Float64Type>();
+        // With N = 3, c is ranked by both sides.
+        assert_eq!(f3.value(2), 1.0 / 63.0 + 1.0 / 62.0);
+    }
+
+    #[test]
+    fn ranks_break_ties_by_id() {
+        let ids: ArrayRef = Arc::new(arrow_array::StringArray::from(vec!["z", "a", "m"]));
+        let s = col(&[Some(1.0), Some(1.0), Some(1.0)]);
+        assert_eq!(
+            ranks(&s, true, &[ids], 3).unwrap(),
+            [Some(3), Some(1), Some(2)]
+        );
+    }
+
+    #[test]
+    fn cosine_distance_is_one_minus_the_cosine() {
+        let values = arrow_array::Float32Array::from(vec![1.0, 0.0, 0.0, 2.0, 0.0, 0.0, 1.0, 1.0]);
+        let field = Arc::new(arrow_schema::Field::new(
+            "item",
+            arrow_schema::DataType::Float32,
+            true,
+        ));
+        let list: ArrayRef = Arc::new(
+            arrow_array::FixedSizeListArray::try_new(field, 2, Arc::new(values), None).unwrap(),
+        );
+        let d = cosine_distances(&list, &[1.0, 0.0], &[0, 1, 2, 3]);
+        assert!((d.value(0) - 0.0).abs() < 1e-12);
+        assert!((d.value(1) - 1.0).abs() < 1e-12);
+        assert!(d.is_null(2), "a zero vector has no direction");
+        assert!((d.value(3) - (1.0 - 1.0 / 2f64.sqrt())).abs() < 1e-9);
+    }
+}

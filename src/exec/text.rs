@@ -1,0 +1,272 @@
+//! Full-text search over one String column of one table version: the one
+//! tokenizer every text function shares, the table's inverted index (built
+//! from the snapshot's rows, so no row is ever missed for being newer than
+//! an index build), BM25 scores and the `search` / `match_text` / `fuzzy`
+//! filters.
+
+use std::collections::HashMap;
+
+use arrow_array::{Array, StringArray};
+
+/// BM25's term-frequency saturation.
+pub const BM25_K1: f64 = 1.2;
+/// BM25's document-length normalisation.
+pub const BM25_B: f64 = 0.75;
+
+/// The tokens of a text: lowercase runs of Unicode letters and digits, in
+/// order. No stemming, no stop words.
+pub fn tokens(text: &str) -> Vec<String> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|t| !t.is_empty())
+        .map(|t| t.to_lowercase())
+        .collect()
+}
+
+/// A query's distinct tokens, in first-seen order (a repeated query token
+/// counts once).
+pub fn query_tokens(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for t in tokens(text) {
+        if !out.contains(&t) {
+            out.push(t);
+        }
+    }
+    out
+}
+
+/// The inverted index of one column: for each token, the rows holding it
+/// with their counts; each row's length in tokens.
+pub struct TextIndex {
+    vocab: HashMap<String, u32>,
+    /// Per token id: (row, occurrences), rows ascending.
+    postings: Vec<Vec<(u32, u32)>>,
+    /// Tokens per row (0 for a null text).
+    lengths: Vec<u32>,
+    /// Rows with a text (not null): BM25's N.
+    docs: u32,
+    /// Mean tokens per row with a text: BM25's avgdl.
+    mean_length: f64,
+}
+
+impl TextIndex {
+    pub fn build(column: &StringArray) -> Self {
+        let mut vocab: HashMap<String, u32> = HashMap::new();
+        let mut postings: Vec<Vec<(u32, u32)>> = Vec::new();
+        let mut lengths = Vec::with_capacity(column.len());
+        let (mut docs, mut total) = (0u32, 0u64);
+        let mut counts: HashMap<u32, u32> = HashMap::new();
+        for row in 0..column.len() {
+            if column.is_null(row) {
+                lengths.push(0);
+                continue;
+            }
+            docs += 1;
+            counts.clear();
+            let toks = tokens(column.value(row));
+            lengths.push(toks.len() as u32);
+            total += toks.len() as u64;
+            for t in toks {
+                let next = vocab.len() as u32;
+                let id = *vocab.entry(t).or_insert(next);
+                if id as usize == postings.len() {
+                    postings.push(Vec::new());
+                }
+                *counts.entry(id).or_insert(0) += 1;
+            }
+            let mut here: Vec<(u32, u32)> = counts.iter().map(|(&t, &n)| (t, n)).collect();
+            here.sort_unstable();
+            for (t, n) in here {
+                postings[t as usize].push((row as u32, n));
+            }
+        }
+        let mean_length = if docs == 0 {
+            0.0
+        } else {
+            total as f64 / docs as f64
+        };
+        Self {
+            vocab,
+            postings,
+            lengths,
+            docs,
+            mean_length,
+        }
+    }
+
+    /// Approximate heap size, for the cache's budget.
+    pub fn bytes(&self) -> usize {
+        let words: usize = self.vocab.keys().map(|k| k.len() + 32).sum();
+        let posts: usize = self.postings.iter().map(|p| p.len() * 8 + 24).sum();
+        words + posts + self.lengths.len() * 4
+    }
+
+    fn postings_of(&self, token: &str) -> &[(u32, u32)] {
+        self.vocab
+            .get(token)
+            .map_or(&[][..], |&id| &self.postings[id as usize])
+    }
+
+    /// BM25 of `row` against the query's distinct tokens, or `None` when
+    /// the row holds none of them.
+    pub fn bm25(&self, query: &[String], row: u32) -> Option<f64> {
+        let mut score = 0.0;
+        let mut matched = false;
+        let dl = *self.lengths.get(row as usize)? as f64;
+        for t in query {
+            let list = self.postings_of(t);
+            let Ok(at) = list.binary_search_by_key(&row, |p| p.0) else {
+                continue;
+            };
+            matched = true;
+            let tf = list[at].1 as f64;
+            let df = list.len() as f64;
+            let n = self.docs as f64;
+            let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
+            let norm = 1.0 - BM25_B + BM25_B * dl / self.mean_length.max(f64::MIN_POSITIVE);
+            score += idf * tf * (BM25_K1 + 1.0) / (tf + BM25_K1 * norm);
+        }
+        matched.then_some(score)
+    }
+
+    /// Rows holding every query token (all rows with a text for a query
+    /// without tokens is not a match: a query with no tokens matches nothing).
+    pub fn rows_with_all(&self, query: &[String]) -> Vec<u32> {
+        self.rows_matching(query.iter().map(|t| self.rows_of(t)).collect())
+    }
+
+    /// Rows where every query token is within `edits` Levenshtein edits of
+    /// some token of the row.
+    pub fn rows_fuzzy(&self, query: &[String], edits: u32) -> Vec<u32> {
+        let per_token = query
+            .iter()
+            .map(|q| {
+                let mut rows: Vec<u32> = Vec::new();
+                for (word, &id) in &self.vocab {
+                    if within_edits(q, word, edits) {
+                        rows.extend(self.postings[id as usize].iter().map(|p| p.0));
+                    }
+                }
+                rows.sort_unstable();
+                rows.dedup();
+                rows
+            })
+            .collect();
+        self.rows_matching(per_token)
+    }
+
+    fn rows_of(&self, token: &str) -> Vec<u32> {
+        self.postings_of(token).iter().map(|p| p.0).collect()
+    }
+
+    /// The intersection of ascending row lists (nothing for no lists).
+    fn rows_matching(&self, mut lists: Vec<Vec<u32>>) -> Vec<u32> {
+        lists.sort_by_key(|l| l.len());
+        let mut lists = lists.into_iter();
+        let Some(mut out) = lists.next() else {
+            return Vec::new();
+        };
+        for l in lists {
+            out.retain(|r| l.binary_search(r).is_ok());
+        }
+        out
+    }
+}
+
+/// Does `text`'s token sequence contain `query`'s tokens contiguously?
+pub fn contains_phrase(text: &str, query: &[String]) -> bool {
+    if query.is_empty() {
+        return false;
+    }
+    let toks = tokens(text);
+    toks.windows(query.len()).any(|w| w == query)
+}
+
+/// Is the Levenshtein distance between `a` and `b` at most `max`?
+pub fn within_edits(a: &str, b: &str, max: u32) -> bool {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let max = max as usize;
+    if a.len().abs_diff(b.len()) > max {
+        return false;
+    }
+    // One row of the edit-distance table at a time.
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    let mut cur = vec![0; b.len() + 1];
+    for (i, ca) in a.iter().enumerate() {
+        cur[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != cb);
+            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        if cur.iter().min().is_some_and(|&m| m > max) {
+            return false;
+        }
+        std::mem::swap(&mut prev, &mut cur);
+    }
+    prev[b.len()] <= max
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn index(rows: &[Option<&str>]) -> TextIndex {
+        TextIndex::build(&StringArray::from(rows.to_vec()))
+    }
+
+    #[test]
+    fn tokens_are_lowercase_unicode_alphanumeric_runs() {
+        assert_eq!(
+            tokens("Hello, wörld! R2-D2 ΣΊΣΥΦΟΣ_x"),
+            ["hello", "wörld", "r2", "d2", "σίσυφος", "x"]
+        );
+        assert_eq!(query_tokens("a b a"), ["a", "b"]);
+        assert!(tokens(" ,.; ").is_empty());
+    }
+
+    #[test]
+    fn bm25_matches_the_formula_and_skips_rows_without_a_token() {
+        let ix = index(&[
+            Some("apple pie"),
+            Some("apple apple tart"),
+            Some("plum"),
+            None,
+        ]);
+        let q = query_tokens("apple");
+        assert_eq!(ix.bm25(&q, 2), None);
+        assert_eq!(ix.bm25(&q, 3), None);
+        // N = 3 texts, avgdl = 2, df(apple) = 2.
+        let idf = (1.0f64 + (3.0 - 2.0 + 0.5) / (2.0 + 0.5)).ln();
+        let s0 = idf * 1.0 * 2.2 / (1.0 + 1.2 * (0.25 + 0.75 * 2.0 / 2.0));
+        let s1 = idf * 2.0 * 2.2 / (2.0 + 1.2 * (0.25 + 0.75 * 3.0 / 2.0));
+        assert!((ix.bm25(&q, 0).unwrap() - s0).abs() < 1e-12);
+        assert!((ix.bm25(&q, 1).unwrap() - s1).abs() < 1e-12);
+    }
+
+    #[test]
+    fn search_needs_every_token_and_fuzzy_allows_edits() {
+        let ix = index(&[Some("red apple pie"), Some("green apple"), Some("red plum")]);
+        assert_eq!(ix.rows_with_all(&query_tokens("apple red")), [0]);
+        assert_eq!(ix.rows_with_all(&query_tokens("apple")), [0, 1]);
+        assert!(ix.rows_with_all(&[]).is_empty());
+        assert_eq!(ix.rows_fuzzy(&query_tokens("aple"), 1), [0, 1]);
+        assert!(ix.rows_fuzzy(&query_tokens("aple"), 0).is_empty());
+        assert_eq!(ix.rows_fuzzy(&query_tokens("rad plm"), 1), [2]);
+    }
+
+    #[test]
+    fn phrases_are_contiguous_token_runs() {
+        let q = query_tokens("Apple Pie");
+        assert!(contains_phrase("an apple, pie!", &q));
+        assert!(!contains_phrase("pie apple", &q));
+        assert!(!contains_phrase("apple tart pie", &q));
+    }
+
+    #[test]
+    fn edit_distance_is_levenshtein() {
+        assert!(within_edits("kitten", "sitting", 3));
+        assert!(!within_edits("kitten", "sitting", 2));
+        assert!(within_edits("", "ab", 2));
+        assert!(!within_edits("abc", "", 2));
+        assert!(within_edits("σίσυφος", "σίσυφοσ", 1));
+    }
+}
