@@ -8,11 +8,15 @@
 //! omnigraph-bench locks [--n 10000]           # the cross-process lock work of one 1-table commit
 //! omnigraph-bench queries DIR --graph URI [--repeats 10] [--reference FILE]
 //!                                             # q1..q6 warm (loads DIR into URI first if URI is empty)
+//! omnigraph-bench search DIR --graph URI [--repeats 3]
+//!                                             # the search workload (gen_docs.py), see search.rs
 //! ```
 
 use std::time::Instant;
 
 use omnigraph::{LoadMode, Omnigraph};
+
+mod search;
 
 fn peak_rss_mib() -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -58,8 +62,8 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i]
 }
 
-const SOCIAL_SCHEMA: &str = include_str!("../../bench/social.pg");
-const QUERIES: &str = include_str!("../../bench/queries.gq");
+const SOCIAL_SCHEMA: &str = include_str!("../../../bench/social.pg");
+const QUERIES: &str = include_str!("../../../bench/queries.gq");
 
 async fn load(dir: &str, repeats: usize) {
     let file = format!("{dir}/social.jsonl");
@@ -688,9 +692,20 @@ fn main() {
                 opt("--reference").as_deref(),
             ));
         }
+        Some("search") => {
+            let dir = args
+                .get(2)
+                .expect("usage: omnigraph-bench search DIR --graph URI");
+            let uri = args
+                .iter()
+                .position(|a| a == "--graph")
+                .and_then(|i| args.get(i + 1))
+                .expect("--graph URI");
+            rt.block_on(search::run(dir, uri, flag("--repeats", 3)));
+        }
         _ => {
             eprintln!(
-                "usage: omnigraph-bench (load DIR [--repeats N] | append [--n N] | processes [--writes N] | locks [--n N] | object-store URI [--n N] | queries DIR --graph URI [--repeats N] [--reference FILE])"
+                "usage: omnigraph-bench (load DIR [--repeats N] | append [--n N] | processes [--writes N] | locks [--n N] | object-store URI [--n N] | queries DIR --graph URI [--repeats N] [--reference FILE] | search DIR --graph URI [--repeats N])"
             );
             std::process::exit(2);
         }
