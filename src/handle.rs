@@ -641,6 +641,7 @@ impl Omnigraph {
             params: &values,
             now_ms: chrono::Utc::now().timestamp_millis(),
             embed: &self.inner.embed,
+            search: Default::default(),
         };
         run::run(&ctx, &plan).await
     }

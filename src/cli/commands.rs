@@ -178,6 +178,16 @@ async fn query(a: Query) -> Result<()> {
     if a.stats {
         eprintln!("{}", g.cache_stats());
         eprintln!("object store: {}", g.requests());
+        for step in &result.search {
+            let sides = step
+                .sides
+                .map(|[a, b]| format!(" (the sides contributed {a} and {b})"))
+                .unwrap_or_default();
+            eprintln!(
+                "search: {}({}) {}: {} rows in, {} out{sides}",
+                step.function, step.property, step.method, step.rows_in, step.rows_out
+            );
+        }
     }
     Ok(())
 }

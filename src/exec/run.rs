@@ -37,6 +37,8 @@ pub struct QueryResult {
     pub manifest_version: u64,
     pub columns: Vec<String>,
     pub batches: Vec<RecordBatch>,
+    /// What each search function did, in the order it ran.
+    pub search: Vec<super::search::SearchStep>,
 }
 
 impl QueryResult {
@@ -54,6 +56,8 @@ pub struct Ctx<'a> {
     pub now_ms: i64,
     /// How text queries of `nearest` are embedded.
     pub embed: &'a super::embed::EmbedConfig,
+    /// What the search functions did (reported with the result).
+    pub search: parking_lot::Mutex<Vec<super::search::SearchStep>>,
 }
 
 #[derive(Clone)]
@@ -284,7 +288,7 @@ pub async fn run(ctx: &Ctx<'_>, plan: &Plan) -> Result<QueryResult> {
     let tie_cols: Vec<ArrayRef> = (0..arms[0].ties.len())
         .map(|i| concat_all(arms.iter().map(|a| a.ties[i].clone()).collect()))
         .collect::<Result<_>>()?;
-    let (values, tie_cols) = super::search::scored_rows(plan, values, tie_cols)?;
+    let (values, tie_cols) = super::search::scored_rows(ctx, plan, values, tie_cols)?;
 
     let columns = if plan.aggregate {
         aggregate(plan, values, total_rows)?
@@ -318,5 +322,6 @@ pub async fn run(ctx: &Ctx<'_>, plan: &Plan) -> Result<QueryResult> {
         manifest_version: ctx.snap.manifest.version,
         columns: names,
         batches: vec![batch],
+        search: std::mem::take(&mut *ctx.search.lock()),
     })
 }

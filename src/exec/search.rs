@@ -18,7 +18,34 @@ use crate::compiler::query::ir::{Op, Plan, RetExpr, Score, TextTest, ValExpr};
 use crate::compiler::value::Value;
 use crate::error::Result;
 
+/// What one search function did in a query: reported by `query --stats`.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct SearchStep {
+    /// `nearest`, `bm25`, `rrf`, `search`, `match_text` or `fuzzy`.
+    pub function: String,
+    /// `Type.property` (for `rrf`, its two sides').
+    pub property: String,
+    /// How it found its rows.
+    pub method: String,
+    /// Rows it was given.
+    pub rows_in: usize,
+    /// Rows it kept (a filter) or scored (a score); for `rrf`, the rows in
+    /// its result.
+    pub rows_out: usize,
+    /// For `rrf`: the rows each side contributed (its ranked top `limit`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sides: Option<[usize; 2]>,
+}
+
+/// Every search here reads every row of the snapshot it is given.
+const FLAT: &str = "flat: every row of the snapshot, exact";
+const INVERTED: &str = "inverted index built from the snapshot's rows (cached per table version)";
+
 impl Ctx<'_> {
+    fn trace(&self, step: SearchStep) {
+        self.search.lock().push(step);
+    }
+
     /// The inverted index of a String property at this snapshot, built once
     /// per table version.
     pub(super) async fn text_index(&self, type_name: &str, prop: &str) -> Result<Arc<TextIndex>> {
@@ -77,6 +104,19 @@ impl Ctx<'_> {
         let keep: Vec<usize> = (0..frame.rows)
             .filter(|&i| rows.binary_search(&of_var[i]).is_ok())
             .collect();
+        let function = match test {
+            TextTest::All => "search",
+            TextTest::Phrase => "match_text",
+            TextTest::Fuzzy(_) => "fuzzy",
+        };
+        self.trace(SearchStep {
+            function: function.into(),
+            property: format!("{type_name}.{prop}"),
+            method: INVERTED.into(),
+            rows_in: frame.rows,
+            rows_out: keep.len(),
+            sides: None,
+        });
         Ok(frame.take_rows(&keep))
     }
 
@@ -84,6 +124,10 @@ impl Ctx<'_> {
     /// vector, a zero vector, no query token in its text).
     pub(super) async fn score(&self, plan: &Plan, frame: &Frame, s: &Score) -> Result<ArrayRef> {
         let rows = |var: &usize| frame.cols[*var].as_deref().expect("bound");
+        let (function, var, prop, method) = match s {
+            Score::Nearest { var, prop, .. } => ("nearest", var, prop, FLAT),
+            Score::Bm25 { var, prop, .. } => ("bm25", var, prop, INVERTED),
+        };
         let scores: Float64Array = match s {
             Score::Nearest {
                 var,
@@ -113,6 +157,14 @@ impl Ctx<'_> {
                 None => Float64Array::new_null(frame.rows),
             },
         };
+        self.trace(SearchStep {
+            function: function.into(),
+            property: format!("{}.{prop}", var_type(plan, *var)),
+            method: method.into(),
+            rows_in: frame.rows,
+            rows_out: frame.rows - scores.null_count(),
+            sides: None,
+        });
         Ok(Arc::new(scores))
     }
 }
@@ -185,9 +237,11 @@ pub(super) fn fuse(
     k: u32,
     limit: usize,
     ties: &[ArrayRef],
-) -> Result<ArrayRef> {
+) -> Result<(ArrayRef, [usize; 2])> {
     let a = ranks(sides[0].0, sides[0].1, ties, limit)?;
     let b = ranks(sides[1].0, sides[1].1, ties, limit)?;
+    let ranked = |r: &[Option<u32>]| r.iter().filter(|x| x.is_some()).count();
+    let contributed = [ranked(&a), ranked(&b)];
     let k = k as f64;
     let fused: Float64Array = a
         .iter()
@@ -199,13 +253,14 @@ pub(super) fn fuse(
             ),
         })
         .collect();
-    Ok(Arc::new(fused))
+    Ok((Arc::new(fused), contributed))
 }
 
 /// The whole result's fusions (each ranks every row of every arm), then
 /// the result without the rows that a returned or ordered score cannot
 /// score.
 pub(super) fn scored_rows(
+    ctx: &Ctx<'_>,
     plan: &Plan,
     mut values: Vec<Option<ArrayRef>>,
     ties: Vec<ArrayRef>,
@@ -218,7 +273,22 @@ pub(super) fn scored_rows(
                     matches!(&plan.returns[c].expr, RetExpr::Score(s) if s.higher_is_better());
                 (values[c].as_ref().expect("a score column"), higher)
             };
-            values[i] = Some(fuse([side(sides[0]), side(sides[1])], *k, limit, &ties)?);
+            let (fused, contributed) = fuse([side(sides[0]), side(sides[1])], *k, limit, &ties)?;
+            let property = |c: usize| match &plan.returns[c].expr {
+                RetExpr::Score(Score::Nearest { prop, .. } | Score::Bm25 { prop, .. }) => {
+                    prop.clone()
+                }
+                _ => unreachable!("a fusion's sides are scores"),
+            };
+            ctx.trace(SearchStep {
+                function: "rrf".into(),
+                property: format!("{} + {}", property(sides[0]), property(sides[1])),
+                method: format!("each side's best {limit} rows, ranks fused with k = {k}"),
+                rows_in: fused.len(),
+                rows_out: fused.len() - fused.null_count(),
+                sides: Some(contributed),
+            });
+            values[i] = Some(fused);
         }
     }
     let judged: Vec<&ArrayRef> = plan
@@ -266,14 +336,17 @@ mod tests {
         // Distances: b, a, c best first (d unscored); bm25: d, c best first.
         let dist = col(&[Some(0.2), Some(0.1), Some(0.3), None]);
         let bm = col(&[None, None, Some(1.0), Some(2.0)]);
-        let f = fuse([(&dist, false), (&bm, true)], 60, 2, &[ids]).unwrap();
+        let (f, contributed) = fuse([(&dist, false), (&bm, true)], 60, 2, &[ids]).unwrap();
+        assert_eq!(contributed, [2, 2]);
         let f = f.as_primitive::<arrow_array::types::Float64Type>();
         // Top 2 of each side: dist -> b(1), a(2); bm25 -> d(1), c(2).
         assert_eq!(f.value(0), 1.0 / 62.0);
         assert_eq!(f.value(1), 1.0 / 61.0);
         assert_eq!(f.value(2), 1.0 / 62.0);
         assert_eq!(f.value(3), 1.0 / 61.0);
-        let f3 = fuse([(&dist, false), (&bm, true)], 60, 3, &[]).unwrap();
+        let (f3, contributed) = fuse([(&dist, false), (&bm, true)], 60, 3, &[]).unwrap();
+        // bm25 scores only two rows: it contributes two of its three.
+        assert_eq!(contributed, [3, 2]);
         let f3 = f3.as_primitive::<arrow_array::types::Float64Type>();
         // With N = 3, c is ranked by both sides.
         assert_eq!(f3.value(2), 1.0 / 63.0 + 1.0 / 62.0);

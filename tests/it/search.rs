@@ -590,3 +590,61 @@ async fn bad_vector_parameters_are_refused() {
         }
     }
 }
+
+#[tokio::test]
+async fn the_cli_searches_reports_how_and_refuses_bad_searches() {
+    let docs = corpus(40, 4);
+    let (dir, g) = graph(&docs, Options::default()).await;
+    g.close().await;
+    let uri = dir.path().join("g.omni").to_string_lossy().to_string();
+    let cli = |query: &str, params: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_omnigraph"))
+            .args(["query", "--store", &uri, "-e", query, "--params", params])
+            .args(["--format", "json", "--stats"])
+            .env_remove("OMNIGRAPH_EMBED_URL")
+            .output()
+            .unwrap()
+    };
+    let out = cli(
+        "query q($v: Vector(4), $t: String) { match { $d: Doc\n search($d.body, $t) } return { $d.slug, rrf(nearest($d.emb, $v), bm25($d.body, $t)) as s } order { s desc } limit 3 }",
+        r#"{"v": [1, 0, 0, 0], "t": "graph"}"#,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["rows"].as_array().unwrap().len(), 3, "{json}");
+    for says in [
+        "search: search(Doc.body) inverted index",
+        "search: nearest(Doc.emb) flat",
+        "search: bm25(Doc.body) inverted index",
+        "search: rrf(emb + body) each side's best 3 rows",
+        "(the sides contributed 3 and 3)",
+    ] {
+        assert!(stderr.contains(says), "no {says:?} in {stderr}");
+    }
+    for (query, params, code, says) in [
+        (
+            "query q($v: Vector(4)) { match { $d: Doc } return { $d.slug } order { nearest($d.emb, $v) } }",
+            r#"{"v": [1, 0, 0, 0]}"#,
+            2,
+            "Q011",
+        ),
+        (
+            "query q($t: String) { match { $d: Doc\n fuzzy($d.body, $t, 5) } return { $d.slug } }",
+            r#"{"t": "x"}"#,
+            2,
+            "Q023",
+        ),
+        (
+            "query q($t: String) { match { $d: Doc } return { $d.slug } order { nearest($d.emb, $t) } limit 2 }",
+            r#"{"t": "graph"}"#,
+            1,
+            "error[EmbeddingError]",
+        ),
+    ] {
+        let out = cli(query, params);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{stderr}");
+        assert!(stderr.contains(says), "{stderr}");
+    }
+}
