@@ -89,21 +89,23 @@ pub async fn embed(config: &EmbedConfig, e: &Embed, text: &str) -> Result<Vec<f3
     if let Some(key) = &config.key {
         request = request.bearer_auth(key);
     }
-    let response = request.send().await.map_err(|err| {
-        if err.is_timeout() {
-            failed(format!("{url} did not answer within {timeout_ms} ms"))
-        } else {
-            failed(format!("could not reach {url}: {err}"))
+    // A transport failure: too slow, or `what` went wrong.
+    let transport = |what: &'static str| {
+        let url = url.clone();
+        move |err: reqwest::Error| {
+            if err.is_timeout() {
+                failed(format!("{url} did not answer within {timeout_ms} ms"))
+            } else {
+                failed(format!("{what} {url}: {err}"))
+            }
         }
-    })?;
+    };
+    let response = request.send().await.map_err(transport("could not reach"))?;
     let status = response.status();
-    let body = response.text().await.map_err(|err| {
-        if err.is_timeout() {
-            failed(format!("{url} did not answer within {timeout_ms} ms"))
-        } else {
-            failed(format!("{url} broke off its answer: {err}"))
-        }
-    })?;
+    let body = response
+        .text()
+        .await
+        .map_err(transport("the answer broke off from"))?;
     if !status.is_success() {
         let quoted: String = body.chars().take(QUOTED_BODY).collect();
         return Err(failed(format!("{url} answered {status}: {quoted}")));

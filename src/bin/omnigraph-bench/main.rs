@@ -554,31 +554,37 @@ fn normalise(q: &str, r: &omnigraph::QueryResult) -> serde_json::Value {
     }
 }
 
+/// The graph at `uri`, or a new one with `schema` loaded from the JSONL
+/// file `data` (and how many seconds the load took).
+async fn open_or_load(uri: &str, schema: &str, data: &str) -> (Omnigraph, Option<f64>) {
+    if let Ok(g) = Omnigraph::open(uri).await {
+        return (g, None);
+    }
+    let g = Omnigraph::init(uri, schema).await.expect("init");
+    let file = std::fs::File::open(data).unwrap_or_else(|_| panic!("{data}"));
+    let t0 = Instant::now();
+    g.load_from(
+        "main",
+        None,
+        std::io::BufReader::new(file),
+        LoadMode::Overwrite,
+        |_| {},
+    )
+    .await
+    .expect("load");
+    (g, Some(t0.elapsed().as_secs_f64()))
+}
+
 // One benchmark run from setup to report, in the order it prints.
 async fn queries(dir: &str, uri: &str, repeats: usize, reference: Option<&str>) {
     let meta: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(format!("{dir}/meta.json")).expect("meta.json"),
     )
     .expect("json");
-    let g = match Omnigraph::open(uri).await {
-        Ok(g) => g,
-        Err(_) => {
-            let g = Omnigraph::init(uri, SOCIAL_SCHEMA).await.expect("init");
-            let file = std::fs::File::open(format!("{dir}/social.jsonl")).expect("social.jsonl");
-            let t0 = Instant::now();
-            g.load_from(
-                "main",
-                None,
-                std::io::BufReader::new(file),
-                LoadMode::Overwrite,
-                |_| {},
-            )
-            .await
-            .expect("load");
-            eprintln!("loaded {dir} in {:.1} s", t0.elapsed().as_secs_f64());
-            g
-        }
-    };
+    let (g, loaded) = open_or_load(uri, SOCIAL_SCHEMA, &format!("{dir}/social.jsonl")).await;
+    if let Some(s) = loaded {
+        eprintln!("loaded {dir} in {s:.1} s");
+    }
     let reference: Option<serde_json::Value> = reference.map(|p| {
         serde_json::from_str(&std::fs::read_to_string(p).expect("reference")).expect("json")
     });

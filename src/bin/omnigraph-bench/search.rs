@@ -8,10 +8,10 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use omnigraph::{LoadMode, Omnigraph, Target};
+use omnigraph::{Omnigraph, Target};
 use serde_json::{Value, json};
 
-use super::{peak_rss_mib, percentile};
+use super::{open_or_load, peak_rss_mib, percentile};
 
 const QUERIES: &str = r#"
 query vector($v: Vector(DIM)) {
@@ -125,29 +125,10 @@ pub async fn run(dir: &str, uri: &str, repeats: usize) {
     let truth = read("truth.json");
     let dim = meta["dim"].as_u64().expect("dim");
     let src = QUERIES.replace("DIM", &dim.to_string());
-    let g = match Omnigraph::open(uri).await {
-        Ok(g) => g,
-        Err(_) => {
-            let g = Omnigraph::init(uri, &schema(dim)).await.expect("init");
-            let file = std::fs::File::open(format!("{dir}/docs.jsonl")).expect("docs.jsonl");
-            let t0 = Instant::now();
-            g.load_from(
-                "main",
-                None,
-                std::io::BufReader::new(file),
-                LoadMode::Overwrite,
-                |_| {},
-            )
-            .await
-            .expect("load");
-            println!(
-                "load: {} docs in {:.2} s",
-                meta["docs"],
-                t0.elapsed().as_secs_f64()
-            );
-            g
-        }
-    };
+    let (g, loaded) = open_or_load(uri, &schema(dim), &format!("{dir}/docs.jsonl")).await;
+    if let Some(s) = loaded {
+        println!("load: {} docs in {s:.2} s", meta["docs"]);
+    }
     let vectors: Vec<Value> = queries["vectors"]
         .as_array()
         .expect("vectors")

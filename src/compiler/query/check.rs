@@ -191,6 +191,11 @@ impl<'a> Checker<'a> {
         } else {
             VarKind::Node(t.name.clone())
         };
+        self.new_var(name, kind)
+    }
+
+    /// A new named variable (not through an interface).
+    fn new_var(&mut self, name: &str, kind: VarKind) -> usize {
         self.vars.push(VarInfo {
             name: name.to_string(),
             kind,
@@ -242,13 +247,7 @@ impl<'a> Checker<'a> {
                 )),
             };
         }
-        self.vars.push(VarInfo {
-            name: name.to_string(),
-            kind: VarKind::Node(ty.to_string()),
-            interface: None,
-        });
-        self.names.insert(name.to_string(), self.vars.len() - 1);
-        Ok((self.vars.len() - 1, true))
+        Ok((self.new_var(name, VarKind::Node(ty.to_string())), true))
     }
 
     pub(super) fn prop_expr(
@@ -668,14 +667,7 @@ impl<'a> Checker<'a> {
                 format!("${w} is already bound"),
             ));
         }
-        self.vars.push(VarInfo {
-            name: w.to_string(),
-            kind: VarKind::Edge(edge.to_string()),
-            interface: None,
-        });
-        let wv = self.vars.len() - 1;
-        self.names.insert(w.to_string(), wv);
-        Ok(wv)
+        Ok(self.new_var(w, VarKind::Edge(edge.to_string())))
     }
 
     fn agg_func(name: &str) -> Option<ir::AggFunc> {
