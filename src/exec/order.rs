@@ -70,7 +70,9 @@ pub(super) fn order_and_limit(
             }
         }
         if !sort_cols.is_empty() && nrows > 0 {
-            indices = Some(lexsort_to_indices(&sort_cols, None)?);
+            // With a limit only the first rows are ordered (a partial sort).
+            let first = plan.limit.map(|l| (l as usize).min(nrows));
+            indices = Some(lexsort_to_indices(&sort_cols, first)?);
         }
     }
     if let Some(idx) = &indices {

@@ -218,9 +218,9 @@ fn ranks(
             nulls_first: true,
         }),
     }));
-    let order = lexsort_to_indices(&cols, None)?;
+    let best = lexsort_to_indices(&cols, Some(limit.min(scores.len())))?;
     let mut out = vec![None; scores.len()];
-    for (rank, &row) in order.values().iter().enumerate().take(limit) {
+    for (rank, &row) in best.values().iter().enumerate() {
         if scores.is_null(row as usize) {
             break;
         }
