@@ -226,8 +226,13 @@ async fn arm_rows(ctx: &Ctx<'_>, arm: &Plan, ties: bool) -> Result<ArmRows> {
         rows: 1,
     };
     let frame = ctx.run_ops(arm, &arm.ops, start).await?;
+    let (frame, mut scored) = ctx.scored_frame(arm, frame).await?;
     let mut values = Vec::with_capacity(arm.returns.len());
-    for r in &arm.returns {
+    for (i, r) in arm.returns.iter().enumerate() {
+        if let Some(s) = scored[i].take() {
+            values.push(Some(s));
+            continue;
+        }
         values.push(match &r.expr {
             RetExpr::Agg { arg: Some(e), .. } => {
                 Some(ctx.project(arm, &frame, &RetExpr::Val(e.clone())).await?)

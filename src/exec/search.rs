@@ -152,7 +152,11 @@ impl Ctx<'_> {
                 Some(q) => {
                     let tokens = text::query_tokens(&q);
                     let ix = self.text_index(var_type(plan, *var), prop).await?;
-                    rows(var).iter().map(|&r| ix.bm25(&tokens, r)).collect()
+                    let all = ix.bm25_all(&tokens);
+                    rows(var)
+                        .iter()
+                        .map(|&r| Some(all[r as usize]).filter(|s| !s.is_nan()))
+                        .collect()
                 }
                 None => Float64Array::new_null(frame.rows),
             },
@@ -256,6 +260,50 @@ pub(super) fn fuse(
     Ok((Arc::new(fused), contributed))
 }
 
+/// Does a row leave the result when return `i` cannot score it? (A
+/// returned or ordered score; a fusion's hidden sides do not judge.)
+fn judged(plan: &Plan, i: usize) -> bool {
+    let r = &plan.returns[i];
+    matches!(r.expr, RetExpr::Score(_) | RetExpr::Fused { .. })
+        && (r.visible || plan.order.iter().any(|o| o.col == i))
+}
+
+impl Ctx<'_> {
+    /// The arm's judged scores, and its frame without the rows they cannot
+    /// score: those leave before anything else of them is read.
+    pub(super) async fn scored_frame(
+        &self,
+        arm: &Plan,
+        frame: Frame,
+    ) -> Result<(Frame, Vec<Option<ArrayRef>>)> {
+        let mut scored: Vec<Option<ArrayRef>> = vec![None; arm.returns.len()];
+        for (i, r) in arm.returns.iter().enumerate() {
+            if let RetExpr::Score(s) = &r.expr
+                && judged(arm, i)
+            {
+                scored[i] = Some(self.score(arm, &frame, s).await?);
+            }
+        }
+        let judging: Vec<&ArrayRef> = scored.iter().flatten().collect();
+        if judging.iter().all(|c| c.null_count() == 0) {
+            return Ok((frame, scored));
+        }
+        let keep: Vec<usize> = (0..frame.rows)
+            .filter(|&r| judging.iter().all(|c| c.is_valid(r)))
+            .collect();
+        let take =
+            arrow_array::UInt32Array::from(keep.iter().map(|&r| r as u32).collect::<Vec<_>>());
+        let scored = scored
+            .into_iter()
+            .map(|c| {
+                c.map(|c| arrow::compute::take(c.as_ref(), &take, None))
+                    .transpose()
+            })
+            .collect::<std::result::Result<_, _>>()?;
+        Ok((frame.take_rows(&keep), scored))
+    }
+}
+
 /// The whole result's fusions (each ranks every row of every arm), then
 /// the result without the rows that a returned or ordered score cannot
 /// score.
@@ -291,15 +339,9 @@ pub(super) fn scored_rows(
             values[i] = Some(fused);
         }
     }
-    let judged: Vec<&ArrayRef> = plan
-        .returns
-        .iter()
-        .enumerate()
-        .filter(|(i, r)| {
-            matches!(r.expr, RetExpr::Score(_) | RetExpr::Fused { .. })
-                && (r.visible || plan.order.iter().any(|o| o.col == *i))
-        })
-        .filter_map(|(i, _)| values[i].as_ref())
+    let judged: Vec<&ArrayRef> = (0..plan.returns.len())
+        .filter(|&i| judged(plan, i))
+        .filter_map(|i| values[i].as_ref())
         .collect();
     if judged.iter().all(|c| c.null_count() == 0) {
         return Ok((values, ties));

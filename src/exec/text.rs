@@ -106,26 +106,26 @@ impl TextIndex {
             .map_or(&[][..], |&id| &self.postings[id as usize])
     }
 
-    /// BM25 of `row` against the query's distinct tokens, or `None` when
-    /// the row holds none of them.
-    pub fn bm25(&self, query: &[String], row: u32) -> Option<f64> {
-        let mut score = 0.0;
-        let mut matched = false;
-        let dl = *self.lengths.get(row as usize)? as f64;
+    /// Every row's BM25 against the query's distinct tokens, by row; NaN
+    /// for a row that holds none of them. Reads only the query tokens'
+    /// postings.
+    pub fn bm25_all(&self, query: &[String]) -> Vec<f64> {
+        let mut out = vec![f64::NAN; self.lengths.len()];
+        let n = self.docs as f64;
+        let avgdl = self.mean_length.max(f64::MIN_POSITIVE);
         for t in query {
             let list = self.postings_of(t);
-            let Ok(at) = list.binary_search_by_key(&row, |p| p.0) else {
-                continue;
-            };
-            matched = true;
-            let tf = list[at].1 as f64;
             let df = list.len() as f64;
-            let n = self.docs as f64;
             let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
-            let norm = 1.0 - BM25_B + BM25_B * dl / self.mean_length.max(f64::MIN_POSITIVE);
-            score += idf * tf * (BM25_K1 + 1.0) / (tf + BM25_K1 * norm);
+            for &(row, tf) in list {
+                let (tf, dl) = (tf as f64, self.lengths[row as usize] as f64);
+                let norm = 1.0 - BM25_B + BM25_B * dl / avgdl;
+                let s = idf * tf * (BM25_K1 + 1.0) / (tf + BM25_K1 * norm);
+                let cell = &mut out[row as usize];
+                *cell = if cell.is_nan() { s } else { *cell + s };
+            }
         }
-        matched.then_some(score)
+        out
     }
 
     /// Rows holding every query token (all rows with a text for a query
@@ -232,14 +232,14 @@ mod tests {
             None,
         ]);
         let q = query_tokens("apple");
-        assert_eq!(ix.bm25(&q, 2), None);
-        assert_eq!(ix.bm25(&q, 3), None);
+        let all = ix.bm25_all(&q);
+        assert!(all[2].is_nan() && all[3].is_nan());
         // N = 3 texts, avgdl = 2, df(apple) = 2.
         let idf = (1.0f64 + (3.0 - 2.0 + 0.5) / (2.0 + 0.5)).ln();
         let s0 = idf * 1.0 * 2.2 / (1.0 + 1.2 * (0.25 + 0.75 * 2.0 / 2.0));
         let s1 = idf * 2.0 * 2.2 / (2.0 + 1.2 * (0.25 + 0.75 * 3.0 / 2.0));
-        assert!((ix.bm25(&q, 0).unwrap() - s0).abs() < 1e-12);
-        assert!((ix.bm25(&q, 1).unwrap() - s1).abs() < 1e-12);
+        assert!((all[0] - s0).abs() < 1e-12);
+        assert!((all[1] - s1).abs() < 1e-12);
     }
 
     #[test]
