@@ -4,22 +4,36 @@
 //! an index build), BM25 scores and the `search` / `match_text` / `fuzzy`
 //! filters.
 
-use std::collections::HashMap;
-
 use arrow_array::{Array, StringArray};
+
+use crate::util::hash::FxHashMap;
 
 /// BM25's term-frequency saturation.
 pub const BM25_K1: f64 = 1.2;
 /// BM25's document-length normalisation.
 pub const BM25_B: f64 = 0.75;
 
-/// The tokens of a text: lowercase runs of Unicode letters and digits, in
-/// order. No stemming, no stop words.
+/// Each token of a text in order: a lowercase run of Unicode letters and
+/// digits. No stemming, no stop words. The one tokenizer: a token that is
+/// already lowercase ASCII is passed without copying it.
+pub fn each_token(text: &str, mut f: impl FnMut(&str)) {
+    for run in text.split(|c: char| !c.is_alphanumeric()) {
+        if run.is_empty() {
+            continue;
+        }
+        if run.bytes().all(|b| b.is_ascii() && !b.is_ascii_uppercase()) {
+            f(run);
+        } else {
+            f(&run.to_lowercase());
+        }
+    }
+}
+
+/// The tokens of a text, in order.
 pub fn tokens(text: &str) -> Vec<String> {
-    text.split(|c: char| !c.is_alphanumeric())
-        .filter(|t| !t.is_empty())
-        .map(|t| t.to_lowercase())
-        .collect()
+    let mut out = Vec::new();
+    each_token(text, |t| out.push(t.to_string()));
+    out
 }
 
 /// A query's distinct tokens, in first-seen order (a repeated query token
@@ -37,7 +51,7 @@ pub fn query_tokens(text: &str) -> Vec<String> {
 /// The inverted index of one column: for each token, the rows holding it
 /// with their counts; each row's length in tokens.
 pub struct TextIndex {
-    vocab: HashMap<String, u32>,
+    vocab: FxHashMap<String, u32>,
     /// Per token id: (row, occurrences), rows ascending.
     postings: Vec<Vec<(u32, u32)>>,
     /// Tokens per row (0 for a null text).
@@ -50,33 +64,36 @@ pub struct TextIndex {
 
 impl TextIndex {
     pub fn build(column: &StringArray) -> Self {
-        let mut vocab: HashMap<String, u32> = HashMap::new();
+        let mut vocab: FxHashMap<String, u32> = FxHashMap::default();
         let mut postings: Vec<Vec<(u32, u32)>> = Vec::new();
         let mut lengths = Vec::with_capacity(column.len());
         let (mut docs, mut total) = (0u32, 0u64);
-        let mut counts: HashMap<u32, u32> = HashMap::new();
+        let mut here: Vec<u32> = Vec::new();
         for row in 0..column.len() {
             if column.is_null(row) {
                 lengths.push(0);
                 continue;
             }
             docs += 1;
-            counts.clear();
-            let toks = tokens(column.value(row));
-            lengths.push(toks.len() as u32);
-            total += toks.len() as u64;
-            for t in toks {
-                let next = vocab.len() as u32;
-                let id = *vocab.entry(t).or_insert(next);
-                if id as usize == postings.len() {
-                    postings.push(Vec::new());
-                }
-                *counts.entry(id).or_insert(0) += 1;
-            }
-            let mut here: Vec<(u32, u32)> = counts.iter().map(|(&t, &n)| (t, n)).collect();
+            here.clear();
+            each_token(column.value(row), |t| {
+                let id = match vocab.get(t) {
+                    Some(&id) => id,
+                    None => {
+                        let id = vocab.len() as u32;
+                        vocab.insert(t.to_string(), id);
+                        postings.push(Vec::new());
+                        id
+                    }
+                };
+                here.push(id);
+            });
+            lengths.push(here.len() as u32);
+            total += here.len() as u64;
+            // The row's tokens counted: sorted, then runs.
             here.sort_unstable();
-            for (t, n) in here {
-                postings[t as usize].push((row as u32, n));
+            for run in here.chunk_by(|a, b| a == b) {
+                postings[run[0] as usize].push((row as u32, run.len() as u32));
             }
         }
         let mean_length = if docs == 0 {
