@@ -50,6 +50,8 @@ pub enum Key {
     Probed(Phys),
     /// The inverted index of one String column.
     Text(Phys, String),
+    /// The row lengths of one Vector column.
+    Norms(Phys, String),
 }
 
 struct Entry {

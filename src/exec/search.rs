@@ -63,6 +63,17 @@ impl Ctx<'_> {
         Ok(ix)
     }
 
+    /// The lengths of a Vector property's rows, once per table version.
+    fn vector_norms(&self, type_name: &str, prop: &str, col: &ArrayRef) -> Result<Arc<Vec<f64>>> {
+        let key = Key::Norms(self.phys(self.def(type_name))?, prop.to_string());
+        if let Some(n) = self.cache.get::<Vec<f64>>(&key) {
+            return Ok(n);
+        }
+        let n = Arc::new(norms(col));
+        self.cache.put(key, n.clone(), n.len() * 8);
+        Ok(n)
+    }
+
     /// A query's text, or `None` for an absent optional parameter.
     fn query_text(&self, query: &ValExpr) -> Option<String> {
         match self.const_of(query)? {
@@ -142,9 +153,13 @@ impl Ctx<'_> {
                     }
                     _ => None,
                 };
-                let col = self.column(var_type(plan, *var), prop).await?;
+                let type_name = var_type(plan, *var);
+                let col = self.column(type_name, prop).await?;
                 match q {
-                    Some(q) => cosine_distances(&col, &q, rows(var)),
+                    Some(q) => {
+                        let norms = self.vector_norms(type_name, prop, &col)?;
+                        cosine_distances(&col, &norms, &q, rows(var))
+                    }
                     None => Float64Array::new_null(frame.rows),
                 }
             }
@@ -173,29 +188,56 @@ impl Ctx<'_> {
     }
 }
 
-/// `1 - cos(angle)` between each listed row's vector and `q`.
-fn cosine_distances(col: &ArrayRef, q: &[f32], rows: &[u32]) -> Float64Array {
+/// `a · b` in f64, over four independent lanes (which the compiler can
+/// keep in vector registers; a single running sum it may not reorder).
+fn dot(a: &[f32], b: &[f32]) -> f64 {
+    let mut lanes = [0f64; 4];
+    let (ca, cb) = (a.chunks_exact(4), b.chunks_exact(4));
+    let tail: f64 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| *x as f64 * *y as f64)
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for k in 0..4 {
+            lanes[k] += x[k] as f64 * y[k] as f64;
+        }
+    }
+    lanes.iter().sum::<f64>() + tail
+}
+
+/// Each row's vector length (0 for a null vector), once per column version.
+fn norms(col: &ArrayRef) -> Vec<f64> {
     let list = col.as_fixed_size_list();
     let dim = list.value_length() as usize;
     let values = list.values().as_primitive::<Float32Type>().values();
-    let qn = q
-        .iter()
-        .map(|x| (*x as f64) * (*x as f64))
-        .sum::<f64>()
-        .sqrt();
+    (0..list.len())
+        .map(|r| {
+            if list.is_null(r) {
+                return 0.0;
+            }
+            let v = &values[r * dim..(r + 1) * dim];
+            dot(v, v).sqrt()
+        })
+        .collect()
+}
+
+/// `1 - cos(angle)` between each listed row's vector and `q`; null for a
+/// null or zero vector (`norms` from [`norms`]).
+fn cosine_distances(col: &ArrayRef, norms: &[f64], q: &[f32], rows: &[u32]) -> Float64Array {
+    let list = col.as_fixed_size_list();
+    let dim = list.value_length() as usize;
+    let values = list.values().as_primitive::<Float32Type>().values();
+    let qn = dot(q, q).sqrt();
     rows.iter()
         .map(|&r| {
             let r = r as usize;
-            if list.is_null(r) || qn == 0.0 {
+            if norms[r] == 0.0 || qn == 0.0 {
                 return None;
             }
             let v = &values[r * dim..(r + 1) * dim];
-            let (mut dot, mut vn) = (0.0f64, 0.0f64);
-            for (a, b) in v.iter().zip(q) {
-                dot += (*a as f64) * (*b as f64);
-                vn += (*a as f64) * (*a as f64);
-            }
-            (vn > 0.0).then(|| 1.0 - dot / (vn.sqrt() * qn))
+            Some(1.0 - dot(v, q) / (norms[r] * qn))
         })
         .collect()
 }
@@ -415,7 +457,7 @@ mod tests {
         let list: ArrayRef = Arc::new(
             arrow_array::FixedSizeListArray::try_new(field, 2, Arc::new(values), None).unwrap(),
         );
-        let d = cosine_distances(&list, &[1.0, 0.0], &[0, 1, 2, 3]);
+        let d = cosine_distances(&list, &norms(&list), &[1.0, 0.0], &[0, 1, 2, 3]);
         assert!((d.value(0) - 0.0).abs() < 1e-12);
         assert!((d.value(1) - 1.0).abs() < 1e-12);
         assert!(d.is_null(2), "a zero vector has no direction");
