@@ -10,7 +10,8 @@ use futures::TryStreamExt;
 use super::run::{Ctx, Frame, var_type};
 use std::borrow::Cow;
 
-use crate::compiler::catalog::ID;
+use super::cache::Key;
+use crate::compiler::catalog::{ID, PropType, TypeDef};
 use crate::compiler::query::ast::CmpOp;
 use crate::compiler::query::ir::{Op, Plan, Pred, ValExpr};
 use crate::compiler::value::Value;
@@ -57,11 +58,18 @@ impl Ctx<'_> {
                 .collect();
             (found, rest)
         } else {
-            let pushed: Vec<Filter> = active.iter().filter_map(|p| pushdown(self, p)).collect();
+            // A filter on a column the cache already holds is cheaper in
+            // memory than a storage scan.
+            let stored = |p: &&Pred| !self.column_cached(t, p) && pushdown(self, p).is_some();
+            let pushed: Vec<Filter> = active
+                .iter()
+                .filter(|p| stored(p))
+                .filter_map(|p| pushdown(self, p))
+                .collect();
             if let Some(filter) = Filter::all(pushed) {
                 let rest = active
                     .iter()
-                    .filter(|p| pushdown(self, p).is_none())
+                    .filter(|p| !stored(p))
                     .map(|p| (*p).clone())
                     .collect();
                 let ds = self.g.read_table(self.snap, t).await?;
@@ -86,6 +94,24 @@ impl Ctx<'_> {
         };
         cands = self.filter_candidates(type_name, &rest, cands).await?;
         Ok(cands)
+    }
+
+    /// Is the property `p` compares already a whole column in the cache?
+    /// (Not for F32: storage compares those in f32, memory in f64.)
+    fn column_cached(&self, t: &TypeDef, p: &Pred) -> bool {
+        let prop = match (&p.left, &p.right) {
+            (ValExpr::Prop { prop, ty, .. }, _) | (_, ValExpr::Prop { prop, ty, .. })
+                if *ty != PropType::F32 =>
+            {
+                prop
+            }
+            _ => return false,
+        };
+        self.phys(t).is_ok_and(|phys| {
+            self.cache
+                .get::<ArrayRef>(&Key::Column(phys, prop.clone()))
+                .is_some()
+        })
     }
 
     /// Evaluate single-variable predicates on candidate rows of one type.
