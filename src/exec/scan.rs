@@ -11,7 +11,7 @@ use super::run::{Ctx, Frame, var_type};
 use std::borrow::Cow;
 
 use super::cache::Key;
-use crate::compiler::catalog::{ID, PropType, TypeDef};
+use crate::compiler::catalog::{ID, PropType};
 use crate::compiler::query::ast::CmpOp;
 use crate::compiler::query::ir::{Op, Plan, Pred, ValExpr};
 use crate::compiler::value::Value;
@@ -27,6 +27,13 @@ impl Ctx<'_> {
         filters: &[Pred],
     ) -> Result<Vec<u32>> {
         let t = self.def(type_name);
+        // The first scan of a table version pushes its filters to storage;
+        // once the version is warm (its ids cached), filters read cached
+        // columns, which is cheaper than another storage scan.
+        let warm = self
+            .cache
+            .get::<crate::util::idindex::IdIndex>(&Key::Ids(self.phys(t)?))
+            .is_some();
         let ids = self.node_ids(type_name).await?;
         let active: Vec<&Pred> = filters.iter().filter(|p| self.active(p)).collect();
         // A key (or id) equality is a lookup, not a scan.
@@ -58,9 +65,7 @@ impl Ctx<'_> {
                 .collect();
             (found, rest)
         } else {
-            // A filter on a column the cache already holds is cheaper in
-            // memory than a storage scan.
-            let stored = |p: &&Pred| !self.column_cached(t, p) && pushdown(self, p).is_some();
+            let stored = |p: &&Pred| !(warm && in_memory(p)) && pushdown(self, p).is_some();
             let pushed: Vec<Filter> = active
                 .iter()
                 .filter(|p| stored(p))
@@ -94,24 +99,6 @@ impl Ctx<'_> {
         };
         cands = self.filter_candidates(type_name, &rest, cands).await?;
         Ok(cands)
-    }
-
-    /// Is the property `p` compares already a whole column in the cache?
-    /// (Not for F32: storage compares those in f32, memory in f64.)
-    fn column_cached(&self, t: &TypeDef, p: &Pred) -> bool {
-        let prop = match (&p.left, &p.right) {
-            (ValExpr::Prop { prop, ty, .. }, _) | (_, ValExpr::Prop { prop, ty, .. })
-                if *ty != PropType::F32 =>
-            {
-                prop
-            }
-            _ => return false,
-        };
-        self.phys(t).is_ok_and(|phys| {
-            self.cache
-                .get::<ArrayRef>(&Key::Column(phys, prop.clone()))
-                .is_some()
-        })
     }
 
     /// Evaluate single-variable predicates on candidate rows of one type.
@@ -224,6 +211,27 @@ impl Acc<'_> {
             Acc::Const(v) => Cow::Borrowed(v),
         }
     }
+}
+
+/// Does memory evaluate `p` as storage would? Not on an F32 property:
+/// storage compares those in f32, memory in f64.
+fn in_memory(p: &Pred) -> bool {
+    !matches!(
+        (&p.left, &p.right),
+        (
+            ValExpr::Prop {
+                ty: PropType::F32,
+                ..
+            },
+            _
+        ) | (
+            _,
+            ValExpr::Prop {
+                ty: PropType::F32,
+                ..
+            }
+        )
+    )
 }
 
 /// A predicate as a typed Lance filter, when it is a property compared with
