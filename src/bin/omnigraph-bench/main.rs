@@ -100,6 +100,17 @@ fn ten_types_schema() -> String {
 }
 
 /// The `k`-th 1-row append of those figures, round-robin over the types.
+/// One append to the 10-type graph, before anything is measured.
+async fn warm_up(g: &Omnigraph) {
+    g.load(
+        "main",
+        "{\"type\":\"T0\",\"data\":{\"name\":\"warm\"}}",
+        LoadMode::Append,
+    )
+    .await
+    .expect("warm");
+}
+
 fn ten_types_row(k: usize) -> String {
     format!(
         "{{\"type\":\"T{}\",\"data\":{{\"name\":\"a{k}\",\"v\":{k}}}}}",
@@ -124,13 +135,7 @@ async fn append(n: usize) {
         .await
         .expect("seed");
     // Warm up once, then measure.
-    g.load(
-        "main",
-        "{\"type\":\"T0\",\"data\":{\"name\":\"warm\"}}",
-        LoadMode::Append,
-    )
-    .await
-    .expect("warm");
+    warm_up(&g).await;
     let mut ms = Vec::with_capacity(n);
     for k in 0..n {
         let line = ten_types_row(k);
@@ -160,13 +165,7 @@ async fn object_store(uri: &str, n: usize) {
     use omnigraph::storage::requests::Requests;
     let schema = ten_types_schema();
     let g = Omnigraph::init(uri, &schema).await.expect("init");
-    g.load(
-        "main",
-        "{\"type\":\"T0\",\"data\":{\"name\":\"warm\"}}",
-        LoadMode::Append,
-    )
-    .await
-    .expect("warm");
+    warm_up(&g).await;
     fn row(what: &str, ms: &mut [f64], reqs: &[Requests]) {
         ms.sort_by(f64::total_cmp);
         let mean =
