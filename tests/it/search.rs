@@ -257,6 +257,10 @@ async fn nearest_is_exact_and_filters_apply_before_ranking() {
     assert!(all.iter().filter(|x| b.contains(x)).count() < 10);
     let got = run(&g, &m, &nn("{ topic: \"b\" }"), json!({ "v": Q })).await;
     assert_same_ranking(&slugs_scores(&got, "dist"), &b, "prefiltered nearest");
+    // A score over an absent optional parameter scores no row.
+    let optional = "query q($v: Vector(4)?) { match { $d: Doc } return { $d.slug, nearest($d.emb, $v) as dist } order { dist } limit 10 }";
+    assert!(run(&g, &m, optional, json!({})).await.is_empty());
+    assert_eq!(run(&g, &m, optional, json!({ "v": Q })).await.len(), 10);
     // A literal vector is a query too; rows without a vector are never returned.
     let got = run(
         &g,
