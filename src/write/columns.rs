@@ -80,16 +80,18 @@ impl TypeRules {
     }
 }
 
-fn in_range(r: &(Option<Num>, Option<Num>), v: f64, iv: Option<i128>) -> bool {
-    let below = |b: &Num| match (b, iv) {
-        (Num::Int(b), Some(i)) => i < *b as i128,
-        _ => v < b.as_f64(),
+/// Is `v` within `@range` bounds? Compared as filters compare (integers
+/// exactly, integers and floats as floats).
+fn in_range(r: &(Option<Num>, Option<Num>), v: &Value) -> bool {
+    let bound = |n: &Num| match n {
+        Num::Int(i) => Value::Int(*i),
+        Num::Float(f) => Value::Float(*f),
     };
-    let above = |b: &Num| match (b, iv) {
-        (Num::Int(b), Some(i)) => i > *b as i128,
-        _ => v > b.as_f64(),
+    let beyond = |b: &Option<Num>, side: std::cmp::Ordering| {
+        b.as_ref()
+            .is_some_and(|b| value::order(v, &bound(b)) == Some(side))
     };
-    !(r.0.as_ref().is_some_and(below) || r.1.as_ref().is_some_and(above))
+    !(beyond(&r.0, std::cmp::Ordering::Less) || beyond(&r.1, std::cmp::Ordering::Greater))
 }
 
 impl PropRule {
@@ -118,20 +120,15 @@ impl PropRule {
             Err(s) => s.clone(),
         };
         let v = value::typed(&self.def.ty, cell).map_err(|e| (e, Some(shown())))?;
-        if let Some(r) = &self.range {
-            let (f, iv) = match &v {
-                Value::Int(i) => (*i as f64, Some(*i as i128)),
-                Value::UInt(u) => (*u as f64, Some(*u as i128)),
-                Value::Float(f) => (*f, None),
-                _ => (0.0, None),
-            };
-            if !matches!(v, Value::Null) && !in_range(r, f, iv) {
-                let show = |n: Option<Num>| n.map(|n| n.to_string()).unwrap_or_default();
-                return Err((
-                    format!("violates @range({}..{})", show(r.0), show(r.1)),
-                    Some(shown()),
-                ));
-            }
+        if let Some(r) = &self.range
+            && !matches!(v, Value::Null)
+            && !in_range(r, &v)
+        {
+            let show = |n: Option<Num>| n.map(|n| n.to_string()).unwrap_or_default();
+            return Err((
+                format!("violates @range({}..{})", show(r.0), show(r.1)),
+                Some(shown()),
+            ));
         }
         if let (Some(re), Value::Str(s)) = (&self.check, &v)
             && !re.is_match(s)
