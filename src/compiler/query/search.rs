@@ -277,7 +277,8 @@ impl Checker<'_> {
     }
 }
 
-/// A literal list of numbers as a query vector of `dim` dimensions.
+/// A literal list of numbers as a query vector of `dim` dimensions, typed
+/// as a Vector property's value is.
 fn literal_vector(items: &[Value], dim: u32, pos: Pos) -> Result<Value<'static>> {
     if items.len() != dim as usize {
         return Err(type_error(
@@ -286,22 +287,9 @@ fn literal_vector(items: &[Value], dim: u32, pos: Pos) -> Result<Value<'static>>
             format!("the query vector has {} dimensions, not {dim}", items.len()),
         ));
     }
-    let mut out = Vec::with_capacity(items.len());
-    for v in items {
-        let f = match v {
-            Value::Float(f) => *f,
-            Value::Int(i) => *i as f64,
-            other => {
-                return Err(type_error(
-                    Code::TypeMismatch,
-                    pos,
-                    format!("a query vector holds numbers, not {}", other.kind()),
-                ));
-            }
-        };
-        out.push(f as f32);
-    }
-    Ok(Value::Vector(out))
+    crate::compiler::value::typed(&PropType::Vector(dim), Value::List(items.to_vec()))
+        .map(Value::into_owned)
+        .map_err(|why| type_error(Code::TypeMismatch, pos, format!("the query vector: {why}")))
 }
 
 #[cfg(test)]
@@ -439,6 +427,16 @@ mod tests {
                 "query q() { match { $d: Doc } return { nearest($d.emb, [1, 2]) } limit 1 }",
                 "Q009",
                 "2 dimensions",
+            ),
+            (
+                "query q() { match { $d: Doc } return { nearest($d.emb, [1, 2, \"x\"]) } limit 1 }",
+                "Q009",
+                "element 2 is a string, not a number",
+            ),
+            (
+                "query q() { match { $d: Doc } return { nearest($d.emb, [1, 1e300, 0]) } limit 1 }",
+                "Q009",
+                "not a finite 32-bit float",
             ),
             // shapes
             (
