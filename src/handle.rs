@@ -25,6 +25,7 @@ use crate::util::ulid::new_ulid;
 use crate::write::compact::{COMPACT_AT_FRAGMENTS, CompactWork};
 use crate::write::load::{LoadMode, prepare_input};
 use crate::write::mutate::{self, MutationResult, MutationWork};
+use crate::write::optimize;
 use omnigraph_actors::host::Host;
 use omnigraph_actors::{Bugs, OpId, OpKind, Outcome, RecoveryReport};
 
@@ -81,6 +82,18 @@ pub struct LoadReport {
     pub edges: BTreeMap<String, usize>,
     pub commit: String,
     pub manifest_version: u64,
+}
+
+/// What an optimize did: the indexes it built, and its commit (none when
+/// every declared index was already current).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct OptimizeReport {
+    pub branch: String,
+    pub commit: Option<String>,
+    pub manifest_version: u64,
+    /// One record per index built: `type`, `property`, `kind` (`text` or
+    /// `vector`), `rows` and `file` (relative to the graph).
+    pub indexes: Vec<serde_json::Value>,
 }
 
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
@@ -516,6 +529,47 @@ impl Omnigraph {
         )
         .await?;
         Ok(())
+    }
+
+    /// Build or refresh every declared search index of `branch` in one
+    /// commit (none when all are current). Loads and mutations never build
+    /// indexes; searches cover the rows an index does not, flat.
+    pub async fn optimize(&self, branch: &str) -> Result<OptimizeReport> {
+        self.writes("optimize")?;
+        let snap = self.resolve(&Target::Branch(branch.to_string())).await?;
+        let mut stale = false;
+        for def in &self.inner.graph.catalog.types {
+            if optimize::declared(def).is_empty() {
+                continue;
+            }
+            let table = self.inner.graph.read_table(&snap, def).await?;
+            stale |= !optimize::stale(&self.inner.graph.store, &table, def)
+                .await?
+                .is_empty();
+        }
+        if !stale {
+            return Ok(OptimizeReport {
+                branch: branch.to_string(),
+                commit: None,
+                manifest_version: snap.manifest.version,
+                indexes: Vec::new(),
+            });
+        }
+        let (commit, manifest_version, summary) = self
+            .run(
+                OpKind::Write {
+                    branch: branch.to_string(),
+                },
+                "optimize",
+                Some(Arc::new(optimize::OptimizeWork)),
+            )
+            .await?;
+        Ok(OptimizeReport {
+            branch: branch.to_string(),
+            commit,
+            manifest_version,
+            indexes: summary["indexes"].as_array().cloned().unwrap_or_default(),
+        })
     }
 
     /// Resolve a target to one snapshot (for reads that span several calls).

@@ -15,13 +15,16 @@ pub mod compiler;
 pub mod error;
 pub mod exec;
 pub mod handle;
+pub mod index;
 pub mod storage;
 pub mod util;
 pub mod write;
 
 pub use error::{OmniError, Result};
 pub use exec::run::QueryResult;
-pub use handle::{BranchInfo, LoadReport, Omnigraph, Options, SnapshotInfo, TableInfo};
+pub use handle::{
+    BranchInfo, LoadReport, Omnigraph, OptimizeReport, Options, SnapshotInfo, TableInfo,
+};
 pub use storage::Target;
 pub use storage::manifest::CommitRecord;
 pub use write::load::LoadMode;

@@ -67,6 +67,8 @@ pub enum Cmd {
     },
     /// Write a branch (or snapshot) as JSONL to stdout.
     Export(Export),
+    /// Build or refresh every declared search index of a branch, as one commit.
+    Optimize(Optimize),
     /// Test harness: append write after write and print `ACK <n>` after each
     /// acknowledged one (the chaos test kills this process at random moments).
     #[command(hide = true)]
@@ -132,6 +134,16 @@ pub struct Snapshot {
     pub graph: Graph,
     #[command(flatten)]
     pub at: At,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct Optimize {
+    #[command(flatten)]
+    pub graph: Graph,
+    #[arg(long, default_value = "main")]
+    pub branch: String,
     #[arg(long)]
     pub json: bool,
 }

@@ -7,8 +7,8 @@ use omnigraph::{LoadMode, OmniError, Omnigraph, Target};
 use serde::Serialize;
 
 use super::args::{
-    BranchCmd, Cmd, CommitCmd, Export, Graph, Init, Load, Mutate, Query, Snapshot, StressWriter,
-    query_inputs, target,
+    BranchCmd, Cmd, CommitCmd, Export, Graph, Init, Load, Mutate, Optimize, Query, Snapshot,
+    StressWriter, query_inputs, target,
 };
 use super::progress::Progress;
 use super::{demo, table};
@@ -53,6 +53,7 @@ pub async fn run(cmd: Cmd) -> Result<()> {
                 },
         } => Box::pin(async move { commit_list(&graph, &branch, limit, json).await }),
         Cmd::Export(a) => Box::pin(export(a)),
+        Cmd::Optimize(a) => Box::pin(optimize(a)),
         Cmd::StressWriter(a) => Box::pin(stress_writer(a)),
         Cmd::Demo { dir } => Box::pin(demo::run(dir)),
     };
@@ -141,6 +142,38 @@ async fn branch_delete(name: &str, graph: &Graph, json: bool) -> Result<()> {
         print_json(&serde_json::json!({ "deleted": name }));
     } else {
         println!("deleted branch {name}");
+    }
+    Ok(())
+}
+
+async fn optimize(a: Optimize) -> Result<()> {
+    let g = Omnigraph::open(a.graph.uri()?).await?;
+    let started = std::time::Instant::now();
+    let r = g.optimize(&a.branch).await;
+    g.close().await;
+    let r = r?;
+    if a.json {
+        print_json(&r);
+        return Ok(());
+    }
+    match &r.commit {
+        None => println!("every declared index of {} is current", r.branch),
+        Some(c) => {
+            for ix in &r.indexes {
+                println!(
+                    "built {} index of {}.{} over {} rows",
+                    ix["kind"].as_str().unwrap_or("?"),
+                    ix["type"].as_str().unwrap_or("?"),
+                    ix["property"].as_str().unwrap_or("?"),
+                    ix["rows"]
+                );
+            }
+            println!(
+                "commit {c} (graph version {}) in {:.1} s",
+                r.manifest_version,
+                started.elapsed().as_secs_f64()
+            );
+        }
     }
     Ok(())
 }

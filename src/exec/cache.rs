@@ -52,6 +52,15 @@ pub enum Key {
     Text(Phys, String),
     /// The row lengths of one Vector column.
     Norms(Phys, String),
+    /// A table version's fragments and deletions.
+    Layout(Phys),
+    /// A persisted index file, decoded (files never change once written).
+    IndexFile {
+        graph: String,
+        file: String,
+    },
+    /// A Vector column's index partitions over one table version.
+    Partitions(Phys, String),
 }
 
 struct Entry {

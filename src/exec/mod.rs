@@ -15,5 +15,4 @@ mod project;
 pub mod run;
 mod scan;
 mod search;
-mod text;
 mod traverse;

@@ -31,7 +31,7 @@ impl Ctx<'_> {
                 let arr: ArrayRef = Arc::new(self.node_or_edge_ids(var_type(plan, *var)).await?);
                 take(arr.as_ref(), &idx(*var), None)?
             }
-            RetExpr::Score(s) => self.score(plan, frame, s).await?,
+            RetExpr::Score(_) => unreachable!("a score needs its return's place (run.rs)"),
             RetExpr::Fused { .. } => unreachable!("a fusion ranks the whole result (run.rs)"),
             RetExpr::Val(other) => repeat(&self.const_of(other).unwrap_or(Value::Null), frame.rows),
             RetExpr::Node { var } => {

@@ -238,6 +238,7 @@ async fn arm_rows(ctx: &Ctx<'_>, arm: &Plan, ties: bool) -> Result<ArmRows> {
                 Some(ctx.project(arm, &frame, &RetExpr::Val(e.clone())).await?)
             }
             RetExpr::Agg { arg: None, .. } | RetExpr::Fused { .. } => None,
+            RetExpr::Score(_) => Some(ctx.score(arm, &frame, i).await?),
             other => Some(ctx.project(arm, &frame, other).await?),
         });
     }

@@ -13,10 +13,13 @@ use arrow_array::{Array, ArrayRef, Float64Array};
 
 use super::cache::Key;
 use super::run::{Ctx, Frame, var_type};
-use super::text::{self, TextIndex};
 use crate::compiler::query::ir::{Op, Plan, RetExpr, Score, TextTest, ValExpr};
 use crate::compiler::value::Value;
-use crate::error::Result;
+use crate::error::{OmniError, Result};
+use crate::index::coverage::{self, Layout};
+use crate::index::ivf::{self, Ivf, Partitions};
+use crate::index::text::{self, TextIndex};
+use crate::index::{IndexKind, IndexRef};
 
 /// What one search function did in a query: reported by `query --stats`.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -37,30 +40,163 @@ pub struct SearchStep {
     pub sides: Option<[usize; 2]>,
 }
 
-/// Every search here reads every row of the snapshot it is given.
+/// A search that reads every row it is given.
 const FLAT: &str = "flat: every row of the snapshot, exact";
+/// A text search without a persisted index.
 const INVERTED: &str = "inverted index built from the snapshot's rows (cached per table version)";
+
+/// A String column's inverted index at one table version, and how it was
+/// made (for the trace).
+pub(super) struct TextView {
+    pub(super) index: Arc<TextIndex>,
+    method: String,
+}
+
+/// A Vector column's persisted partitions over one table version.
+struct VectorView {
+    ivf: Arc<Ivf>,
+    parts: Partitions,
+    built_at: u64,
+}
+
+/// Reads a persisted index file (`what` names it in errors).
+type Decode<T> = fn(&[u8], &str) -> Result<(Layout, T)>;
+
+/// A persisted index as decoded: the layout it was built at and the index.
+struct Persisted<T> {
+    built: Layout,
+    index: Arc<T>,
+}
 
 impl Ctx<'_> {
     fn trace(&self, step: SearchStep) {
         self.search.lock().push(step);
     }
 
-    /// The inverted index of a String property at this snapshot, built once
-    /// per table version.
-    pub(super) async fn text_index(&self, type_name: &str, prop: &str) -> Result<Arc<TextIndex>> {
+    /// The fragments of a type's table at this snapshot.
+    async fn layout(&self, type_name: &str) -> Result<Arc<Layout>> {
+        let t = self.def(type_name);
+        let key = Key::Layout(self.phys(t)?);
+        if let Some(l) = self.cache.get::<Layout>(&key) {
+            return Ok(l);
+        }
+        let l = Arc::new(self.g.read_table(self.snap, t).await?.layout().await?);
+        self.cache.put(key, l.clone(), l.len() * 64);
+        Ok(l)
+    }
+
+    /// The persisted index `type_name.prop` has at this snapshot, if any of
+    /// `kind`.
+    async fn index_ref(
+        &self,
+        type_name: &str,
+        prop: &str,
+        kind: IndexKind,
+    ) -> Result<Option<IndexRef>> {
+        let table = self.g.read_table(self.snap, self.def(type_name)).await?;
+        Ok(table.index_of(prop)?.filter(|r| r.kind == kind))
+    }
+
+    /// An index file, decoded once.
+    async fn persisted<T: Send + Sync + 'static>(
+        &self,
+        r: &IndexRef,
+        decode: Decode<T>,
+    ) -> Result<Arc<Persisted<T>>> {
+        let key = Key::IndexFile {
+            graph: self.g.store.uri().to_string(),
+            file: r.file.clone(),
+        };
+        if let Some(p) = self.cache.get::<Persisted<T>>(&key) {
+            return Ok(p);
+        }
+        let bytes = self
+            .g
+            .store
+            .read(&r.file)
+            .await?
+            .ok_or_else(|| OmniError::Storage(format!("index file {} is missing", r.file)))?;
+        let len = bytes.len();
+        let what = r.file.clone();
+        let (built, index) = tokio::task::spawn_blocking(move || decode(&bytes, &what))
+            .await
+            .map_err(|e| OmniError::Storage(format!("decoding index file {}: {e}", r.file)))??;
+        let p = Arc::new(Persisted {
+            built,
+            index: Arc::new(index),
+        });
+        self.cache.put(key, p.clone(), len * 2);
+        Ok(p)
+    }
+
+    /// The inverted index of a String property at this snapshot, once per
+    /// table version: the persisted one rebased onto this version with its
+    /// fresh rows added, or (without one) built from every row.
+    pub(super) async fn text_index(&self, type_name: &str, prop: &str) -> Result<Arc<TextView>> {
         let key = Key::Text(self.phys(self.def(type_name))?, prop.to_string());
-        if let Some(ix) = self.cache.get::<TextIndex>(&key) {
+        if let Some(ix) = self.cache.get::<TextView>(&key) {
             return Ok(ix);
         }
-        let col = self.column(type_name, prop).await?;
-        let ix = Arc::new(TextIndex::build(col.as_string::<i32>()));
-        self.cache
-            .stats
-            .text_builds
-            .fetch_add(1, AtomicOrdering::Relaxed);
-        self.cache.put(key, ix.clone(), ix.bytes());
-        Ok(ix)
+        let view = match self.index_ref(type_name, prop, IndexKind::Text).await? {
+            Some(r) => {
+                let p = self.persisted(&r, TextIndex::from_bytes).await?;
+                let cov = coverage::cover(&p.built, &self.layout(type_name).await?);
+                let method = format!(
+                    "persisted inverted index (built at table version {}): {} rows from it, {} fresh rows tokenised",
+                    r.built_at,
+                    cov.covered(),
+                    cov.fresh.len()
+                );
+                let index = if cov.is_identity() {
+                    p.index.clone()
+                } else if cov.fresh.is_empty() {
+                    Arc::new(p.index.rebase(&cov, TextIndex::empty(cov.rows)))
+                } else {
+                    let col = self.column(type_name, prop).await?;
+                    let fresh = TextIndex::build_rows(
+                        col.as_string::<i32>(),
+                        cov.fresh.iter().map(|&r| r as usize),
+                    );
+                    Arc::new(p.index.rebase(&cov, fresh))
+                };
+                TextView { index, method }
+            }
+            None => {
+                let col = self.column(type_name, prop).await?;
+                self.cache
+                    .stats
+                    .text_builds
+                    .fetch_add(1, AtomicOrdering::Relaxed);
+                TextView {
+                    index: Arc::new(TextIndex::build(col.as_string::<i32>())),
+                    method: INVERTED.into(),
+                }
+            }
+        };
+        let view = Arc::new(view);
+        self.cache.put(key, view.clone(), view.index.bytes());
+        Ok(view)
+    }
+
+    /// A Vector property's persisted partitions at this snapshot, if it has
+    /// an index.
+    async fn vector_index(&self, type_name: &str, prop: &str) -> Result<Option<Arc<VectorView>>> {
+        let Some(r) = self.index_ref(type_name, prop, IndexKind::Vector).await? else {
+            return Ok(None);
+        };
+        let key = Key::Partitions(self.phys(self.def(type_name))?, prop.to_string());
+        if let Some(v) = self.cache.get::<VectorView>(&key) {
+            return Ok(Some(v));
+        }
+        let p = self.persisted(&r, Ivf::from_bytes).await?;
+        let cov = coverage::cover(&p.built, &self.layout(type_name).await?);
+        let view = Arc::new(VectorView {
+            parts: Partitions::of(&p.index, &cov),
+            ivf: p.index.clone(),
+            built_at: r.built_at,
+        });
+        self.cache.put(key, view.clone(), view.parts.bytes());
+        Ok(Some(view))
     }
 
     /// The lengths of a Vector property's rows, once per table version.
@@ -99,7 +235,8 @@ impl Ctx<'_> {
         };
         let tokens = text::query_tokens(&q);
         let type_name = var_type(plan, *var);
-        let ix = self.text_index(type_name, prop).await?;
+        let view = self.text_index(type_name, prop).await?;
+        let ix = &view.index;
         let rows = match test {
             TextTest::All => ix.rows_with_all(&tokens),
             TextTest::Fuzzy(edits) => ix.rows_fuzzy(&tokens, *edits),
@@ -123,7 +260,7 @@ impl Ctx<'_> {
         self.trace(SearchStep {
             function: function.into(),
             property: format!("{type_name}.{prop}"),
-            method: INVERTED.into(),
+            method: view.method.clone(),
             rows_in: frame.rows,
             rows_out: keep.len(),
             sides: None,
@@ -131,21 +268,22 @@ impl Ctx<'_> {
         Ok(frame.take_rows(&keep))
     }
 
-    /// One score per frame row; null where the row cannot be scored (no
-    /// vector, a zero vector, no query token in its text).
-    pub(super) async fn score(&self, plan: &Plan, frame: &Frame, s: &Score) -> Result<ArrayRef> {
-        let rows = |var: &usize| frame.cols[*var].as_deref().expect("bound");
-        let (function, var, prop, method) = match s {
-            Score::Nearest { var, prop, .. } => ("nearest", var, prop, FLAT),
-            Score::Bm25 { var, prop, .. } => ("bm25", var, prop, INVERTED),
+    /// Return `i`'s score per frame row; null where the row cannot be
+    /// scored (no vector, a zero vector, no query token in its text) or,
+    /// when only the best rows matter and an index chose the candidates,
+    /// where the row was not one of them.
+    pub(super) async fn score(&self, plan: &Plan, frame: &Frame, i: usize) -> Result<ArrayRef> {
+        let RetExpr::Score(s) = &plan.returns[i].expr else {
+            unreachable!("score runs on a score return")
         };
-        let scores: Float64Array = match s {
-            Score::Nearest {
-                var,
-                prop,
-                query,
-                embed,
-            } => {
+        let rows = |var: &usize| frame.cols[*var].as_deref().expect("bound");
+        let (function, var, prop) = match s {
+            Score::Nearest { var, prop, .. } => ("nearest", var, prop),
+            Score::Bm25 { var, prop, .. } => ("bm25", var, prop),
+        };
+        let type_name = var_type(plan, *var);
+        let (scores, method): (Float64Array, String) = match s {
+            Score::Nearest { query, embed, .. } => {
                 let q: Option<Vec<f32>> = match (embed, self.const_of(query)) {
                     (None, Some(Value::Vector(v))) => Some(v),
                     (Some(e), Some(Value::Str(t))) => {
@@ -153,39 +291,106 @@ impl Ctx<'_> {
                     }
                     _ => None,
                 };
-                let type_name = var_type(plan, *var);
-                let col = self.column(type_name, prop).await?;
                 match q {
                     Some(q) => {
-                        let norms = self.vector_norms(type_name, prop, &col)?;
-                        cosine_distances(&col, &norms, &q, rows(var))
+                        self.nearest(type_name, prop, &q, rows(var), ranked_top(plan, i))
+                            .await?
                     }
-                    None => Float64Array::new_null(frame.rows),
+                    None => (Float64Array::new_null(frame.rows), FLAT.into()),
                 }
             }
-            Score::Bm25 { var, prop, query } => match self.query_text(query) {
+            Score::Bm25 { query, .. } => match self.query_text(query) {
                 Some(q) => {
                     let tokens = text::query_tokens(&q);
-                    let ix = self.text_index(var_type(plan, *var), prop).await?;
-                    let all = ix.bm25_all(&tokens);
-                    rows(var)
+                    let view = self.text_index(type_name, prop).await?;
+                    let all = view.index.bm25_all(&tokens);
+                    let scores = rows(var)
                         .iter()
                         .map(|&r| Some(all[r as usize]).filter(|s| !s.is_nan()))
-                        .collect()
+                        .collect();
+                    (scores, view.method.clone())
                 }
-                None => Float64Array::new_null(frame.rows),
+                None => (Float64Array::new_null(frame.rows), INVERTED.into()),
             },
         };
         self.trace(SearchStep {
             function: function.into(),
-            property: format!("{}.{prop}", var_type(plan, *var)),
-            method: method.into(),
+            property: format!("{type_name}.{prop}"),
+            method,
             rows_in: frame.rows,
             rows_out: frame.rows - scores.null_count(),
             sides: None,
         });
         Ok(Arc::new(scores))
     }
+
+    /// Cosine distances of `rows` to `q`. With `top` (only the best `top`
+    /// rows matter) and a vector index, only the rows of the partitions
+    /// nearest `q` and the fresh rows are measured; exact otherwise, and
+    /// always for a few rows, where measuring them all is cheaper.
+    async fn nearest(
+        &self,
+        type_name: &str,
+        prop: &str,
+        q: &[f32],
+        rows: &[u32],
+        top: Option<usize>,
+    ) -> Result<(Float64Array, String)> {
+        let col = self.column(type_name, prop).await?;
+        let norms = self.vector_norms(type_name, prop, &col)?;
+        let view = match top {
+            Some(_) if rows.len() > ivf::EXACT_UP_TO => self.vector_index(type_name, prop).await?,
+            _ => None,
+        };
+        let (Some(view), Some(top)) = (view, top) else {
+            return Ok((cosine_distances(&col, &norms, q, rows), FLAT.into()));
+        };
+        let mut wanted = vec![false; norms.len()];
+        for &r in rows {
+            wanted[r as usize] = true;
+        }
+        let order = view.ivf.ranked_partitions(q);
+        let list = col.as_fixed_size_list();
+        let dim = list.value_length() as usize;
+        let values = list.values().as_primitive::<Float32Type>().values();
+        let qn = dot(q, q).sqrt();
+        let probed = view.parts.probe(&order, top, &wanted, |r| {
+            let r = r as usize;
+            (norms[r] != 0.0 && qn != 0.0)
+                .then(|| 1.0 - dot(&values[r * dim..(r + 1) * dim], q) / (norms[r] * qn))
+        });
+        let mut distance = vec![f64::NAN; norms.len()];
+        for &(r, d) in &probed.rows {
+            distance[r as usize] = d;
+        }
+        let scores: Float64Array = rows
+            .iter()
+            .map(|&r| Some(distance[r as usize]).filter(|d| !d.is_nan()))
+            .collect();
+        let (read, chosen) = (probed.read, probed.rows.len());
+        let method = format!(
+            "vector index (built at table version {}): {read} of {} partitions and {} fresh rows, {} rows measured exactly",
+            view.built_at,
+            view.ivf.partitions(),
+            view.parts.fresh.len(),
+            chosen
+        );
+        Ok((scores, method))
+    }
+}
+
+/// How many of score `i`'s best rows the result can show, when that is all
+/// that matters: the query is ordered first by it (nearest first) or by a
+/// fusion it is a side of, with a limit. `None`: every row's score matters.
+fn ranked_top(plan: &Plan, i: usize) -> Option<usize> {
+    let limit = usize::try_from(plan.limit?).ok()?;
+    let first = plan.order.first()?;
+    let leads = match &plan.returns[first.col].expr {
+        _ if first.col == i => !first.desc,
+        RetExpr::Fused { sides, .. } => first.desc && sides.contains(&i),
+        _ => false,
+    };
+    leads.then_some(limit)
 }
 
 /// `a · b` in f64, over four independent lanes (which the compiler can
@@ -320,10 +525,8 @@ impl Ctx<'_> {
     ) -> Result<(Frame, Vec<Option<ArrayRef>>)> {
         let mut scored: Vec<Option<ArrayRef>> = vec![None; arm.returns.len()];
         for (i, r) in arm.returns.iter().enumerate() {
-            if let RetExpr::Score(s) = &r.expr
-                && judged(arm, i)
-            {
-                scored[i] = Some(self.score(arm, &frame, s).await?);
+            if matches!(r.expr, RetExpr::Score(_)) && judged(arm, i) {
+                scored[i] = Some(self.score(arm, &frame, i).await?);
             }
         }
         let judging: Vec<&ArrayRef> = scored.iter().flatten().collect();

@@ -15,6 +15,7 @@
 //! _graph/owners/<proc>.json    liveness lease of each read-write process (object stores)
 //! nodes/<Type>.lance           one Lance dataset per node type
 //! edges/<Type>.lance           one Lance dataset per edge type
+//! _indexes/<table>/<prop>-<ulid>.{text,ivf}  search index files (recorded in their table's metadata)
 //! ```
 
 pub mod leases;

@@ -11,9 +11,10 @@ use lance::Dataset;
 use lance::dataset::transaction::Transaction;
 use lance::dataset::{InsertBuilder, MergeInsertBuilder, WhenMatched, WhenNotMatched, WriteMode};
 
-use super::tables::{Table, TableChange, write_params};
+use super::tables::{Table, TableChange, index_key, write_params};
 use crate::compiler::catalog::ID;
 use crate::error::{OmniError, Result};
+use crate::index::IndexRef;
 
 /// How many ids one `IN (...)` probe carries.
 const PROBE_CHUNK: usize = 4096;
@@ -84,6 +85,33 @@ pub async fn compaction(Table(ds): Table) -> Result<Option<TableChange>> {
         op,
         None,
     ))))
+}
+
+/// Record these columns' persisted indexes in the table's metadata (a
+/// commit that changes no row).
+pub fn index_records(Table(ds): Table, records: &[(String, IndexRef)]) -> Result<TableChange> {
+    use lance::dataset::transaction::{Operation, UpdateMap, UpdateMapEntry};
+    let mut update_entries = Vec::new();
+    for (column, r) in records {
+        update_entries.push(UpdateMapEntry {
+            key: index_key(column),
+            value: Some(serde_json::to_string(r)?),
+        });
+    }
+    let op = Operation::UpdateConfig {
+        config_updates: None,
+        table_metadata_updates: Some(UpdateMap {
+            update_entries,
+            replace: false,
+        }),
+        schema_metadata_updates: None,
+        field_metadata_updates: Default::default(),
+    };
+    Ok(TableChange(Transaction::new(
+        ds.version().version,
+        op,
+        None,
+    )))
 }
 
 /// Delete the rows with these ids.

@@ -19,6 +19,8 @@ use super::manifest::TableRef;
 use super::objstore::Store;
 use crate::compiler::catalog::{DST, ID, PropType, SRC, TypeDef};
 use crate::error::{OmniError, Result};
+use crate::index::IndexRef;
+use crate::index::coverage::{FragmentRows, Layout};
 use omnigraph_actors::CommitResult;
 
 /// How many opened table versions stay cached.
@@ -46,6 +48,65 @@ impl Table {
     pub fn schema(&self) -> arrow_schema::Schema {
         arrow_schema::Schema::from(self.0.schema())
     }
+
+    pub fn version(&self) -> u64 {
+        self.0.version().version
+    }
+
+    /// The fragments of this version in scan order, each with its deleted
+    /// offsets: which row is which, for indexes built at other versions.
+    pub async fn layout(&self) -> Result<Layout> {
+        let mut out = Vec::new();
+        for f in self.0.get_fragments() {
+            let meta = f.metadata();
+            let physical = match meta.physical_rows {
+                Some(n) => n,
+                None => f.physical_rows().await?,
+            };
+            let deleted: Vec<u32> = match &meta.deletion_file {
+                None => Vec::new(),
+                Some(_) => match f.get_deletion_vector().await? {
+                    Some(dv) => dv.to_sorted_iter().collect(),
+                    None => Vec::new(),
+                },
+            };
+            // Data files and overlays name the written fragment: an overlay
+            // changes cells in place, so it makes the fragment another one.
+            let files = meta
+                .files
+                .iter()
+                .map(|d| d.path.as_str())
+                .chain(meta.overlays.iter().map(|o| o.data_file.path.as_str()))
+                .collect::<Vec<_>>()
+                .join("|");
+            out.push(FragmentRows {
+                id: meta.id,
+                files,
+                physical: u32::try_from(physical).map_err(|_| {
+                    OmniError::Storage(format!("a fragment of {physical} rows is too large"))
+                })?,
+                deleted,
+            });
+        }
+        Ok(out)
+    }
+
+    /// The persisted index of `column` this version records, if any.
+    pub fn index_of(&self, column: &str) -> Result<Option<IndexRef>> {
+        match self.0.metadata().get(&index_key(column)) {
+            None => Ok(None),
+            Some(json) => serde_json::from_str(json).map(Some).map_err(|e| {
+                OmniError::Storage(format!(
+                    "the index record of column {column} is unreadable: {e}"
+                ))
+            }),
+        }
+    }
+}
+
+/// The table-metadata key that records a column's persisted index.
+pub fn index_key(column: &str) -> String {
+    format!("omnigraph.index.{column}")
 }
 
 /// A change staged against a [`Table`]: its files are written, but no

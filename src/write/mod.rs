@@ -7,4 +7,5 @@ pub mod ids;
 pub mod jsonl;
 pub mod load;
 pub mod mutate;
+pub mod optimize;
 mod staged_rules;

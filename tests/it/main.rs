@@ -9,6 +9,7 @@ mod chaos;
 mod concurrency;
 mod differential;
 mod export;
+mod indexes;
 mod load;
 mod mutate;
 mod outage;

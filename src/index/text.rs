@@ -1,11 +1,15 @@
 //! Full-text search over one String column of one table version: the one
-//! tokenizer every text function shares, the table's inverted index (built
-//! from the snapshot's rows, so no row is ever missed for being newer than
-//! an index build), BM25 scores and the `search` / `match_text` / `fuzzy`
-//! filters.
+//! tokenizer every text function shares, the inverted index (built from a
+//! version's rows, persisted by optimize, and rebased onto later versions
+//! with their fresh rows added, so no row is ever missed for being newer
+//! than an index build), BM25 scores and the `search` / `match_text` /
+//! `fuzzy` filters.
 
 use arrow_array::{Array, StringArray};
 
+use super::codec::{Decoder, Encoder};
+use super::coverage::Coverage;
+use crate::error::Result;
 use crate::util::hash::FxHashMap;
 
 /// BM25's term-frequency saturation.
@@ -48,13 +52,19 @@ pub fn query_tokens(text: &str) -> Vec<String> {
     out
 }
 
+/// The magic of a persisted inverted index.
+const MAGIC: &[u8; 4] = b"OGTX";
+
+/// The length of a row without a text (null): not a document for BM25.
+const NO_TEXT: u32 = u32::MAX;
+
 /// The inverted index of one column: for each token, the rows holding it
 /// with their counts; each row's length in tokens.
 pub struct TextIndex {
     vocab: FxHashMap<String, u32>,
     /// Per token id: (row, occurrences), rows ascending.
     postings: Vec<Vec<(u32, u32)>>,
-    /// Tokens per row (0 for a null text).
+    /// Tokens per row ([`NO_TEXT`] for a null text, or a row not indexed).
     lengths: Vec<u32>,
     /// Rows with a text (not null): BM25's N.
     docs: u32,
@@ -64,14 +74,19 @@ pub struct TextIndex {
 
 impl TextIndex {
     pub fn build(column: &StringArray) -> Self {
+        Self::build_rows(column, 0..column.len())
+    }
+
+    /// The index of some rows of a column (ascending); the others hold no
+    /// text for it.
+    pub fn build_rows(column: &StringArray, rows: impl Iterator<Item = usize>) -> Self {
         let mut vocab: FxHashMap<String, u32> = FxHashMap::default();
         let mut postings: Vec<Vec<(u32, u32)>> = Vec::new();
-        let mut lengths = Vec::with_capacity(column.len());
+        let mut lengths = vec![NO_TEXT; column.len()];
         let (mut docs, mut total) = (0u32, 0u64);
         let mut here: Vec<u32> = Vec::new();
-        for row in 0..column.len() {
+        for row in rows {
             if column.is_null(row) {
-                lengths.push(0);
                 continue;
             }
             docs += 1;
@@ -88,7 +103,7 @@ impl TextIndex {
                 };
                 here.push(id);
             });
-            lengths.push(here.len() as u32);
+            lengths[row] = here.len() as u32;
             total += here.len() as u64;
             // The row's tokens counted: sorted, then runs.
             here.sort_unstable();
@@ -96,6 +111,16 @@ impl TextIndex {
                 postings[run[0] as usize].push((row as u32, run.len() as u32));
             }
         }
+        Self::assembled(vocab, postings, lengths, docs, total)
+    }
+
+    fn assembled(
+        vocab: FxHashMap<String, u32>,
+        postings: Vec<Vec<(u32, u32)>>,
+        lengths: Vec<u32>,
+        docs: u32,
+        total: u64,
+    ) -> Self {
         let mean_length = if docs == 0 {
             0.0
         } else {
@@ -108,6 +133,119 @@ impl TextIndex {
             docs,
             mean_length,
         }
+    }
+
+    /// The index of `rows` rows none of which is indexed.
+    pub fn empty(rows: usize) -> Self {
+        Self::assembled(FxHashMap::default(), Vec::new(), vec![NO_TEXT; rows], 0, 0)
+    }
+
+    /// The rows (documents) this index was built over.
+    pub fn rows(&self) -> usize {
+        self.lengths.len()
+    }
+
+    /// This index, built at another version, as the index of a version whose
+    /// rows `cov` maps its documents onto; `fresh` indexes that version's
+    /// fresh rows (built over its whole column with [`Self::build_rows`]).
+    /// The statistics (N, mean length, document frequencies) come out as if
+    /// the whole version had been indexed at once.
+    pub fn rebase(&self, cov: &Coverage, fresh: TextIndex) -> TextIndex {
+        let TextIndex {
+            mut vocab,
+            mut postings,
+            mut lengths,
+            mut docs,
+            ..
+        } = fresh;
+        let mut total: u64 = lengths
+            .iter()
+            .filter(|&&l| l != NO_TEXT)
+            .map(|&l| l as u64)
+            .sum();
+        for (doc, row) in cov.doc_row.iter().enumerate() {
+            let (Some(row), len) = (row, self.lengths[doc]) else {
+                continue;
+            };
+            if len != NO_TEXT {
+                lengths[*row as usize] = len;
+                docs += 1;
+                total += len as u64;
+            }
+        }
+        for (word, &id) in &self.vocab {
+            let moved = self.postings[id as usize]
+                .iter()
+                .filter_map(|&(doc, tf)| cov.doc_row[doc as usize].map(|row| (row, tf)));
+            let at = match vocab.get(word.as_str()) {
+                Some(&at) => at as usize,
+                None => {
+                    vocab.insert(word.clone(), postings.len() as u32);
+                    postings.push(Vec::new());
+                    postings.len() - 1
+                }
+            };
+            let list = &mut postings[at];
+            let had = list.len();
+            list.extend(moved);
+            if had > 0 || !list.is_sorted_by_key(|p| p.0) {
+                list.sort_unstable_by_key(|p| p.0);
+            }
+        }
+        Self::assembled(vocab, postings, lengths, docs, total)
+    }
+
+    /// The persisted form: every token with its postings, every length.
+    pub fn encode(&self, e: &mut Encoder) {
+        e.u32s(&self.lengths);
+        e.u64(self.vocab.len() as u64);
+        let mut words: Vec<(&String, &u32)> = self.vocab.iter().collect();
+        words.sort_unstable_by_key(|(_, id)| **id);
+        for (word, &id) in words {
+            let list = &self.postings[id as usize];
+            e.str(word);
+            e.u32s(&list.iter().map(|p| p.0).collect::<Vec<_>>());
+            e.u32s(&list.iter().map(|p| p.1).collect::<Vec<_>>());
+        }
+    }
+
+    pub fn decode(d: &mut Decoder) -> Result<Self> {
+        let lengths = d.u32s()?;
+        let words = d.u64()?;
+        let mut vocab = FxHashMap::default();
+        let mut postings = Vec::new();
+        for id in 0..words {
+            let word = d.str()?.to_string();
+            let rows = d.u32s()?;
+            let tfs = d.u32s()?;
+            if rows.len() != tfs.len() || rows.iter().any(|&r| r as usize >= lengths.len()) {
+                return Err(crate::error::OmniError::Storage(format!(
+                    "an inverted index's postings of '{word}' do not fit its rows"
+                )));
+            }
+            vocab.insert(word, id as u32);
+            postings.push(rows.into_iter().zip(tfs).collect());
+        }
+        let present = lengths.iter().filter(|&&l| l != NO_TEXT);
+        let docs = present.clone().count() as u32;
+        let total = present.map(|&l| l as u64).sum();
+        Ok(Self::assembled(vocab, postings, lengths, docs, total))
+    }
+
+    pub fn to_bytes(&self, built: &super::coverage::Layout) -> Vec<u8> {
+        let mut e = Encoder::new(MAGIC);
+        super::coverage::encode(built, &mut e);
+        self.encode(&mut e);
+        e.finish()
+    }
+
+    /// A persisted index and the layout of the version it was built at.
+    pub fn from_bytes(bytes: &[u8], what: &str) -> Result<(super::coverage::Layout, Self)> {
+        let mut d = Decoder::new(bytes, MAGIC, what)?;
+        let built = super::coverage::decode(&mut d)?;
+        let ix = Self::decode(&mut d)?;
+        d.end()?;
+        Ok((built, ix))
     }
 
     /// Approximate heap size, for the cache's budget.
@@ -268,6 +406,40 @@ mod tests {
         assert_eq!(ix.rows_fuzzy(&query_tokens("aple"), 1), [0, 1]);
         assert!(ix.rows_fuzzy(&query_tokens("aple"), 0).is_empty());
         assert_eq!(ix.rows_fuzzy(&query_tokens("rad plm"), 1), [2]);
+    }
+
+    #[test]
+    fn a_rebased_index_equals_one_built_over_the_new_version() {
+        use crate::index::coverage::{FragmentRows, cover};
+        let frag = |id: u64, physical: u32, deleted: &[u32]| FragmentRows {
+            id,
+            files: format!("f{id}"),
+            physical,
+            deleted: deleted.to_vec(),
+        };
+        // Built: one fragment of three rows.
+        let then = [Some("red apple"), None, Some("green apple pie")];
+        let built = vec![frag(0, 3, &[])];
+        let persisted = index(&then).to_bytes(&built);
+        let (layout, base) = TextIndex::from_bytes(&persisted, "t").unwrap();
+        assert_eq!(layout, built);
+        // Now: row 0 deleted, a fragment of two rows appended.
+        let now_rows = [None, Some("green apple pie"), Some("apple"), Some("plum")];
+        let now = StringArray::from(now_rows.to_vec());
+        let cov = cover(&built, &[frag(0, 3, &[0]), frag(1, 2, &[])]);
+        assert_eq!(cov.fresh, [2, 3]);
+        let fresh = TextIndex::build_rows(&now, cov.fresh.iter().map(|&r| r as usize));
+        let rebased = base.rebase(&cov, fresh);
+        let whole = TextIndex::build(&now);
+        assert_eq!(rebased.docs, whole.docs);
+        assert_eq!(rebased.mean_length, whole.mean_length);
+        let q = query_tokens("apple pie");
+        let (a, b) = (rebased.bm25_all(&q), whole.bm25_all(&q));
+        for (x, y) in a.iter().zip(&b) {
+            assert!(x.is_nan() && y.is_nan() || x == y, "{a:?} vs {b:?}");
+        }
+        assert_eq!(rebased.rows_with_all(&q), whole.rows_with_all(&q));
+        assert_eq!(rebased.rows_fuzzy(&query_tokens("aple"), 1), [1, 2]);
     }
 
     #[test]

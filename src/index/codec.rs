@@ -1,0 +1,193 @@
+//! The file format of a persisted index: a magic naming the kind, a format
+//! version, little-endian fields, and a SHA-256 of everything before it, so
+//! a torn or foreign file is refused with a typed error instead of being
+//! searched.
+
+use sha2::{Digest, Sha256};
+
+use crate::error::{OmniError, Result};
+
+/// Bumped whenever an index's encoding changes; older files are refused
+/// (and rebuilt by the next optimize).
+pub const FORMAT_VERSION: u32 = 1;
+
+const DIGEST_LEN: usize = 32;
+
+pub struct Encoder {
+    buf: Vec<u8>,
+}
+
+impl Encoder {
+    pub fn new(magic: &[u8; 4]) -> Self {
+        let mut e = Self { buf: Vec::new() };
+        e.buf.extend_from_slice(magic);
+        e.u32(FORMAT_VERSION);
+        e
+    }
+
+    pub fn u32(&mut self, v: u32) {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+    }
+
+    pub fn u64(&mut self, v: u64) {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+    }
+
+    pub fn str(&mut self, s: &str) {
+        self.u32(s.len() as u32);
+        self.buf.extend_from_slice(s.as_bytes());
+    }
+
+    pub fn u32s(&mut self, v: &[u32]) {
+        self.u64(v.len() as u64);
+        self.buf.reserve(v.len() * 4);
+        for x in v {
+            self.buf.extend_from_slice(&x.to_le_bytes());
+        }
+    }
+
+    pub fn f32s(&mut self, v: &[f32]) {
+        self.u64(v.len() as u64);
+        self.buf.reserve(v.len() * 4);
+        for x in v {
+            self.buf.extend_from_slice(&x.to_le_bytes());
+        }
+    }
+
+    pub fn finish(mut self) -> Vec<u8> {
+        let digest = Sha256::digest(&self.buf);
+        self.buf.extend_from_slice(&digest);
+        self.buf
+    }
+}
+
+pub struct Decoder<'a> {
+    buf: &'a [u8],
+    at: usize,
+    what: &'a str,
+}
+
+impl<'a> Decoder<'a> {
+    /// Check the digest, the magic and the format version; `what` names the
+    /// file in errors.
+    pub fn new(bytes: &'a [u8], magic: &[u8; 4], what: &'a str) -> Result<Self> {
+        if bytes.len() < 8 + DIGEST_LEN {
+            return Err(corrupt(what, "shorter than its header"));
+        }
+        let (body, digest) = bytes.split_at(bytes.len() - DIGEST_LEN);
+        if Sha256::digest(body).as_slice() != digest {
+            return Err(corrupt(what, "its checksum does not match"));
+        }
+        let mut d = Self {
+            buf: body,
+            at: 0,
+            what,
+        };
+        if d.take(4)? != magic {
+            return Err(corrupt(what, "it is not an index of this kind"));
+        }
+        let version = d.u32()?;
+        if version != FORMAT_VERSION {
+            return Err(corrupt(
+                what,
+                &format!("format {version}, this build reads {FORMAT_VERSION}"),
+            ));
+        }
+        Ok(d)
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        let end = self
+            .at
+            .checked_add(n)
+            .filter(|&e| e <= self.buf.len())
+            .ok_or_else(|| corrupt(self.what, "it ends early"))?;
+        let s = &self.buf[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+
+    pub fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4")))
+    }
+
+    pub fn u64(&mut self) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8")))
+    }
+
+    pub fn str(&mut self) -> Result<&'a str> {
+        let n = self.u32()? as usize;
+        std::str::from_utf8(self.take(n)?).map_err(|_| corrupt(self.what, "a name is not UTF-8"))
+    }
+
+    fn len(&mut self) -> Result<usize> {
+        let n = self.u64()?;
+        usize::try_from(n)
+            .ok()
+            .filter(|n| n.saturating_mul(4) <= self.buf.len() - self.at)
+            .ok_or_else(|| corrupt(self.what, "a length runs past its end"))
+    }
+
+    pub fn u32s(&mut self) -> Result<Vec<u32>> {
+        let n = self.len()?;
+        Ok(self
+            .take(n * 4)?
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().expect("4")))
+            .collect())
+    }
+
+    pub fn f32s(&mut self) -> Result<Vec<f32>> {
+        let n = self.len()?;
+        Ok(self
+            .take(n * 4)?
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().expect("4")))
+            .collect())
+    }
+
+    /// The file must end here.
+    pub fn end(self) -> Result<()> {
+        if self.at != self.buf.len() {
+            return Err(corrupt(self.what, "bytes follow its end"));
+        }
+        Ok(())
+    }
+}
+
+fn corrupt(what: &str, why: &str) -> OmniError {
+    OmniError::Storage(format!("index file {what} cannot be read: {why}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_and_refuses_damage() {
+        let mut e = Encoder::new(b"TEST");
+        e.u32(7);
+        e.str("body");
+        e.u32s(&[1, 2, 3]);
+        e.f32s(&[0.5]);
+        let bytes = e.finish();
+        let mut d = Decoder::new(&bytes, b"TEST", "t").unwrap();
+        assert_eq!(d.u32().unwrap(), 7);
+        assert_eq!(d.str().unwrap(), "body");
+        assert_eq!(d.u32s().unwrap(), [1, 2, 3]);
+        assert_eq!(d.f32s().unwrap(), [0.5]);
+        d.end().unwrap();
+
+        let mut flipped = bytes.clone();
+        flipped[9] ^= 1;
+        let err = Decoder::new(&flipped, b"TEST", "t").err().unwrap();
+        assert!(err.to_string().contains("checksum"), "{err}");
+        let err = Decoder::new(&bytes, b"ELSE", "t").err().unwrap();
+        assert!(
+            err.to_string().contains("not an index of this kind"),
+            "{err}"
+        );
+        let err = Decoder::new(&bytes[..10], b"TEST", "t").err().unwrap();
+        assert!(err.to_string().contains("shorter"), "{err}");
+    }
+}

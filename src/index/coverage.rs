@@ -1,0 +1,200 @@
+//! Which rows of a table version an index covers. An index is built from
+//! one version's rows: its documents are that version's live rows, in scan
+//! order. Storage fragments never change once written, except that rows
+//! can be deleted from them; so a later version's row is the index's
+//! document exactly when it sits in a fragment the index saw (same id, same
+//! files) at an offset the index saw live. Every other row (appended,
+//! updated into a new fragment, rewritten by compaction) is fresh: searches
+//! read those flat, so a result never misses a row for being newer than
+//! the index.
+
+use super::codec::{Decoder, Encoder};
+use crate::error::Result;
+
+/// One fragment of a table version: what it is, how many rows it was
+/// written with, and which of their offsets are deleted (ascending).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FragmentRows {
+    pub id: u64,
+    /// The fragment's files; equal only for the same written fragment.
+    pub files: String,
+    pub physical: u32,
+    pub deleted: Vec<u32>,
+}
+
+impl FragmentRows {
+    pub fn live(&self) -> usize {
+        self.physical as usize - self.deleted.len()
+    }
+}
+
+/// The rows of a table version in scan order: fragment by fragment, live
+/// offsets ascending.
+pub type Layout = Vec<FragmentRows>;
+
+pub fn rows(layout: &[FragmentRows]) -> usize {
+    layout.iter().map(FragmentRows::live).sum()
+}
+
+/// An index's documents mapped onto a table version.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Coverage {
+    /// Per document: its row in the version, `None` once deleted.
+    pub doc_row: Vec<Option<u32>>,
+    /// The version's rows no document stands for, ascending.
+    pub fresh: Vec<u32>,
+    pub rows: usize,
+}
+
+impl Coverage {
+    /// Every row is its own document: the version the index was built at.
+    pub fn is_identity(&self) -> bool {
+        self.fresh.is_empty()
+            && self.doc_row.len() == self.rows
+            && self
+                .doc_row
+                .iter()
+                .enumerate()
+                .all(|(d, r)| *r == Some(d as u32))
+    }
+
+    pub fn covered(&self) -> usize {
+        self.rows - self.fresh.len()
+    }
+}
+
+/// Map the documents of an index built over `built` onto the rows of `now`.
+pub fn cover(built: &[FragmentRows], now: &[FragmentRows]) -> Coverage {
+    let mut base = std::collections::HashMap::new();
+    let mut docs = 0usize;
+    for f in built {
+        base.insert(f.id, (f, docs));
+        docs += f.live();
+    }
+    let mut doc_row = vec![None; docs];
+    let mut fresh = Vec::new();
+    let mut row = 0u32;
+    for f in now {
+        let seen = base.get(&f.id).filter(|(b, _)| b.files == f.files);
+        let mut gone_now = f.deleted.iter().peekable();
+        // Walks the build's deletions beside the offsets: the document of
+        // offset `o` is its rank among the offsets the build saw live.
+        let mut gone_then = seen.map(|(b, _)| b.deleted.iter().peekable());
+        let mut skipped = 0usize;
+        for o in 0..f.physical {
+            let dead_then = gone_then
+                .as_mut()
+                .is_some_and(|g| g.next_if_eq(&&o).is_some());
+            skipped += usize::from(dead_then);
+            if gone_now.next_if_eq(&&o).is_some() {
+                continue;
+            }
+            match seen {
+                Some((_, first)) if !dead_then => {
+                    doc_row[first + o as usize - skipped] = Some(row);
+                }
+                _ => fresh.push(row),
+            }
+            row += 1;
+        }
+    }
+    Coverage {
+        doc_row,
+        fresh,
+        rows: row as usize,
+    }
+}
+
+/// A name for the set of fragments of a layout (not their deletions).
+pub fn digest(layout: &[FragmentRows]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for f in layout {
+        h.update(format!("{}:{}:{}\n", f.id, f.physical, f.files));
+    }
+    h.finalize()
+        .iter()
+        .take(16)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+pub fn encode(layout: &[FragmentRows], e: &mut Encoder) {
+    e.u64(layout.len() as u64);
+    for f in layout {
+        e.u64(f.id);
+        e.str(&f.files);
+        e.u32(f.physical);
+        e.u32s(&f.deleted);
+    }
+}
+
+pub fn decode(d: &mut Decoder) -> Result<Layout> {
+    let n = d.u64()?;
+    let mut out = Vec::new();
+    for _ in 0..n {
+        out.push(FragmentRows {
+            id: d.u64()?,
+            files: d.str()?.to_string(),
+            physical: d.u32()?,
+            deleted: d.u32s()?,
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frag(id: u64, physical: u32, deleted: &[u32]) -> FragmentRows {
+        FragmentRows {
+            id,
+            files: format!("f{id}"),
+            physical,
+            deleted: deleted.to_vec(),
+        }
+    }
+
+    #[test]
+    fn the_built_version_is_covered_row_for_row() {
+        let l = vec![frag(0, 3, &[1]), frag(1, 2, &[])];
+        let c = cover(&l, &l);
+        assert!(c.is_identity());
+        assert_eq!(c.rows, 4);
+    }
+
+    #[test]
+    fn later_deletions_appends_and_rewrites() {
+        // Built: fragment 0 with offset 1 deleted (docs 0, 1 = offsets 0,
+        // 2), fragment 1 (docs 2, 3), fragment 2 (doc 4).
+        let built = vec![frag(0, 3, &[1]), frag(1, 2, &[]), frag(2, 1, &[])];
+        // Now: offset 2 of fragment 0 deleted too; fragment 1 rewritten
+        // (same id, other files); fragment 2 as it was; fragment 3 appended.
+        let mut rewritten = frag(1, 2, &[]);
+        rewritten.files = "other".into();
+        let now = vec![
+            frag(0, 3, &[1, 2]),
+            rewritten,
+            frag(2, 1, &[]),
+            frag(3, 2, &[0]),
+        ];
+        let c = cover(&built, &now);
+        // Rows: 0 (f0 o0), 1-2 (f1), 3 (f2), 4 (f3 o1).
+        assert_eq!(c.rows, 5);
+        assert_eq!(c.doc_row, [Some(0), None, None, None, Some(3)]);
+        assert_eq!(c.fresh, [1, 2, 4]);
+        assert_eq!(c.covered(), 2);
+        assert!(!c.is_identity());
+    }
+
+    #[test]
+    fn a_row_the_build_saw_deleted_is_never_a_document() {
+        // Offset 0 was deleted at build; a layout claiming it live again
+        // (it cannot happen in storage) reads it fresh rather than as a
+        // neighbour's document.
+        let c = cover(&[frag(0, 2, &[0])], &[frag(0, 2, &[])]);
+        assert_eq!(c.doc_row, [Some(1)]);
+        assert_eq!(c.fresh, [0]);
+    }
+}

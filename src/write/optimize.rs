@@ -1,0 +1,157 @@
+//! Optimize as a write: build or refresh every declared search index of a
+//! branch. An index is derived state: a file of its own (written first,
+//! unreferenced until committed) and a record in its table's metadata,
+//! staged as that table's change, so the write protocol commits every
+//! table's records and publishes them in one graph version (gates, sidecar,
+//! recovery, all as for any write). Loads and mutations never build
+//! indexes; searches read what an index does not cover flat.
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Float32Type;
+use arrow_array::{Array, ArrayRef};
+
+use crate::compiler::catalog::{PropType, TypeDef};
+use crate::error::{OmniError, Result};
+use crate::index::coverage::Layout;
+use crate::index::ivf::Ivf;
+use crate::index::text::TextIndex;
+use crate::index::{IndexKind, IndexRef};
+use crate::storage::objstore::Store;
+use crate::storage::substrate::{BoxFut, PrepareCx, PrepareWork, Prepared};
+use crate::storage::tables::Table;
+use crate::storage::{scan, stage};
+use omnigraph_actors::WriteClass;
+
+/// The search indexes a type declares: each `@index` on one String or
+/// Vector property. (Orderable scalars need none for search.)
+pub fn declared(def: &TypeDef) -> Vec<(String, IndexKind)> {
+    def.indexes
+        .iter()
+        .filter_map(|props| match props.as_slice() {
+            [p] => def.property(p).and_then(|d| match d.ty {
+                PropType::String => Some((p.clone(), IndexKind::Text)),
+                PropType::Vector(_) => Some((p.clone(), IndexKind::Vector)),
+                _ => None,
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The declared indexes of a table version that are missing or not
+/// current. An index is current while its file exists and its table holds
+/// exactly the fragments it was built over (deletions since do not matter:
+/// searches skip deleted documents).
+pub async fn stale(
+    store: &Store,
+    table: &Table,
+    def: &TypeDef,
+) -> Result<Vec<(String, IndexKind)>> {
+    let wanted = declared(def);
+    if wanted.is_empty() {
+        return Ok(wanted);
+    }
+    let digest = crate::index::coverage::digest(&table.layout().await?);
+    let mut out = Vec::new();
+    for (prop, kind) in wanted {
+        let current = match table.index_of(&prop)? {
+            Some(r) => r.kind == kind && r.fragments == digest && store.exists(&r.file).await?,
+            None => false,
+        };
+        if !current {
+            out.push((prop, kind));
+        }
+    }
+    Ok(out)
+}
+
+pub struct OptimizeWork;
+
+impl PrepareWork for OptimizeWork {
+    fn prepare<'a>(&'a self, cx: &'a mut PrepareCx) -> BoxFut<'a, Result<Prepared>> {
+        Box::pin(async move {
+            let mut built = Vec::new();
+            let defs: Vec<TypeDef> = cx.catalog().types.clone();
+            for def in &defs {
+                let read = cx.read(def).await?;
+                let stale = stale(&cx.graph.store, &read, def).await?;
+                if stale.is_empty() {
+                    continue;
+                }
+                // A branch that shares the table forks it here (invisible
+                // until published); its rows are the ones just read.
+                let target = cx.target(def).await?;
+                let layout = target.layout().await?;
+                let mut records = Vec::new();
+                for (prop, kind) in stale {
+                    let r = build(cx, def, &target, &layout, &prop, kind).await?;
+                    built.push(serde_json::json!({
+                        "type": def.name, "property": prop, "kind": kind, "rows": r.rows,
+                        "file": r.file,
+                    }));
+                    records.push((prop, r));
+                }
+                let change = stage::index_records(target.clone(), &records)?;
+                cx.stage(def, target, change)?;
+            }
+            Ok(Prepared {
+                class: WriteClass::Retryable,
+                summary: serde_json::json!({ "indexes": built }),
+            })
+        })
+    }
+}
+
+/// Build one index from a table version and store its file.
+async fn build(
+    cx: &PrepareCx,
+    def: &TypeDef,
+    table: &Table,
+    layout: &Layout,
+    prop: &str,
+    kind: IndexKind,
+) -> Result<IndexRef> {
+    let column = scan::column(table, prop).await?;
+    let rows = column.len() as u64;
+    let layout_owned = layout.clone();
+    let bytes = tokio::task::spawn_blocking(move || encode(kind, &column, &layout_owned))
+        .await
+        .map_err(|e| OmniError::Storage(format!("the index build failed: {e}")))??;
+    let ext = match kind {
+        IndexKind::Text => "text",
+        IndexKind::Vector => "ivf",
+    };
+    let file = format!(
+        "_indexes/{}/{prop}-{}.{ext}",
+        def.table_key().replace(':', "-"),
+        crate::util::ulid::new_ulid()
+    );
+    cx.graph.store.put(&file, &bytes).await?;
+    Ok(IndexRef {
+        kind,
+        file,
+        built_at: table.version(),
+        rows,
+        fragments: crate::index::coverage::digest(layout),
+    })
+}
+
+fn encode(kind: IndexKind, column: &ArrayRef, layout: &Layout) -> Result<Vec<u8>> {
+    if column.len() != crate::index::coverage::rows(layout) {
+        return Err(OmniError::Storage(format!(
+            "a column of {} rows does not match its table's {} live rows",
+            column.len(),
+            crate::index::coverage::rows(layout)
+        )));
+    }
+    Ok(match kind {
+        IndexKind::Text => TextIndex::build(column.as_string::<i32>()).to_bytes(layout),
+        IndexKind::Vector => {
+            let list = column.as_fixed_size_list();
+            let dim = list.value_length() as usize;
+            let values = list.values().as_primitive::<Float32Type>().values();
+            let present: Vec<bool> = (0..list.len()).map(|r| list.is_valid(r)).collect();
+            Ivf::train(&values[..list.len() * dim], dim, &present).to_bytes(layout)
+        }
+    })
+}

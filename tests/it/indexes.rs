@@ -1,0 +1,393 @@
+//! Persisted search indexes end to end: `optimize` builds them as one
+//! commit, searches read them and still find every row written since
+//! (appended, updated, deleted), results equal a twin graph's that was
+//! never optimized, and forks and time travel see the indexes their
+//! version had.
+
+use std::collections::BTreeMap;
+
+use omnigraph::{LoadMode, OmniError, Omnigraph, Target};
+use serde_json::{Value, json};
+
+const SCHEMA: &str = r#"
+node Doc {
+    slug: String @key
+    topic: enum(a, b)
+    body: String? @index
+    emb: Vector(8)? @index
+}
+"#;
+
+/// Rows in the corpus: above the size a nearest search measures in full,
+/// so the vector index is what answers.
+const DOCS: usize = 5000;
+
+const WORDS: [&str; 10] = [
+    "graph", "vector", "search", "lance", "query", "index", "token", "rank", "fusion", "edge",
+];
+
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        self.0 >> 33
+    }
+    fn unit(&mut self) -> f64 {
+        (self.next() % 2001) as f64 / 1000.0 - 1.0
+    }
+}
+
+/// Eight clusters of vectors (around the axes, both signs of a half), Zipf-ish
+/// bodies.
+fn centre(c: usize) -> [f64; 8] {
+    let mut v = [0.0; 8];
+    v[c % 8] = 1.0;
+    v[(c + 3) % 8] = if c.is_multiple_of(2) { 0.5 } else { -0.5 };
+    v
+}
+
+fn corpus(n: usize) -> String {
+    let mut r = Lcg(11);
+    let mut out = String::new();
+    for i in 0..n {
+        let words = 1 + (r.next() % 8) as usize;
+        let body: Vec<&str> = (0..words)
+            .map(|_| WORDS[((r.next() % 55) as f64).sqrt() as usize % WORDS.len()])
+            .collect();
+        let c = centre(i % 8);
+        let emb: Vec<f64> = c.iter().map(|x| x + 0.15 * r.unit()).collect();
+        let mut data = json!({
+            "slug": format!("d{i:04}"),
+            "topic": if i % 3 == 0 { "b" } else { "a" },
+            "emb": emb,
+        });
+        if i % 17 != 3 {
+            data["body"] = json!(body.join(" "));
+        }
+        out.push_str(&json!({ "type": "Doc", "data": data }).to_string());
+        out.push('\n');
+    }
+    out
+}
+
+const QUERIES: &str = r#"
+query near($q: Vector(8)) { match { $d: Doc } return { $d.slug, nearest($d.emb, $q) as s } order { nearest($d.emb, $q) } limit 10 }
+query near_b($q: Vector(8)) { match { $d: Doc { topic: "b" } } return { $d.slug, nearest($d.emb, $q) as s } order { nearest($d.emb, $q) } limit 10 }
+query bm($t: String) { match { $d: Doc } return { $d.slug, bm25($d.body, $t) as s } order { bm25($d.body, $t) desc, $d.slug } limit 15 }
+query has($t: String) { match { $d: Doc  search($d.body, $t) } return { $d.slug } order { $d.slug } }
+query near_text($t: String) { match { $d: Doc  fuzzy($d.body, $t) } return { $d.slug } order { $d.slug } }
+query phrase($t: String) { match { $d: Doc  match_text($d.body, $t) } return { $d.slug } order { $d.slug } }
+query hybrid($q: Vector(8), $t: String) { match { $d: Doc } return { $d.slug, rrf(nearest($d.emb, $q), bm25($d.body, $t)) as s } order { s desc } limit 10 }
+"#;
+
+const MUTATIONS: &str = r#"
+query add($s: String, $b: String, $e: Vector(8)) { insert Doc { slug: $s, topic: "b", body: $b, emb: $e } }
+query set_body($s: String, $b: String) { update Doc set { body: $b } where slug = $s }
+query drop($s: String) { delete Doc where slug = $s }
+"#;
+
+async fn graph(dir: &tempfile::TempDir, name: &str) -> Omnigraph {
+    let uri = dir.path().join(name).to_string_lossy().to_string();
+    let g = Omnigraph::init(&uri, SCHEMA).await.unwrap();
+    g.load("main", &corpus(DOCS), LoadMode::Overwrite)
+        .await
+        .unwrap();
+    g
+}
+
+/// A query's rows and what each search said it did.
+async fn ask(
+    g: &Omnigraph,
+    at: &Target,
+    name: &str,
+    params: &Value,
+) -> (Vec<BTreeMap<String, Value>>, Vec<String>) {
+    let r = g.query(at, QUERIES, name, params).await.unwrap();
+    let rows = omnigraph::exec::output::rows(&r)
+        .unwrap()
+        .into_iter()
+        .map(|m| m.into_iter().collect())
+        .collect();
+    (rows, r.search.iter().map(|s| s.method.clone()).collect())
+}
+
+fn slugs(rows: &[BTreeMap<String, Value>]) -> Vec<String> {
+    rows.iter()
+        .map(|r| r["d.slug"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn q(c: usize) -> Value {
+    let mut v = centre(c);
+    v[(c + 1) % 8] = 0.05;
+    json!({ "q": v })
+}
+
+/// Every text query gives exactly the same rows and scores on both graphs.
+async fn same_text_answers(a: &Omnigraph, b: &Omnigraph, at: &Target) {
+    for t in ["graph", "lance index", "fusion edge", "zebra", "vectr"] {
+        for name in ["bm", "has", "near_text", "phrase"] {
+            let p = json!({ "t": t });
+            let (x, _) = ask(a, at, name, &p).await;
+            let (y, _) = ask(b, at, name, &p).await;
+            assert_eq!(
+                x, y,
+                "{name}({t}) differs between the indexed and the plain graph"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn optimize_builds_indexes_searches_use_them_and_miss_no_fresh_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let (plain, g) = (
+        graph(&dir, "plain.omni").await,
+        graph(&dir, "indexed.omni").await,
+    );
+    let before = g.snapshot(&Target::main()).await.unwrap().manifest_version;
+    let exact: Vec<Vec<String>> = {
+        let mut out = Vec::new();
+        for c in 0..8 {
+            out.push(slugs(&ask(&plain, &Target::main(), "near", &q(c)).await.0));
+        }
+        out
+    };
+
+    let r = g.optimize("main").await.unwrap();
+    assert!(r.commit.is_some(), "{r:?}");
+    let mut built: Vec<(String, String, u64)> = r
+        .indexes
+        .iter()
+        .map(|i| {
+            (
+                i["property"].as_str().unwrap().to_string(),
+                i["kind"].as_str().unwrap().to_string(),
+                i["rows"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    built.sort();
+    assert_eq!(
+        built,
+        [
+            ("body".to_string(), "text".to_string(), DOCS as u64),
+            ("emb".to_string(), "vector".to_string(), DOCS as u64)
+        ]
+    );
+    let again = g.optimize("main").await.unwrap();
+    assert_eq!(again.commit, None, "every index is current: {again:?}");
+    assert!(again.indexes.is_empty());
+
+    // The vector index answers, and finds what exact search finds.
+    let mut hits = 0;
+    for (c, want) in exact.iter().enumerate() {
+        let (rows, how) = ask(&g, &Target::main(), "near", &q(c)).await;
+        assert!(how[0].starts_with("vector index"), "{how:?}");
+        hits += slugs(&rows).iter().filter(|s| want.contains(s)).count();
+    }
+    assert!(hits >= 76, "recall@10 {hits} of 80");
+    let (_, how) = ask(&g, &Target::main(), "bm", &json!({ "t": "graph" })).await;
+    assert!(how[0].contains("persisted inverted index"), "{how:?}");
+    assert!(
+        how[0].contains(&format!("{DOCS} rows from it, 0 fresh")),
+        "{how:?}"
+    );
+    same_text_answers(&plain, &g, &Target::main()).await;
+
+    // The same writes on both graphs: an append, an update into a new
+    // fragment, a delete.
+    let zebra =
+        json!({ "s": "z1", "b": "zebra graph", "e": [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.9] });
+    for db in [&plain, &g] {
+        db.mutate("main", MUTATIONS, "add", &zebra).await.unwrap();
+        db.mutate(
+            "main",
+            MUTATIONS,
+            "set_body",
+            &json!({ "s": "d0001", "b": "a zebra lance" }),
+        )
+        .await
+        .unwrap();
+        db.mutate("main", MUTATIONS, "drop", &json!({ "s": "d0002" }))
+            .await
+            .unwrap();
+    }
+    same_text_answers(&plain, &g, &Target::main()).await;
+    let (rows, how) = ask(&g, &Target::main(), "has", &json!({ "t": "zebra" })).await;
+    assert_eq!(slugs(&rows), ["d0001", "z1"]);
+    assert!(
+        how[0].contains(&format!("{} rows from it, 2 fresh", DOCS - 2)),
+        "{how:?}"
+    );
+    let (rows, _) = ask(
+        &g,
+        &Target::main(),
+        "near",
+        &json!({ "q": [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.9] }),
+    )
+    .await;
+    assert_eq!(
+        slugs(&rows)[0],
+        "z1",
+        "a row appended after the index is found"
+    );
+    let (rows, _) = ask(&g, &Target::main(), "near", &q(2)).await;
+    assert!(
+        !slugs(&rows).contains(&"d0002".to_string()),
+        "a deleted row is gone"
+    );
+    let (rows, how) = ask(&g, &Target::main(), "near_b", &q(3)).await;
+    assert_eq!(rows.len(), 10, "a filter keeps its top 10 ({how:?})");
+    let (mut exact_b, _) = ask(&plain, &Target::main(), "near_b", &q(3)).await;
+    let got = slugs(&rows);
+    exact_b.retain(|r| got.contains(&r["d.slug"].as_str().unwrap().to_string()));
+    assert!(
+        exact_b.len() >= 9,
+        "prefiltered recall {} of 10",
+        exact_b.len()
+    );
+    let (rows, _) = ask(
+        &g,
+        &Target::main(),
+        "hybrid",
+        &json!({ "q": [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.9], "t": "zebra" }),
+    )
+    .await;
+    assert_eq!(slugs(&rows)[0], "z1", "both sides rank the fresh row first");
+
+    // Time travel: the version before the optimize has no index.
+    let old = Target::Version {
+        version: before,
+        branch: "main".into(),
+    };
+    let (_, how) = ask(&g, &old, "bm", &json!({ "t": "graph" })).await;
+    assert!(
+        how[0].starts_with("inverted index built from the snapshot"),
+        "{how:?}"
+    );
+    let (_, how) = ask(&g, &old, "near", &q(1)).await;
+    assert!(how[0].starts_with("flat"), "{how:?}");
+
+    // The writes made the indexes stale: optimize refreshes them, and the
+    // answers stay the same.
+    let r = g.optimize("main").await.unwrap();
+    assert_eq!(r.indexes.len(), 2, "{r:?}");
+    let (_, how) = ask(&g, &Target::main(), "has", &json!({ "t": "zebra" })).await;
+    assert!(
+        how[0].contains(&format!("{} rows from it, 0 fresh", DOCS - 1 + 1)),
+        "{how:?}"
+    );
+    same_text_answers(&plain, &g, &Target::main()).await;
+}
+
+#[tokio::test]
+async fn a_branch_uses_its_parents_indexes_and_builds_its_own_on_its_fork() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = graph(&dir, "g.omni").await;
+    g.optimize("main").await.unwrap();
+    g.branch_create("b", "main").await.unwrap();
+    let on_b = Target::Branch("b".into());
+    let (_, how) = ask(&g, &on_b, "bm", &json!({ "t": "graph" })).await;
+    assert!(how[0].contains("persisted inverted index"), "{how:?}");
+    g.mutate(
+        "b",
+        MUTATIONS,
+        "add",
+        &json!({ "s": "only-b", "b": "okapi", "e": [1, 0, 0, 0, 0, 0, 0, 0] }),
+    )
+    .await
+    .unwrap();
+    let main_before = ask(&g, &Target::main(), "bm", &json!({ "t": "graph" }))
+        .await
+        .1;
+    let r = g.optimize("b").await.unwrap();
+    assert_eq!(r.indexes.len(), 2, "{r:?}");
+    let (rows, how) = ask(&g, &on_b, "has", &json!({ "t": "okapi" })).await;
+    assert_eq!(slugs(&rows), ["only-b"]);
+    assert!(
+        how[0].contains(&format!("{} rows from it, 0 fresh", DOCS + 1)),
+        "{how:?}"
+    );
+    // Main keeps its own index, untouched.
+    assert_eq!(
+        ask(&g, &Target::main(), "bm", &json!({ "t": "graph" }))
+            .await
+            .1,
+        main_before
+    );
+    assert!(
+        ask(&g, &Target::main(), "has", &json!({ "t": "okapi" }))
+            .await
+            .0
+            .is_empty()
+    );
+    assert_eq!(g.optimize("main").await.unwrap().commit, None);
+}
+
+#[tokio::test]
+async fn a_missing_index_file_is_a_typed_error_and_optimize_rebuilds_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = graph(&dir, "g.omni").await;
+    let r = g.optimize("main").await.unwrap();
+    let text = r.indexes.iter().find(|i| i["kind"] == "text").unwrap()["file"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let uri = dir.path().join("g.omni");
+    g.close().await;
+    std::fs::remove_file(uri.join(&text)).unwrap();
+    let g = Omnigraph::open(&uri.to_string_lossy()).await.unwrap();
+    let err = g
+        .query(&Target::main(), QUERIES, "bm", &json!({ "t": "graph" }))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, OmniError::Storage(m) if m.contains(&text) && m.contains("missing")),
+        "{err}"
+    );
+    let r = g.optimize("main").await.unwrap();
+    assert_eq!(r.indexes.len(), 1, "only the lost index is rebuilt: {r:?}");
+    let (rows, _) = ask(&g, &Target::main(), "has", &json!({ "t": "lance" })).await;
+    assert!(!rows.is_empty());
+}
+
+#[tokio::test]
+async fn the_cli_optimizes_with_json_and_refuses_an_unknown_branch() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = graph(&dir, "g.omni").await;
+    g.close().await;
+    let uri = dir.path().join("g.omni").to_string_lossy().to_string();
+    let cli = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_omnigraph"))
+            .arg("optimize")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = cli(&[&uri, "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["branch"], "main");
+    assert!(j["commit"].is_string(), "{j}");
+    assert!(j["manifest_version"].as_u64().unwrap() > 1, "{j}");
+    assert_eq!(j["indexes"].as_array().unwrap().len(), 2, "{j}");
+    let out = cli(&["--store", &uri, "--json"]);
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(j["commit"].is_null(), "{j}");
+    let out = cli(&[&uri, "--branch", "nope"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("error[NotFound]") && stderr.contains("'nope'"),
+        "{stderr}"
+    );
+}
