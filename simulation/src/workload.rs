@@ -1,6 +1,7 @@
 //! Seeded workloads: writers with strict inserts, upserts, updates and
-//! deletes over several tables, on one branch and on several; branch create
-//! and delete; schema applies (the schema gate, exclusively). Small id pools
+//! deletes over several tables, on one branch and on several; optimize
+//! (index builds over every table, no row changes); branch create and
+//! delete; schema applies (the schema gate, exclusively). Small id pools
 //! make conflicts common.
 
 use omnigraph_actors::{OpId, OpKind};
@@ -27,7 +28,25 @@ pub fn generate(rng: &mut Rng) -> Vec<Planned> {
     for i in 0..n {
         let op = OpId(format!("w{i:02}"));
         let roll = rng.below(20);
-        let planned = if roll < 15 {
+        let planned = if roll == 0 {
+            let branch = if rng.chance(1, 2) {
+                MAIN
+            } else {
+                pick(rng, BRANCHES)
+            };
+            Planned {
+                op,
+                kind: OpKind::Write {
+                    branch: branch.to_string(),
+                },
+                stmts: TABLES
+                    .iter()
+                    .map(|t| Stmt::Index {
+                        table: t.to_string(),
+                    })
+                    .collect(),
+            }
+        } else if roll < 15 {
             let branch = if rng.chance(3, 5) {
                 MAIN
             } else {

@@ -6,7 +6,11 @@
 //! and dies with its process. Several processes share one world. It answers the same `Io` requests as the
 //! Lance substrate, with the same meaning, and it checks on every effect what
 //! only the protocol can guarantee (a commit lands exactly on its base; a
-//! strict insert never finds its id).
+//! strict insert never finds its id). A table version also records the
+//! search index it carries, as Lance table metadata does: an optimize
+//! write's table commit changes no row and records an index built from the
+//! rows it was prepared against; every later commit, restore and fork
+//! carries the record of the version it starts from.
 
 use std::collections::BTreeMap;
 
@@ -88,6 +92,11 @@ pub enum Stmt {
         table: String,
         id: String,
     },
+    /// Optimize: build the table's index from the rows the write reads and
+    /// record it (no row changes).
+    Index {
+        table: String,
+    },
 }
 
 impl Stmt {
@@ -96,7 +105,8 @@ impl Stmt {
             Stmt::Insert { table, .. }
             | Stmt::Upsert { table, .. }
             | Stmt::Update { table, .. }
-            | Stmt::Delete { table, .. } => table,
+            | Stmt::Delete { table, .. }
+            | Stmt::Index { table } => table,
         }
     }
     pub fn strict(&self) -> bool {
@@ -112,6 +122,8 @@ struct Staged {
     base: u64,
     changes: Changes,
     inserts: Vec<String>,
+    /// The index an optimize records: the rows it was built from.
+    index: Option<Rows>,
     txn: String,
 }
 
@@ -135,6 +147,9 @@ pub struct World {
     // Durable.
     pub manifests: Vec<ManifestV>,
     pub tables: BTreeMap<(String, String), History>,
+    /// The index each table version records (lance line, table, version):
+    /// the rows it was built from.
+    pub indexes: BTreeMap<(String, String, u64), Rows>,
     /// Each sidecar with the incarnation of the process that wrote it.
     pub sidecars: BTreeMap<OpId, (Intent, Proc)>,
     /// Who wrote each sidecar ever written (kept after the delete), for the
@@ -155,6 +170,8 @@ pub struct World {
     // The model the checks compare against: the logical effect of every
     // prepared commit (keyed by commit id).
     pub effects: BTreeMap<CommitId, BTreeMap<String, Changes>>,
+    /// The tables whose index each prepared commit rebuilds.
+    pub index_effects: BTreeMap<CommitId, Vec<String>>,
     pub violations: Vec<String>,
 }
 
@@ -277,6 +294,42 @@ impl World {
             .branches
             .get(branch)
             .map(|r| own_lance(branch, r.incarnation))
+    }
+
+    /// The index record of a table version.
+    pub fn index(&self, lance: &str, table: &str, version: u64) -> Option<&Rows> {
+        self.indexes
+            .get(&(lance.to_string(), table.to_string(), version))
+    }
+
+    /// Carry the index record of `from` to version `to` of a table line.
+    fn carry_index(&mut self, lance: &str, table: &str, from: u64, to: u64) {
+        if let Some(ix) = self.index(lance, table, from).cloned() {
+            self.indexes
+                .insert((lance.to_string(), table.to_string(), to), ix);
+        }
+    }
+
+    /// The index each table of a branch should record at `commit`: the rows
+    /// of the table when its last optimize in the history committed.
+    pub fn expected_indexes(&self, commit: &CommitId) -> Option<BTreeMap<String, Rows>> {
+        let mut chain = Vec::new();
+        let mut cur = Some(commit.clone());
+        while let Some(c) = cur {
+            chain.push(c.clone());
+            cur = self.commits.get(&c)?.parent.clone();
+        }
+        let mut rows: BTreeMap<String, Rows> = BTreeMap::new();
+        let mut out = BTreeMap::new();
+        for c in chain.iter().rev() {
+            for (table, changes) in self.effects.get(c)? {
+                apply(rows.entry(table.clone()).or_default(), changes);
+            }
+            for table in self.index_effects.get(c).into_iter().flatten() {
+                out.insert(table.clone(), rows.get(table).cloned().unwrap_or_default());
+            }
+        }
+        Some(out)
     }
 
     /// The content a branch should have at `commit`, from the history of
@@ -438,6 +491,7 @@ impl World {
         let mut view: BTreeMap<String, Rows> = BTreeMap::new();
         let mut changes: BTreeMap<String, Changes> = BTreeMap::new();
         let mut inserts: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut indexed: BTreeMap<String, Rows> = BTreeMap::new();
         let mut strict = false;
         for s in &stmts {
             let t = s.table().to_string();
@@ -448,6 +502,11 @@ impl World {
                     .unwrap_or_default()
             });
             strict |= s.strict();
+            if let Stmt::Index { .. } = s {
+                indexed.insert(t.clone(), rows.clone());
+                changes.entry(t).or_default();
+                continue;
+            }
             let change = match s {
                 Stmt::Insert { id, val, .. } => {
                     if rows.contains_key(id) {
@@ -469,6 +528,7 @@ impl World {
                     }
                     (id.clone(), None)
                 }
+                Stmt::Index { .. } => unreachable!("handled above"),
             };
             apply(rows, std::slice::from_ref(&change));
             changes.entry(t).or_default().push(change);
@@ -491,6 +551,10 @@ impl World {
                         .unwrap_or_default();
                     self.tables
                         .insert(key.clone(), BTreeMap::from([(r.version, (rows, None))]));
+                    let (from, version) = (r.lance.clone(), r.version);
+                    if let Some(ix) = self.index(&from, t, version).cloned() {
+                        self.indexes.insert((own.clone(), t.clone(), version), ix);
+                    }
                 }
                 self.latest_version(&own, t).expect("fork exists")
             };
@@ -502,6 +566,7 @@ impl World {
                     base,
                     changes: ch.clone(),
                     inserts: inserts.get(t).cloned().unwrap_or_default(),
+                    index: indexed.get(t).cloned(),
                     txn: txn.clone(),
                 },
             );
@@ -514,6 +579,8 @@ impl World {
         }
         self.staged.insert(op.clone(), (p, staged));
         self.effects.insert(commit.clone(), changes);
+        self.index_effects
+            .insert(commit.clone(), indexed.into_keys().collect());
         Ok(Plan {
             commit,
             schema: self.schema.clone(),
@@ -570,6 +637,13 @@ impl World {
             .get_mut(&key)
             .expect("table")
             .insert(v, (rows, Some(st.txn)));
+        match st.index {
+            Some(ix) => {
+                self.indexes
+                    .insert((st.lance.clone(), table.table.clone(), v), ix);
+            }
+            None => self.carry_index(&st.lance, &table.table, latest, v),
+        }
         match fault {
             Fault::FailAfterEffect => {
                 CommitResult::Unknown("injected failure after the commit landed".into())
@@ -583,11 +657,12 @@ impl World {
             return Err("injected failure".into());
         }
         let own = self.own(&table.branch).ok_or("branch gone")?;
-        let key = (own, table.table.clone());
+        let key = (own.clone(), table.table.clone());
         let hist = self.tables.get_mut(&key).ok_or("table gone")?;
         let rows = hist.get(&to).ok_or("no such version")?.0.clone();
         let v = hist.keys().next_back().copied().expect("non-empty") + 1;
         hist.insert(v, (rows, None));
+        self.carry_index(&own, &table.table, to, v);
         match fault {
             Fault::FailAfterEffect => Err("injected failure after the restore".into()),
             _ => Ok(v),
@@ -771,6 +846,7 @@ impl World {
                     format!("branch {name} head {:?} has no commit history", rec.head),
                 ));
             };
+            let indexes = self.expected_indexes(&rec.head).unwrap_or_default();
             for (table, r) in &rec.tables {
                 let actual = self.content(&r.lance, table, r.version);
                 let want = expected.get(table).cloned().unwrap_or_default();
@@ -780,6 +856,18 @@ impl World {
                         format!(
                             "graph version {version}, branch {name}, table {table} @ {}/{}: shows {actual:?}, its commits say {want:?}",
                             r.lance, r.version
+                        ),
+                    ));
+                }
+                let index = self.index(&r.lance, table, r.version);
+                if index != indexes.get(table) {
+                    return Some((
+                        "atomic visibility",
+                        format!(
+                            "graph version {version}, branch {name}, table {table} @ {}/{}: records an index of {index:?}, its commits say {:?}",
+                            r.lance,
+                            r.version,
+                            indexes.get(table)
                         ),
                     ));
                 }
@@ -843,8 +931,11 @@ impl World {
                 let Some(top) = self.latest_version(&own, table) else {
                     continue;
                 };
-                let actual = self.content(&own, table, top);
-                let named = self.content(&r.lance, table, r.version);
+                let actual = (self.content(&own, table, top), self.index(&own, table, top));
+                let named = (
+                    self.content(&r.lance, table, r.version),
+                    self.index(&r.lance, table, r.version),
+                );
                 if actual == named {
                     continue;
                 }
