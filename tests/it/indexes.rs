@@ -391,3 +391,58 @@ async fn the_cli_optimizes_with_json_and_refuses_an_unknown_branch() {
         "{stderr}"
     );
 }
+
+#[tokio::test]
+async fn a_crash_inside_an_optimize_is_rolled_back_whole() {
+    use omnigraph::storage::substrate::CrashPoint;
+    const TWO: &str = "node Doc { slug: String @key\n body: String @index }\nnode Note { k: String @key\n text: String @index }";
+    let dir = tempfile::tempdir().unwrap();
+    let uri = dir.path().join("g.omni").to_string_lossy().to_string();
+    let g = Omnigraph::init(&uri, TWO).await.unwrap();
+    g.load(
+        "main",
+        "{\"type\":\"Doc\",\"data\":{\"slug\":\"a\",\"body\":\"red apple\"}}\n{\"type\":\"Note\",\"data\":{\"k\":\"n\",\"text\":\"green apple\"}}",
+        LoadMode::Overwrite,
+    )
+    .await
+    .unwrap();
+    let before = g.snapshot(&Target::main()).await.unwrap();
+    g.substrate().crash_at(CrashPoint::AfterTableCommit(1));
+    assert!(g.optimize("main").await.is_err());
+    drop(g);
+    let g = Omnigraph::open(&uri).await.unwrap();
+    assert_eq!(g.recovery_report().rolled_back.len(), 1);
+    let after = g.snapshot(&Target::main()).await.unwrap();
+    assert_eq!(after.head_commit, before.head_commit, "no optimize commit");
+    let how = |q: &'static str| {
+        let g = g.clone();
+        async move {
+            let r = g
+                .query(&Target::main(), q, "q", &json!({ "t": "apple" }))
+                .await
+                .unwrap();
+            r.search[0].method.clone()
+        }
+    };
+    let doc = "query q($t: String) { match { $d: Doc  search($d.body, $t) } return { $d.slug } }";
+    let note = "query q($t: String) { match { $n: Note  search($n.text, $t) } return { $n.k } }";
+    // Neither table records an index: the one committed was restored.
+    for q in [doc, note] {
+        assert!(
+            how(q)
+                .await
+                .starts_with("inverted index built from the snapshot"),
+            "{}",
+            how(q).await
+        );
+    }
+    let r = g.optimize("main").await.unwrap();
+    assert_eq!(r.indexes.len(), 2, "{r:?}");
+    for q in [doc, note] {
+        assert!(
+            how(q).await.starts_with("persisted inverted index"),
+            "{}",
+            how(q).await
+        );
+    }
+}
