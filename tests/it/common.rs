@@ -284,3 +284,21 @@ pub async fn person_names(g: &Omnigraph) -> Vec<serde_json::Value> {
         .map(|row| row.into_iter().next().expect("one column").1)
         .collect()
 }
+
+/// A small deterministic generator (the tests' own, not the engine's).
+pub struct Lcg(pub u64);
+
+impl Lcg {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        self.0 >> 33
+    }
+
+    /// Uniform in [-1, 1], in steps of 0.001.
+    pub fn unit(&mut self) -> f64 {
+        (self.next() % 2001) as f64 / 1000.0 - 1.0
+    }
+}

@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::common::Lcg;
 use omnigraph::{LoadMode, OmniError, Omnigraph, Target};
 use serde_json::{Value, json};
 
@@ -25,21 +26,6 @@ const DOCS: usize = 5000;
 const WORDS: [&str; 10] = [
     "graph", "vector", "search", "lance", "query", "index", "token", "rank", "fusion", "edge",
 ];
-
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        self.0 >> 33
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() % 2001) as f64 / 1000.0 - 1.0
-    }
-}
 
 /// Eight clusters of vectors (around the axes, both signs of a half), Zipf-ish
 /// bodies.

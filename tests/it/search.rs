@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use crate::common::Lcg;
 use omnigraph::exec::embed::EmbedConfig;
 use omnigraph::{LoadMode, OmniError, Omnigraph, Options, Target};
 use serde_json::{Value, json};
@@ -25,22 +26,6 @@ const WORDS: [&str; 12] = [
     "graph", "vector", "search", "lance", "query", "index", "token", "rank", "fusion", "edge",
     "node", "Graph",
 ];
-
-/// A small deterministic generator (the test's own, not the engine's).
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        self.0 >> 33
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() % 2001) as f64 / 1000.0 - 1.0
-    }
-}
 
 struct Doc {
     slug: String,
