@@ -524,18 +524,39 @@ impl Ctx<'_> {
         frame: Frame,
     ) -> Result<(Frame, Vec<Option<ArrayRef>>)> {
         let mut scored: Vec<Option<ArrayRef>> = vec![None; arm.returns.len()];
+        // A judged fusion's sides are scored here too: a row neither side
+        // scores has no rank, so it leaves with the unscored.
+        let mut fused_sides = Vec::new();
         for (i, r) in arm.returns.iter().enumerate() {
-            if matches!(r.expr, RetExpr::Score(_)) && judged(arm, i) {
+            if let RetExpr::Fused { sides, .. } = &r.expr
+                && judged(arm, i)
+            {
+                fused_sides.push(*sides);
+            }
+        }
+        for (i, r) in arm.returns.iter().enumerate() {
+            let side = fused_sides.iter().any(|s| s.contains(&i));
+            if matches!(r.expr, RetExpr::Score(_)) && (judged(arm, i) || side) {
                 scored[i] = Some(self.score(arm, &frame, i).await?);
             }
         }
-        let judging: Vec<&ArrayRef> = scored.iter().flatten().collect();
-        if judging.iter().all(|c| c.null_count() == 0) {
+        let column = |i: usize| scored[i].as_ref().expect("scored above");
+        let judging: Vec<&ArrayRef> = (0..arm.returns.len())
+            .filter(|&i| judged(arm, i) && scored[i].is_some())
+            .map(column)
+            .collect();
+        let fusions: Vec<[&ArrayRef; 2]> = fused_sides
+            .iter()
+            .map(|s| [column(s[0]), column(s[1])])
+            .collect();
+        let kept = |r: usize| {
+            judging.iter().all(|c| c.is_valid(r))
+                && fusions.iter().all(|[a, b]| a.is_valid(r) || b.is_valid(r))
+        };
+        if (0..frame.rows).all(kept) {
             return Ok((frame, scored));
         }
-        let keep: Vec<usize> = (0..frame.rows)
-            .filter(|&r| judging.iter().all(|c| c.is_valid(r)))
-            .collect();
+        let keep: Vec<usize> = (0..frame.rows).filter(|&r| kept(r)).collect();
         let take =
             arrow_array::UInt32Array::from(keep.iter().map(|&r| r as u32).collect::<Vec<_>>());
         let scored = scored
