@@ -91,8 +91,9 @@ pub struct OptimizeReport {
     pub branch: String,
     pub commit: Option<String>,
     pub manifest_version: u64,
-    /// One record per index built: `type`, `property`, `kind` (`text` or
-    /// `vector`), `rows` and `file` (relative to the graph).
+    /// One record per index built: `type`, `property`, `kind` (`btree`,
+    /// `text` or `vector`), `rows`, and for a search index its `file`
+    /// (relative to the graph).
     pub indexes: Vec<serde_json::Value>,
 }
 
@@ -539,13 +540,8 @@ impl Omnigraph {
         let snap = self.resolve(&Target::Branch(branch.to_string())).await?;
         let mut stale = false;
         for def in &self.inner.graph.catalog.types {
-            if optimize::declared(def).is_empty() {
-                continue;
-            }
             let table = self.inner.graph.read_table(&snap, def).await?;
-            stale |= !optimize::stale(&self.inner.graph.store, &table, def)
-                .await?
-                .is_empty();
+            stale |= optimize::needs_work(&self.inner.graph.store, &table, def).await?;
         }
         if !stale {
             return Ok(OptimizeReport {

@@ -1,17 +1,17 @@
 //! The file format of a persisted index: a magic naming the kind, a format
-//! version, little-endian fields, and a SHA-256 of everything before it, so
-//! a torn or foreign file is refused with a typed error instead of being
-//! searched.
+//! version, little-endian fields (ascending lists as varint deltas, small
+//! counts as varints), and a 64-bit XXH3 of everything before it, so a torn
+//! or foreign file is refused with a typed error instead of being searched.
 
-use sha2::{Digest, Sha256};
+use xxhash_rust::xxh3::xxh3_64;
 
 use crate::error::{OmniError, Result};
 
 /// Bumped whenever an index's encoding changes; older files are refused
 /// (and rebuilt by the next optimize).
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 
-const DIGEST_LEN: usize = 32;
+const DIGEST_LEN: usize = 8;
 
 pub struct Encoder {
     buf: Vec<u8>,
@@ -46,6 +46,33 @@ impl Encoder {
         }
     }
 
+    fn varint(&mut self, mut v: u32) {
+        while v >= 0x80 {
+            self.buf.push(v as u8 | 0x80);
+            v >>= 7;
+        }
+        self.buf.push(v as u8);
+    }
+
+    /// Small numbers, one to five bytes each.
+    pub fn varints(&mut self, v: &[u32]) {
+        self.u64(v.len() as u64);
+        for &x in v {
+            self.varint(x);
+        }
+    }
+
+    /// An ascending list, as the gaps between its values.
+    pub fn ascending(&mut self, v: &[u32]) {
+        debug_assert!(v.is_sorted());
+        self.u64(v.len() as u64);
+        let mut prev = 0;
+        for &x in v {
+            self.varint(x - prev);
+            prev = x;
+        }
+    }
+
     pub fn f32s(&mut self, v: &[f32]) {
         self.u64(v.len() as u64);
         self.buf.reserve(v.len() * 4);
@@ -55,8 +82,8 @@ impl Encoder {
     }
 
     pub fn finish(mut self) -> Vec<u8> {
-        let digest = Sha256::digest(&self.buf);
-        self.buf.extend_from_slice(&digest);
+        let digest = xxh3_64(&self.buf);
+        self.buf.extend_from_slice(&digest.to_le_bytes());
         self.buf
     }
 }
@@ -75,7 +102,7 @@ impl<'a> Decoder<'a> {
             return Err(corrupt(what, "shorter than its header"));
         }
         let (body, digest) = bytes.split_at(bytes.len() - DIGEST_LEN);
-        if Sha256::digest(body).as_slice() != digest {
+        if xxh3_64(body).to_le_bytes() != digest {
             return Err(corrupt(what, "its checksum does not match"));
         }
         let mut d = Self {
@@ -120,12 +147,54 @@ impl<'a> Decoder<'a> {
         std::str::from_utf8(self.take(n)?).map_err(|_| corrupt(self.what, "a name is not UTF-8"))
     }
 
-    fn len(&mut self) -> Result<usize> {
+    /// A count of items of at least `width` bytes each.
+    fn count(&mut self, width: usize) -> Result<usize> {
         let n = self.u64()?;
         usize::try_from(n)
             .ok()
-            .filter(|n| n.saturating_mul(4) <= self.buf.len() - self.at)
+            .filter(|n| n.saturating_mul(width) <= self.buf.len() - self.at)
             .ok_or_else(|| corrupt(self.what, "a length runs past its end"))
+    }
+
+    fn len(&mut self) -> Result<usize> {
+        self.count(4)
+    }
+
+    fn varint(&mut self) -> Result<u32> {
+        let mut v = 0u32;
+        for shift in (0..35).step_by(7) {
+            let b = *self
+                .buf
+                .get(self.at)
+                .ok_or_else(|| corrupt(self.what, "it ends early"))?;
+            self.at += 1;
+            v |= u32::from(b & 0x7f)
+                .checked_shl(shift)
+                .filter(|_| shift < 28 || b & 0x7f < 16)
+                .ok_or_else(|| corrupt(self.what, "a number is too large"))?;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(corrupt(self.what, "a number is too long"))
+    }
+
+    pub fn varints(&mut self) -> Result<Vec<u32>> {
+        let n = self.count(1)?;
+        (0..n).map(|_| self.varint()).collect()
+    }
+
+    pub fn ascending(&mut self) -> Result<Vec<u32>> {
+        let n = self.count(1)?;
+        let mut prev = 0u32;
+        (0..n)
+            .map(|_| {
+                prev = prev
+                    .checked_add(self.varint()?)
+                    .ok_or_else(|| corrupt(self.what, "a list overflows"))?;
+                Ok(prev)
+            })
+            .collect()
     }
 
     pub fn u32s(&mut self) -> Result<Vec<u32>> {
@@ -170,12 +239,16 @@ mod tests {
         e.str("body");
         e.u32s(&[1, 2, 3]);
         e.f32s(&[0.5]);
+        e.varints(&[0, 127, 128, u32::MAX]);
+        e.ascending(&[3, 3, 200, 70_000, u32::MAX]);
         let bytes = e.finish();
         let mut d = Decoder::new(&bytes, b"TEST", "t").unwrap();
         assert_eq!(d.u32().unwrap(), 7);
         assert_eq!(d.str().unwrap(), "body");
         assert_eq!(d.u32s().unwrap(), [1, 2, 3]);
         assert_eq!(d.f32s().unwrap(), [0.5]);
+        assert_eq!(d.varints().unwrap(), [0, 127, 128, u32::MAX]);
+        assert_eq!(d.ascending().unwrap(), [3, 3, 200, 70_000, u32::MAX]);
         d.end().unwrap();
 
         let mut flipped = bytes.clone();

@@ -197,27 +197,27 @@ impl TextIndex {
 
     /// The persisted form: every token with its postings, every length.
     pub fn encode(&self, e: &mut Encoder) {
-        e.u32s(&self.lengths);
+        e.varints(&self.lengths);
         e.u64(self.vocab.len() as u64);
         let mut words: Vec<(&String, &u32)> = self.vocab.iter().collect();
         words.sort_unstable_by_key(|(_, id)| **id);
         for (word, &id) in words {
             let list = &self.postings[id as usize];
             e.str(word);
-            e.u32s(&list.iter().map(|p| p.0).collect::<Vec<_>>());
-            e.u32s(&list.iter().map(|p| p.1).collect::<Vec<_>>());
+            e.ascending(&list.iter().map(|p| p.0).collect::<Vec<_>>());
+            e.varints(&list.iter().map(|p| p.1).collect::<Vec<_>>());
         }
     }
 
     pub fn decode(d: &mut Decoder) -> Result<Self> {
-        let lengths = d.u32s()?;
+        let lengths = d.varints()?;
         let words = d.u64()?;
         let mut vocab = FxHashMap::default();
         let mut postings = Vec::new();
         for id in 0..words {
             let word = d.str()?.to_string();
-            let rows = d.u32s()?;
-            let tfs = d.u32s()?;
+            let rows = d.ascending()?;
+            let tfs = d.varints()?;
             if rows.len() != tfs.len() || rows.iter().any(|&r| r as usize >= lengths.len()) {
                 return Err(crate::error::OmniError::Storage(format!(
                     "an inverted index's postings of '{word}' do not fit its rows"

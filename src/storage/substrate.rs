@@ -53,7 +53,7 @@ struct StagedTable {
     dir: String,
     lance_branch: Option<String>,
     base: Arc<Dataset>,
-    txn: Transaction,
+    txns: Vec<Transaction>,
 }
 
 /// The view a [`PrepareWork`] gets: the snapshot it runs against, and the
@@ -99,7 +99,7 @@ impl PrepareCx {
         &mut self,
         t: &TypeDef,
         Table(base): Table,
-        TableChange(mut txn): TableChange,
+        TableChange(mut txns): TableChange,
     ) -> Result<()> {
         let key = t.table_key();
         if self.staged.contains_key(&key) {
@@ -108,7 +108,17 @@ impl PrepareCx {
                 t.name
             )));
         }
-        txn.uuid = format!("{}-{}-{}", self.op.0, self.attempt, t.id);
+        // The last transaction names the change; earlier steps are
+        // `<name>.<step>` (recovery finds a chain by its name).
+        let name = format!("{}-{}-{}", self.op.0, self.attempt, t.id);
+        let last = txns.len() - 1;
+        for (k, txn) in txns.iter_mut().enumerate() {
+            txn.uuid = if k == last {
+                name.clone()
+            } else {
+                format!("{name}.{k}")
+            };
+        }
         let own = self.snapshot.record.own_lance_branch(&self.snapshot.branch);
         self.staged.insert(
             key.clone(),
@@ -117,7 +127,7 @@ impl PrepareCx {
                 dir: t.table_dir(),
                 lance_branch: own,
                 base,
-                txn,
+                txns,
             },
         );
         Ok(())
@@ -382,7 +392,7 @@ impl LanceSubstrate {
                         table: TableKey::new(branch.clone(), s.key.clone()),
                         base: s.base.version().version,
                         staged: StagedRef(s.key.clone()),
-                        txn: s.txn.uuid.clone(),
+                        txn: s.txns.last().expect("a change").uuid.clone(),
                     })
                     .collect();
                 ctx.staged = cx.staged;
@@ -417,7 +427,7 @@ impl LanceSubstrate {
         };
         self.g
             .tables
-            .commit(&s.dir, s.lance_branch.as_deref(), s.base, s.txn)
+            .commit(&s.dir, s.lance_branch.as_deref(), s.base, s.txns)
             .await
     }
 

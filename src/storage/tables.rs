@@ -110,8 +110,34 @@ pub fn index_key(column: &str) -> String {
 }
 
 /// A change staged against a [`Table`]: its files are written, but no
-/// reader sees them until the write commits it.
-pub struct TableChange(pub(super) Transaction);
+/// reader sees them until the write commits it. Usually one transaction
+/// (one new table version); an optimize's is a chain of two that change no
+/// row (the storage indexes, then the search-index records), committed one
+/// after the other. Recovery finds the chain by its last transaction, and
+/// may keep a landed prefix of it: no step changes a row.
+pub struct TableChange(pub(super) Vec<Transaction>);
+
+impl TableChange {
+    pub(super) fn one(txn: Transaction) -> Self {
+        Self(vec![txn])
+    }
+
+    /// This change, then `next` (staged against the version this one
+    /// makes). Only for changes that leave every row as it is.
+    pub fn then_index_records(mut self, mut next: TableChange) -> Self {
+        let at = self
+            .0
+            .last()
+            .expect("a change has a transaction")
+            .read_version
+            + 1;
+        for t in &mut next.0 {
+            t.read_version = at;
+        }
+        self.0.append(&mut next.0);
+        self
+    }
+}
 
 pub struct Tables {
     store: Store,
@@ -351,20 +377,30 @@ impl Tables {
         Ok(forked)
     }
 
-    /// Commit a staged transaction exactly on top of `base`, which must be the
-    /// table's latest version (the table gate and the recheck ensure it).
+    /// Commit a staged change exactly on top of `base`, which must be the
+    /// table's latest version (the table gate and the recheck ensure it):
+    /// its transactions one after another, each on the version the one
+    /// before made.
     pub async fn commit(
         &self,
         dir: &str,
         lance_branch: Option<&str>,
-        base: Arc<Dataset>,
-        txn: Transaction,
+        mut base: Arc<Dataset>,
+        txns: Vec<Transaction>,
     ) -> CommitResult {
-        let result = CommitBuilder::new(base)
-            .with_session(self.session.clone())
-            .with_max_retries(0)
-            .execute(txn)
-            .await;
+        let last = txns.len().saturating_sub(1);
+        let mut result = Err(lance::Error::invalid_input("an empty change".to_string()));
+        for (k, txn) in txns.into_iter().enumerate() {
+            result = CommitBuilder::new(base.clone())
+                .with_session(self.session.clone())
+                .with_max_retries(0)
+                .execute(txn)
+                .await;
+            match &result {
+                Ok(ds) if k < last => base = Arc::new(ds.clone()),
+                _ => break,
+            }
+        }
         match result {
             Ok(ds) => {
                 let version = ds.version().version;
@@ -406,8 +442,9 @@ impl Tables {
         Ok(latest.version().version)
     }
 
-    /// Where (if anywhere) after `base` the transaction `txn` landed, and the
-    /// table's latest version now.
+    /// Where (if anywhere) after `base` the change whose last transaction is
+    /// `txn` landed (the highest version any of its transactions made), and
+    /// the table's latest version now.
     pub async fn find_landed(
         &self,
         dir: &str,
@@ -420,13 +457,15 @@ impl Tables {
             return Ok((None, None));
         };
         let top = latest.version().version;
+        let step = format!("{txn}.");
+        let mut landed = None;
         for v in (base + 1)..=top {
             let found = latest.read_transaction_by_version(v).await?;
-            if found.is_some_and(|t| t.uuid == txn) {
-                return Ok((Some(v), Some(top)));
+            if found.is_some_and(|t| t.uuid == txn || t.uuid.starts_with(&step)) {
+                landed = Some(v);
             }
         }
-        Ok((None, Some(top)))
+        Ok((landed, Some(top)))
     }
 
     /// Best effort: remove a Lance branch (a deleted graph branch's fork).

@@ -1,16 +1,19 @@
-//! Optimize as a write: build or refresh every declared search index of a
-//! branch. An index is derived state: a file of its own (written first,
-//! unreferenced until committed) and a record in its table's metadata,
-//! staged as that table's change, so the write protocol commits every
-//! table's records and publishes them in one graph version (gates, sidecar,
+//! Optimize as a write: build or refresh every index of a branch. Every
+//! table gets a storage BTREE on `id` (and on each orderable scalar or enum
+//! `@index` property), so key probes and inserts' id checks look values up.
+//! A search index (`@index` on a String or a Vector) is derived state of
+//! ours: a file of its own (written first, unreferenced until committed)
+//! and a record in its table's metadata. A table's BTREEs and records are
+//! staged as that table's one change, so the write protocol commits every
+//! table's and publishes them in one graph version (gates, sidecar,
 //! recovery, all as for any write). Loads and mutations never build
-//! indexes; searches read what an index does not cover flat.
+//! indexes; what an index does not cover is read flat.
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Float32Type;
 use arrow_array::{Array, ArrayRef};
 
-use crate::compiler::catalog::{PropType, TypeDef};
+use crate::compiler::catalog::{ID, PropType, TypeDef};
 use crate::error::{OmniError, Result};
 use crate::index::coverage::Layout;
 use crate::index::ivf::Ivf;
@@ -22,8 +25,28 @@ use crate::storage::tables::Table;
 use crate::storage::{scan, stage};
 use omnigraph_actors::WriteClass;
 
+/// The columns of a type that get a storage BTREE: `id`, and each `@index`
+/// on one orderable scalar or enum property.
+pub fn btree_columns(def: &TypeDef) -> Vec<String> {
+    let mut out = vec![ID.to_string()];
+    for props in &def.indexes {
+        if let [p] = props.as_slice()
+            && def.property(p).is_some_and(|d| {
+                !matches!(
+                    d.ty,
+                    PropType::String | PropType::Vector(_) | PropType::List(_) | PropType::Blob
+                )
+            })
+            && !out.contains(p)
+        {
+            out.push(p.clone());
+        }
+    }
+    out
+}
+
 /// The search indexes a type declares: each `@index` on one String or
-/// Vector property. (Orderable scalars need none for search.)
+/// Vector property.
 pub fn declared(def: &TypeDef) -> Vec<(String, IndexKind)> {
     def.indexes
         .iter()
@@ -65,6 +88,14 @@ pub async fn stale(
     Ok(out)
 }
 
+/// Has a table version any index to build or refresh?
+pub async fn needs_work(store: &Store, table: &Table, def: &TypeDef) -> Result<bool> {
+    Ok(!stale(store, table, def).await?.is_empty()
+        || !stage::stale_btrees(table, &btree_columns(def))
+            .await?
+            .is_empty())
+}
+
 pub struct OptimizeWork;
 
 impl PrepareWork for OptimizeWork {
@@ -74,25 +105,42 @@ impl PrepareWork for OptimizeWork {
             let defs: Vec<TypeDef> = cx.catalog().types.clone();
             for def in &defs {
                 let read = cx.read(def).await?;
-                let stale = stale(&cx.graph.store, &read, def).await?;
-                if stale.is_empty() {
+                let stale_search = stale(&cx.graph.store, &read, def).await?;
+                let stale_btrees = stage::stale_btrees(&read, &btree_columns(def)).await?;
+                if stale_search.is_empty() && stale_btrees.is_empty() {
                     continue;
                 }
                 // A branch that shares the table forks it here (invisible
                 // until published); its rows are the ones just read.
                 let target = cx.target(def).await?;
-                let layout = target.layout().await?;
-                let mut records = Vec::new();
-                for (prop, kind) in stale {
-                    let r = build(cx, def, &target, &layout, &prop, kind).await?;
-                    built.push(serde_json::json!({
-                        "type": def.name, "property": prop, "kind": kind, "rows": r.rows,
-                        "file": r.file,
-                    }));
-                    records.push((prop, r));
+                let rows = target.rows().await? as u64;
+                let mut change = None;
+                if !stale_btrees.is_empty() {
+                    for c in &stale_btrees {
+                        built.push(serde_json::json!({
+                            "type": def.name, "property": c, "kind": "btree", "rows": rows,
+                        }));
+                    }
+                    change = Some(stage::btrees(target.clone(), &stale_btrees).await?);
                 }
-                let change = stage::index_records(target.clone(), &records)?;
-                cx.stage(def, target, change)?;
+                if !stale_search.is_empty() {
+                    let layout = target.layout().await?;
+                    let mut records = Vec::new();
+                    for (prop, kind) in stale_search {
+                        let r = build(cx, def, &target, &layout, &prop, kind).await?;
+                        built.push(serde_json::json!({
+                            "type": def.name, "property": prop, "kind": kind, "rows": r.rows,
+                            "file": r.file,
+                        }));
+                        records.push((prop, r));
+                    }
+                    let recorded = stage::index_records(target.clone(), &records)?;
+                    change = Some(match change {
+                        Some(b) => b.then_index_records(recorded),
+                        None => recorded,
+                    });
+                }
+                cx.stage(def, target, change.expect("something is stale"))?;
             }
             Ok(Prepared {
                 class: WriteClass::Retryable,

@@ -162,7 +162,8 @@ async fn optimize_builds_indexes_searches_use_them_and_miss_no_fresh_row() {
         built,
         [
             ("body".to_string(), "text".to_string(), DOCS as u64),
-            ("emb".to_string(), "vector".to_string(), DOCS as u64)
+            ("emb".to_string(), "vector".to_string(), DOCS as u64),
+            ("id".to_string(), "btree".to_string(), DOCS as u64),
         ]
     );
     let again = g.optimize("main").await.unwrap();
@@ -262,7 +263,7 @@ async fn optimize_builds_indexes_searches_use_them_and_miss_no_fresh_row() {
     // The writes made the indexes stale: optimize refreshes them, and the
     // answers stay the same.
     let r = g.optimize("main").await.unwrap();
-    assert_eq!(r.indexes.len(), 2, "{r:?}");
+    assert_eq!(r.indexes.len(), 3, "{r:?}");
     let (_, how) = ask(&g, &Target::main(), "has", &json!({ "t": "zebra" })).await;
     assert!(
         how[0].contains(&format!("{} rows from it, 0 fresh", DOCS - 1 + 1)),
@@ -292,7 +293,7 @@ async fn a_branch_uses_its_parents_indexes_and_builds_its_own_on_its_fork() {
         .await
         .1;
     let r = g.optimize("b").await.unwrap();
-    assert_eq!(r.indexes.len(), 2, "{r:?}");
+    assert_eq!(r.indexes.len(), 3, "{r:?}");
     let (rows, how) = ask(&g, &on_b, "has", &json!({ "t": "okapi" })).await;
     assert_eq!(slugs(&rows), ["only-b"]);
     assert!(
@@ -365,7 +366,7 @@ async fn the_cli_optimizes_with_json_and_refuses_an_unknown_branch() {
     assert_eq!(j["branch"], "main");
     assert!(j["commit"].is_string(), "{j}");
     assert!(j["manifest_version"].as_u64().unwrap() > 1, "{j}");
-    assert_eq!(j["indexes"].as_array().unwrap().len(), 2, "{j}");
+    assert_eq!(j["indexes"].as_array().unwrap().len(), 3, "{j}");
     let out = cli(&["--store", &uri, "--json"]);
     let j: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(j["commit"].is_null(), "{j}");
@@ -422,8 +423,29 @@ async fn a_crash_inside_an_optimize_is_rolled_back_whole() {
             how(q).await
         );
     }
+    // Doc's change was a chain (its BTREE, then its index record); the
+    // roll-back restored the version below the record, which keeps the
+    // BTREE (no step of the chain changes a row), so only Note's BTREE and
+    // both text indexes are left to build.
     let r = g.optimize("main").await.unwrap();
-    assert_eq!(r.indexes.len(), 2, "{r:?}");
+    let mut built: Vec<String> = r
+        .indexes
+        .iter()
+        .map(|i| {
+            format!(
+                "{}.{} {}",
+                i["type"].as_str().unwrap(),
+                i["property"].as_str().unwrap(),
+                i["kind"].as_str().unwrap()
+            )
+        })
+        .collect();
+    built.sort();
+    assert_eq!(
+        built,
+        ["Doc.body text", "Note.id btree", "Note.text text"],
+        "{r:?}"
+    );
     for q in [doc, note] {
         assert!(
             how(q).await.starts_with("persisted inverted index"),
@@ -431,4 +453,92 @@ async fn a_crash_inside_an_optimize_is_rolled_back_whole() {
             how(q).await
         );
     }
+}
+
+#[tokio::test]
+async fn key_checks_and_filters_stay_exact_over_btrees_through_appends_and_compaction() {
+    const PEOPLE: &str = "node P { name: String @key\n age: I32? @index }";
+    let dir = tempfile::tempdir().unwrap();
+    let uri = dir.path().join("g.omni").to_string_lossy().to_string();
+    let g = Omnigraph::init(&uri, PEOPLE).await.unwrap();
+    let row = |i: usize| {
+        format!(
+            "{{\"type\":\"P\",\"data\":{{\"name\":\"p{i}\",\"age\":{}}}}}\n",
+            i % 50
+        )
+    };
+    let first: String = (0..10).map(row).collect();
+    g.load("main", &first, LoadMode::Overwrite).await.unwrap();
+    let r = g.optimize("main").await.unwrap();
+    let mut kinds: Vec<(String, String)> = r
+        .indexes
+        .iter()
+        .map(|i| {
+            (
+                i["property"].as_str().unwrap().into(),
+                i["kind"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    kinds.sort();
+    assert_eq!(
+        kinds,
+        [
+            ("age".into(), "btree".into()),
+            ("id".into(), "btree".into())
+        ]
+    );
+    assert_eq!(g.optimize("main").await.unwrap().commit, None);
+    // Enough single-row appends that the table is compacted on the way.
+    for i in 10..45 {
+        g.load("main", &row(i), LoadMode::Append).await.unwrap();
+    }
+    let fragments = g.snapshot(&Target::main()).await.unwrap().types[0].fragments;
+    assert!(
+        fragments < 10,
+        "the table was compacted over its BTREEs ({fragments} fragments)"
+    );
+    for i in [3, 12, 44] {
+        let err = g.load("main", &row(i), LoadMode::Append).await.unwrap_err();
+        assert!(matches!(err, OmniError::KeyConflict { .. }), "p{i}: {err}");
+    }
+    let count = |src: &'static str| {
+        let g = g.clone();
+        async move {
+            let r = g
+                .query(&Target::main(), src, "q", &Value::Null)
+                .await
+                .unwrap();
+            omnigraph::exec::output::rows(&r).unwrap()[0]["n"]
+                .as_i64()
+                .unwrap()
+        }
+    };
+    assert_eq!(
+        count("query q() { match { $p: P { name: \"p40\" } } return { count($p) as n } }").await,
+        1
+    );
+    assert_eq!(
+        count("query q() { match { $p: P\n $p.age >= 30 } return { count($p) as n } }").await,
+        15
+    );
+    let r = g.optimize("main").await.unwrap();
+    assert_eq!(
+        r.indexes.len(),
+        2,
+        "both BTREEs are stale after the appends: {r:?}"
+    );
+    for i in [0, 44] {
+        let err = g.load("main", &row(i), LoadMode::Append).await.unwrap_err();
+        assert!(matches!(err, OmniError::KeyConflict { .. }), "p{i}: {err}");
+    }
+    g.load("main", &row(45), LoadMode::Append).await.unwrap();
+    assert_eq!(
+        count("query q() { match { $p: P\n $p.age >= 30 } return { count($p) as n } }").await,
+        16
+    );
+    assert_eq!(
+        count("query q() { match { $p: P } return { count($p) as n } }").await,
+        46
+    );
 }
