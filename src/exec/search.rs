@@ -150,14 +150,14 @@ impl Ctx<'_> {
                 let index = if cov.is_identity() {
                     p.index.clone()
                 } else if cov.fresh.is_empty() {
-                    Arc::new(p.index.rebase(&cov, TextIndex::empty(cov.rows)))
+                    Arc::new(p.index.rebase(&cov, TextIndex::empty(cov.rows))?)
                 } else {
                     let col = self.column(type_name, prop).await?;
                     let fresh = TextIndex::build_rows(
                         col.as_string::<i32>(),
                         cov.fresh.iter().map(|&r| r as usize),
                     );
-                    Arc::new(p.index.rebase(&cov, fresh))
+                    Arc::new(p.index.rebase(&cov, fresh)?)
                 };
                 TextView { index, method }
             }
@@ -238,12 +238,12 @@ impl Ctx<'_> {
         let view = self.text_index(type_name, prop).await?;
         let ix = &view.index;
         let rows = match test {
-            TextTest::All => ix.rows_with_all(&tokens),
-            TextTest::Fuzzy(edits) => ix.rows_fuzzy(&tokens, *edits),
+            TextTest::All => ix.rows_with_all(&tokens)?,
+            TextTest::Fuzzy(edits) => ix.rows_fuzzy(&tokens, *edits)?,
             TextTest::Phrase => {
                 let col = self.column(type_name, prop).await?;
                 let texts = col.as_string::<i32>();
-                let mut rows = ix.rows_with_all(&tokens);
+                let mut rows = ix.rows_with_all(&tokens)?;
                 rows.retain(|&r| text::contains_phrase(texts.value(r as usize), &tokens));
                 rows
             }
@@ -303,7 +303,7 @@ impl Ctx<'_> {
                 Some(q) => {
                     let tokens = text::query_tokens(&q);
                     let view = self.text_index(type_name, prop).await?;
-                    let all = view.index.bm25_all(&tokens);
+                    let all = view.index.bm25_all(&tokens)?;
                     let scores = rows(var)
                         .iter()
                         .map(|&r| Some(all[r as usize]).filter(|s| !s.is_nan()))

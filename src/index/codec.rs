@@ -123,6 +123,34 @@ impl<'a> Decoder<'a> {
         Ok(d)
     }
 
+    /// Carry on reading a file already checked by [`Self::new`] at `at`.
+    pub fn resume(bytes: &'a [u8], at: usize, what: &'a str) -> Self {
+        Self {
+            buf: &bytes[..bytes.len().saturating_sub(DIGEST_LEN)],
+            at,
+            what,
+        }
+    }
+
+    pub fn position(&self) -> usize {
+        self.at
+    }
+
+    /// Step over a list of varints (or an ascending list); its length.
+    pub fn skip_varints(&mut self) -> Result<usize> {
+        let n = self.count(1)?;
+        let mut left = n;
+        while left > 0 {
+            let b = *self
+                .buf
+                .get(self.at)
+                .ok_or_else(|| corrupt(self.what, "it ends early"))?;
+            self.at += 1;
+            left -= usize::from(b & 0x80 == 0);
+        }
+        Ok(n)
+    }
+
     fn take(&mut self, n: usize) -> Result<&'a [u8]> {
         let end = self
             .at
@@ -161,6 +189,13 @@ impl<'a> Decoder<'a> {
     }
 
     fn varint(&mut self) -> Result<u32> {
+        // Most numbers here are below 128: one byte.
+        if let Some(&b) = self.buf.get(self.at)
+            && b < 0x80
+        {
+            self.at += 1;
+            return Ok(u32::from(b));
+        }
         let mut v = 0u32;
         for shift in (0..35).step_by(7) {
             let b = *self

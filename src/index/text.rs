@@ -58,12 +58,24 @@ const MAGIC: &[u8; 4] = b"OGTX";
 /// The length of a row without a text (null): not a document for BM25.
 const NO_TEXT: u32 = u32::MAX;
 
+/// Per token id: (row, occurrences), rows ascending.
+enum Postings {
+    /// Built in memory.
+    Built(Vec<Vec<(u32, u32)>>),
+    /// Read from an index file: where each token's postings start in it.
+    /// They are decoded when used, so a search decodes only its own
+    /// tokens' (a new process reads a file, not the whole index).
+    Stored {
+        bytes: std::sync::Arc<[u8]>,
+        at: Vec<usize>,
+    },
+}
+
 /// The inverted index of one column: for each token, the rows holding it
 /// with their counts; each row's length in tokens.
 pub struct TextIndex {
     vocab: FxHashMap<String, u32>,
-    /// Per token id: (row, occurrences), rows ascending.
-    postings: Vec<Vec<(u32, u32)>>,
+    postings: Postings,
     /// Tokens per row ([`NO_TEXT`] for a null text, or a row not indexed).
     lengths: Vec<u32>,
     /// Rows with a text (not null): BM25's N.
@@ -128,10 +140,40 @@ impl TextIndex {
         };
         Self {
             vocab,
-            postings,
+            postings: Postings::Built(postings),
             lengths,
             docs,
             mean_length,
+        }
+    }
+
+    /// Token `id`'s postings.
+    fn list(&self, id: u32) -> Result<std::borrow::Cow<'_, [(u32, u32)]>> {
+        use std::borrow::Cow;
+        match &self.postings {
+            Postings::Built(p) => Ok(Cow::Borrowed(&p[id as usize])),
+            Postings::Stored { bytes, at } => {
+                let mut d = Decoder::resume(bytes, at[id as usize], "an inverted index");
+                let rows = d.ascending()?;
+                let tfs = d.varints()?;
+                if rows.len() != tfs.len()
+                    || rows
+                        .last()
+                        .is_some_and(|&r| r as usize >= self.lengths.len())
+                {
+                    return Err(crate::error::OmniError::Storage(
+                        "an inverted index's postings do not fit its rows".into(),
+                    ));
+                }
+                Ok(Cow::Owned(rows.into_iter().zip(tfs).collect()))
+            }
+        }
+    }
+
+    fn tokens_count(&self) -> usize {
+        match &self.postings {
+            Postings::Built(p) => p.len(),
+            Postings::Stored { at, .. } => at.len(),
         }
     }
 
@@ -150,10 +192,12 @@ impl TextIndex {
     /// fresh rows (built over its whole column with [`Self::build_rows`]).
     /// The statistics (N, mean length, document frequencies) come out as if
     /// the whole version had been indexed at once.
-    pub fn rebase(&self, cov: &Coverage, fresh: TextIndex) -> TextIndex {
+    pub fn rebase(&self, cov: &Coverage, fresh: TextIndex) -> Result<TextIndex> {
+        let mut postings: Vec<Vec<(u32, u32)>> = (0..fresh.tokens_count() as u32)
+            .map(|id| fresh.list(id).map(|l| l.into_owned()))
+            .collect::<Result<_>>()?;
         let TextIndex {
             mut vocab,
-            mut postings,
             mut lengths,
             mut docs,
             ..
@@ -174,7 +218,8 @@ impl TextIndex {
             }
         }
         for (word, &id) in &self.vocab {
-            let moved = self.postings[id as usize]
+            let from = self.list(id)?;
+            let moved = from
                 .iter()
                 .filter_map(|&(doc, tf)| cov.doc_row[doc as usize].map(|row| (row, tf)));
             let at = match vocab.get(word.as_str()) {
@@ -192,58 +237,64 @@ impl TextIndex {
                 list.sort_unstable_by_key(|p| p.0);
             }
         }
-        Self::assembled(vocab, postings, lengths, docs, total)
+        Ok(Self::assembled(vocab, postings, lengths, docs, total))
     }
 
     /// The persisted form: every token with its postings, every length.
-    pub fn encode(&self, e: &mut Encoder) {
+    pub fn encode(&self, e: &mut Encoder) -> Result<()> {
         e.varints(&self.lengths);
         e.u64(self.vocab.len() as u64);
         let mut words: Vec<(&String, &u32)> = self.vocab.iter().collect();
         words.sort_unstable_by_key(|(_, id)| **id);
         for (word, &id) in words {
-            let list = &self.postings[id as usize];
+            let list = self.list(id)?;
             e.str(word);
             e.ascending(&list.iter().map(|p| p.0).collect::<Vec<_>>());
             e.varints(&list.iter().map(|p| p.1).collect::<Vec<_>>());
         }
+        Ok(())
     }
 
-    pub fn decode(d: &mut Decoder) -> Result<Self> {
+    /// Read an index whose postings stay in `bytes` (the whole file) until
+    /// used.
+    pub fn decode(d: &mut Decoder, bytes: std::sync::Arc<[u8]>) -> Result<Self> {
         let lengths = d.varints()?;
         let words = d.u64()?;
         let mut vocab = FxHashMap::default();
-        let mut postings = Vec::new();
+        let mut at = Vec::new();
         for id in 0..words {
             let word = d.str()?.to_string();
-            let rows = d.ascending()?;
-            let tfs = d.varints()?;
-            if rows.len() != tfs.len() || rows.iter().any(|&r| r as usize >= lengths.len()) {
+            at.push(d.position());
+            let rows = d.skip_varints()?;
+            let tfs = d.skip_varints()?;
+            if rows != tfs {
                 return Err(crate::error::OmniError::Storage(format!(
                     "an inverted index's postings of '{word}' do not fit its rows"
                 )));
             }
             vocab.insert(word, id as u32);
-            postings.push(rows.into_iter().zip(tfs).collect());
         }
         let present = lengths.iter().filter(|&&l| l != NO_TEXT);
         let docs = present.clone().count() as u32;
-        let total = present.map(|&l| l as u64).sum();
-        Ok(Self::assembled(vocab, postings, lengths, docs, total))
+        let total: u64 = present.map(|&l| l as u64).sum();
+        let mut ix = Self::assembled(vocab, Vec::new(), lengths, docs, total);
+        ix.postings = Postings::Stored { bytes, at };
+        Ok(ix)
     }
 
-    pub fn to_bytes(&self, built: &super::coverage::Layout) -> Vec<u8> {
+    pub fn to_bytes(&self, built: &super::coverage::Layout) -> Result<Vec<u8>> {
         let mut e = Encoder::new(MAGIC);
         super::coverage::encode(built, &mut e);
-        self.encode(&mut e);
-        e.finish()
+        self.encode(&mut e)?;
+        Ok(e.finish())
     }
 
     /// A persisted index and the layout of the version it was built at.
     pub fn from_bytes(bytes: &[u8], what: &str) -> Result<(super::coverage::Layout, Self)> {
+        let owned: std::sync::Arc<[u8]> = bytes.into();
         let mut d = Decoder::new(bytes, MAGIC, what)?;
         let built = super::coverage::decode(&mut d)?;
-        let ix = Self::decode(&mut d)?;
+        let ix = Self::decode(&mut d, owned)?;
         d.end()?;
         Ok((built, ix))
     }
@@ -251,28 +302,32 @@ impl TextIndex {
     /// Approximate heap size, for the cache's budget.
     pub fn bytes(&self) -> usize {
         let words: usize = self.vocab.keys().map(|k| k.len() + 32).sum();
-        let posts: usize = self.postings.iter().map(|p| p.len() * 8 + 24).sum();
+        let posts: usize = match &self.postings {
+            Postings::Built(p) => p.iter().map(|p| p.len() * 8 + 24).sum(),
+            Postings::Stored { bytes, at } => bytes.len() + at.len() * 8,
+        };
         words + posts + self.lengths.len() * 4
     }
 
-    fn postings_of(&self, token: &str) -> &[(u32, u32)] {
-        self.vocab
-            .get(token)
-            .map_or(&[][..], |&id| &self.postings[id as usize])
+    fn postings_of(&self, token: &str) -> Result<std::borrow::Cow<'_, [(u32, u32)]>> {
+        match self.vocab.get(token) {
+            Some(&id) => self.list(id),
+            None => Ok(std::borrow::Cow::Borrowed(&[][..])),
+        }
     }
 
     /// Every row's BM25 against the query's distinct tokens, by row; NaN
     /// for a row that holds none of them. Reads only the query tokens'
     /// postings.
-    pub fn bm25_all(&self, query: &[String]) -> Vec<f64> {
+    pub fn bm25_all(&self, query: &[String]) -> Result<Vec<f64>> {
         let mut out = vec![f64::NAN; self.lengths.len()];
         let n = self.docs as f64;
         let avgdl = self.mean_length.max(f64::MIN_POSITIVE);
         for t in query {
-            let list = self.postings_of(t);
+            let list = self.postings_of(t)?;
             let df = list.len() as f64;
             let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
-            for &(row, tf) in list {
+            for &(row, tf) in list.iter() {
                 let (tf, dl) = (tf as f64, self.lengths[row as usize] as f64);
                 let norm = 1.0 - BM25_B + BM25_B * dl / avgdl;
                 let s = idf * tf * (BM25_K1 + 1.0) / (tf + BM25_K1 * norm);
@@ -280,37 +335,41 @@ impl TextIndex {
                 *cell = if cell.is_nan() { s } else { *cell + s };
             }
         }
-        out
+        Ok(out)
     }
 
     /// Rows holding every query token (all rows with a text for a query
     /// without tokens is not a match: a query with no tokens matches nothing).
-    pub fn rows_with_all(&self, query: &[String]) -> Vec<u32> {
-        self.rows_matching(query.iter().map(|t| self.rows_of(t)).collect())
+    pub fn rows_with_all(&self, query: &[String]) -> Result<Vec<u32>> {
+        let lists = query
+            .iter()
+            .map(|t| self.rows_of(t))
+            .collect::<Result<_>>()?;
+        Ok(self.rows_matching(lists))
     }
 
     /// Rows where every query token is within `edits` Levenshtein edits of
     /// some token of the row.
-    pub fn rows_fuzzy(&self, query: &[String], edits: u32) -> Vec<u32> {
+    pub fn rows_fuzzy(&self, query: &[String], edits: u32) -> Result<Vec<u32>> {
         let per_token = query
             .iter()
             .map(|q| {
                 let mut rows: Vec<u32> = Vec::new();
                 for (word, &id) in &self.vocab {
                     if within_edits(q, word, edits) {
-                        rows.extend(self.postings[id as usize].iter().map(|p| p.0));
+                        rows.extend(self.list(id)?.iter().map(|p| p.0));
                     }
                 }
                 rows.sort_unstable();
                 rows.dedup();
-                rows
+                Ok(rows)
             })
-            .collect();
-        self.rows_matching(per_token)
+            .collect::<Result<_>>()?;
+        Ok(self.rows_matching(per_token))
     }
 
-    fn rows_of(&self, token: &str) -> Vec<u32> {
-        self.postings_of(token).iter().map(|p| p.0).collect()
+    fn rows_of(&self, token: &str) -> Result<Vec<u32>> {
+        Ok(self.postings_of(token)?.iter().map(|p| p.0).collect())
     }
 
     /// The intersection of ascending row lists (nothing for no lists).
@@ -387,7 +446,7 @@ mod tests {
             None,
         ]);
         let q = query_tokens("apple");
-        let all = ix.bm25_all(&q);
+        let all = ix.bm25_all(&q).unwrap();
         assert!(all[2].is_nan() && all[3].is_nan());
         // N = 3 texts, avgdl = 2, df(apple) = 2.
         let idf = (1.0f64 + (3.0 - 2.0 + 0.5) / (2.0 + 0.5)).ln();
@@ -400,12 +459,12 @@ mod tests {
     #[test]
     fn search_needs_every_token_and_fuzzy_allows_edits() {
         let ix = index(&[Some("red apple pie"), Some("green apple"), Some("red plum")]);
-        assert_eq!(ix.rows_with_all(&query_tokens("apple red")), [0]);
-        assert_eq!(ix.rows_with_all(&query_tokens("apple")), [0, 1]);
-        assert!(ix.rows_with_all(&[]).is_empty());
-        assert_eq!(ix.rows_fuzzy(&query_tokens("aple"), 1), [0, 1]);
-        assert!(ix.rows_fuzzy(&query_tokens("aple"), 0).is_empty());
-        assert_eq!(ix.rows_fuzzy(&query_tokens("rad plm"), 1), [2]);
+        assert_eq!(ix.rows_with_all(&query_tokens("apple red")).unwrap(), [0]);
+        assert_eq!(ix.rows_with_all(&query_tokens("apple")).unwrap(), [0, 1]);
+        assert!(ix.rows_with_all(&[]).unwrap().is_empty());
+        assert_eq!(ix.rows_fuzzy(&query_tokens("aple"), 1).unwrap(), [0, 1]);
+        assert!(ix.rows_fuzzy(&query_tokens("aple"), 0).unwrap().is_empty());
+        assert_eq!(ix.rows_fuzzy(&query_tokens("rad plm"), 1).unwrap(), [2]);
     }
 
     #[test]
@@ -420,7 +479,7 @@ mod tests {
         // Built: one fragment of three rows.
         let then = [Some("red apple"), None, Some("green apple pie")];
         let built = vec![frag(0, 3, &[])];
-        let persisted = index(&then).to_bytes(&built);
+        let persisted = index(&then).to_bytes(&built).unwrap();
         let (layout, base) = TextIndex::from_bytes(&persisted, "t").unwrap();
         assert_eq!(layout, built);
         // Now: row 0 deleted, a fragment of two rows appended.
@@ -429,17 +488,23 @@ mod tests {
         let cov = cover(&built, &[frag(0, 3, &[0]), frag(1, 2, &[])]);
         assert_eq!(cov.fresh, [2, 3]);
         let fresh = TextIndex::build_rows(&now, cov.fresh.iter().map(|&r| r as usize));
-        let rebased = base.rebase(&cov, fresh);
+        let rebased = base.rebase(&cov, fresh).unwrap();
         let whole = TextIndex::build(&now);
         assert_eq!(rebased.docs, whole.docs);
         assert_eq!(rebased.mean_length, whole.mean_length);
         let q = query_tokens("apple pie");
-        let (a, b) = (rebased.bm25_all(&q), whole.bm25_all(&q));
+        let (a, b) = (rebased.bm25_all(&q).unwrap(), whole.bm25_all(&q).unwrap());
         for (x, y) in a.iter().zip(&b) {
             assert!(x.is_nan() && y.is_nan() || x == y, "{a:?} vs {b:?}");
         }
-        assert_eq!(rebased.rows_with_all(&q), whole.rows_with_all(&q));
-        assert_eq!(rebased.rows_fuzzy(&query_tokens("aple"), 1), [1, 2]);
+        assert_eq!(
+            rebased.rows_with_all(&q).unwrap(),
+            whole.rows_with_all(&q).unwrap()
+        );
+        assert_eq!(
+            rebased.rows_fuzzy(&query_tokens("aple"), 1).unwrap(),
+            [1, 2]
+        );
     }
 
     #[test]

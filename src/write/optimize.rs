@@ -193,7 +193,7 @@ fn encode(kind: IndexKind, column: &ArrayRef, layout: &Layout) -> Result<Vec<u8>
         )));
     }
     Ok(match kind {
-        IndexKind::Text => TextIndex::build(column.as_string::<i32>()).to_bytes(layout),
+        IndexKind::Text => TextIndex::build(column.as_string::<i32>()).to_bytes(layout)?,
         IndexKind::Vector => {
             let list = column.as_fixed_size_list();
             let dim = list.value_length() as usize;
