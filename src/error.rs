@@ -82,6 +82,11 @@ pub enum OmniError {
     LeaseLost { reason: String },
     #[error("resource limit exceeded: {what} (limit {limit})")]
     ResourceLimitExceeded { what: String, limit: String },
+    /// An optimize found, under its gates, every index already current:
+    /// it wrote nothing. `Omnigraph::optimize` reports that as a result
+    /// without a commit, so callers of the handle never see this error.
+    #[error("every index is already current")]
+    AlreadyCurrent,
     #[error("not found: {0}")]
     NotFound(String),
     #[error("already exists: {0}")]
@@ -142,6 +147,7 @@ impl OmniError {
             Self::RecoveryRequired { .. } => "RecoveryRequired",
             Self::LeaseLost { .. } => "LeaseLost",
             Self::ResourceLimitExceeded { .. } => "ResourceLimitExceeded",
+            Self::AlreadyCurrent => "AlreadyCurrent",
             Self::NotFound(_) => "NotFound",
             Self::AlreadyExists(_) => "AlreadyExists",
             Self::BadRequest(_) => "BadRequest",

@@ -551,7 +551,7 @@ impl Omnigraph {
                 indexes: Vec::new(),
             });
         }
-        let (commit, manifest_version, summary) = self
+        let ran = self
             .run(
                 OpKind::Write {
                     branch: branch.to_string(),
@@ -559,7 +559,18 @@ impl Omnigraph {
                 "optimize",
                 Some(Arc::new(optimize::OptimizeWork)),
             )
-            .await?;
+            .await;
+        let (commit, manifest_version, summary) = match ran {
+            Err(OmniError::AlreadyCurrent) => {
+                let snap = self.resolve(&Target::Branch(branch.to_string())).await?;
+                (
+                    None,
+                    snap.manifest.version,
+                    serde_json::json!({ "indexes": [] }),
+                )
+            }
+            other => other?,
+        };
         Ok(OptimizeReport {
             branch: branch.to_string(),
             commit,

@@ -142,6 +142,11 @@ impl PrepareWork for OptimizeWork {
                 }
                 cx.stage(def, target, change.expect("something is stale"))?;
             }
+            // Another optimize got there first (this one re-prepared after
+            // losing the race): nothing to write, so no empty commit.
+            if cx.staged_tables() == 0 {
+                return Err(OmniError::AlreadyCurrent);
+            }
             Ok(Prepared {
                 class: WriteClass::Retryable,
                 summary: serde_json::json!({ "indexes": built }),
