@@ -122,11 +122,15 @@ pub fn btree_name(column: &str) -> String {
     format!("omnigraph_btree_{column}")
 }
 
-/// Which of `columns` lack a BTREE that covers every fragment.
+/// Which of `columns` lack a BTREE that covers every fragment (none of an
+/// empty table: there is nothing to look up).
 pub async fn stale_btrees(Table(ds): &Table, columns: &[String]) -> Result<Vec<String>> {
     use lance::index::DatasetIndexExt;
-    let indices = ds.load_indices().await?;
     let fragments: Vec<u32> = ds.get_fragments().iter().map(|f| f.id() as u32).collect();
+    if fragments.is_empty() {
+        return Ok(Vec::new());
+    }
+    let indices = ds.load_indices().await?;
     Ok(columns
         .iter()
         .filter(|c| {

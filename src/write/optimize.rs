@@ -64,15 +64,15 @@ pub fn declared(def: &TypeDef) -> Vec<(String, IndexKind)> {
 /// The declared indexes of a table version that are missing or not
 /// current. An index is current while its file exists and its table holds
 /// exactly the fragments it was built over (deletions since do not matter:
-/// searches skip deleted documents).
+/// searches skip deleted documents). An empty table needs none.
 pub async fn stale(
     store: &Store,
     table: &Table,
     def: &TypeDef,
 ) -> Result<Vec<(String, IndexKind)>> {
     let wanted = declared(def);
-    if wanted.is_empty() {
-        return Ok(wanted);
+    if wanted.is_empty() || table.fragments() == 0 {
+        return Ok(Vec::new());
     }
     let digest = crate::index::coverage::digest(&table.layout().await?);
     let mut out = Vec::new();

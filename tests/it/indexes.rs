@@ -611,3 +611,34 @@ async fn two_optimizes_at_once_both_succeed_and_build_once() {
     let (_, how) = ask(&g, &Target::main(), "bm", &json!({ "t": "graph" })).await;
     assert!(how[0].contains("persisted inverted index"), "{how:?}");
 }
+
+#[tokio::test]
+async fn optimize_skips_empty_tables_and_indexes_them_once_they_have_rows() {
+    const TWO: &str = "node Doc { slug: String @key\n body: String @index }\nnode Tag { name: String @key }\nedge Has: Doc -> Tag";
+    let dir = tempfile::tempdir().unwrap();
+    let uri = dir.path().join("g.omni").to_string_lossy().to_string();
+    let g = Omnigraph::init(&uri, TWO).await.unwrap();
+    let r = g.optimize("main").await.unwrap();
+    assert_eq!(r.commit, None, "nothing to index: {r:?}");
+    g.load(
+        "main",
+        "{\"type\":\"Doc\",\"data\":{\"slug\":\"a\",\"body\":\"red apple\"}}",
+        LoadMode::Overwrite,
+    )
+    .await
+    .unwrap();
+    let r = g.optimize("main").await.unwrap();
+    let mut built: Vec<String> = r
+        .indexes
+        .iter()
+        .map(|i| {
+            format!(
+                "{}.{}",
+                i["type"].as_str().unwrap(),
+                i["property"].as_str().unwrap()
+            )
+        })
+        .collect();
+    built.sort();
+    assert_eq!(built, ["Doc.body", "Doc.id"], "{r:?}");
+}
