@@ -133,6 +133,23 @@ pub async fn run(dir: Option<PathBuf>) -> Result<(), OmniError> {
         m.commit, m.manifest_version, m.nodes, m.edges
     );
 
+    step("optimize: build the indexes (a BTREE on every table's id), one commit");
+    let o = g.optimize("main").await?;
+    for ix in &o.indexes {
+        println!(
+            "built {} index of {}.{} over {} rows",
+            ix["kind"].as_str().unwrap_or("?"),
+            ix["type"].as_str().unwrap_or("?"),
+            ix["property"].as_str().unwrap_or("?"),
+            ix["rows"]
+        );
+    }
+    println!(
+        "commit {} at graph version {}",
+        o.commit.as_deref().unwrap_or("(none)"),
+        o.manifest_version
+    );
+
     step("branch feature/dan from main, and append on it");
     g.branch_create("feature/dan", "main").await?;
     let r = g.load("feature/dan", FEATURE, LoadMode::Append).await?;
