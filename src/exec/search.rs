@@ -540,18 +540,23 @@ impl Ctx<'_> {
                 scored[i] = Some(self.score(arm, &frame, i).await?);
             }
         }
-        let column = |i: usize| scored[i].as_ref().expect("scored above");
-        let judging: Vec<&ArrayRef> = (0..arm.returns.len())
+        // Validity read from the null buffers directly: this runs once per
+        // row of a frame that can hold a whole table.
+        let nulls = |i: usize| scored[i].as_ref().expect("scored above").logical_nulls();
+        let judging: Vec<arrow_buffer::NullBuffer> = (0..arm.returns.len())
             .filter(|&i| judged(arm, i) && scored[i].is_some())
-            .map(column)
+            .filter_map(nulls)
             .collect();
-        let fusions: Vec<[&ArrayRef; 2]> = fused_sides
+        let fusions: Vec<[Option<arrow_buffer::NullBuffer>; 2]> = fused_sides
             .iter()
-            .map(|s| [column(s[0]), column(s[1])])
+            .map(|s| [nulls(s[0]), nulls(s[1])])
             .collect();
+        let valid = |n: &Option<arrow_buffer::NullBuffer>, r: usize| {
+            n.as_ref().is_none_or(|n| n.is_valid(r))
+        };
         let kept = |r: usize| {
-            judging.iter().all(|c| c.is_valid(r))
-                && fusions.iter().all(|[a, b]| a.is_valid(r) || b.is_valid(r))
+            judging.iter().all(|n| n.is_valid(r))
+                && fusions.iter().all(|[a, b]| valid(a, r) || valid(b, r))
         };
         if (0..frame.rows).all(kept) {
             return Ok((frame, scored));
