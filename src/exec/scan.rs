@@ -20,6 +20,10 @@ use crate::error::Result;
 use crate::storage::scan::{self, Filter};
 use crate::storage::stage;
 
+/// From this many candidates a comparison with a constant runs over the
+/// whole cached column (Arrow's kernel) instead of row by row.
+const COLUMN_FILTER_FROM: usize = 256;
+
 impl Ctx<'_> {
     pub(super) async fn scan_candidates(
         &self,
@@ -109,11 +113,87 @@ impl Ctx<'_> {
         mut cands: Vec<u32>,
     ) -> Result<Vec<u32>> {
         for p in preds.iter().filter(|p| self.active(p)) {
+            // Many candidates: compare the whole cached column at once.
+            if cands.len() >= COLUMN_FILTER_FROM
+                && let Some(mask) = self.column_mask(type_name, p).await?
+            {
+                cands.retain(|&c| mask.is_valid(c as usize) && mask.value(c as usize));
+                continue;
+            }
             let l = self.side(type_name, &p.left).await?;
             let r = self.side(type_name, &p.right).await?;
             cands.retain(|&c| holds(p.op, &l.at(0, c), &r.at(0, c)));
         }
         Ok(cands)
+    }
+
+    /// `column op constant` over every row of a cached column, as Arrow's
+    /// comparison kernel computes it, where that is exactly what
+    /// [`holds`] would say row by row (a null is never a match): integer,
+    /// string, enum, boolean and date columns against a constant of their
+    /// own kind. `None`: evaluate row by row. (Floats are left out: the
+    /// kernel orders NaN, `holds` does not.)
+    async fn column_mask(
+        &self,
+        type_name: &str,
+        p: &Pred,
+    ) -> Result<Option<arrow_array::BooleanArray>> {
+        use arrow::compute::kernels::cmp;
+        use arrow_array::{Datum, Scalar};
+        let (prop, ty, other, op) = match (&p.left, &p.right) {
+            (ValExpr::Prop { prop, ty, .. }, other) => (prop, ty, other, p.op),
+            (other, ValExpr::Prop { prop, ty, .. }) => match p.op {
+                CmpOp::Lt => (prop, ty, other, CmpOp::Gt),
+                CmpOp::Le => (prop, ty, other, CmpOp::Ge),
+                CmpOp::Gt => (prop, ty, other, CmpOp::Lt),
+                CmpOp::Ge => (prop, ty, other, CmpOp::Le),
+                op => (prop, ty, other, op),
+            },
+            _ => return Ok(None),
+        };
+        let Some(c) = self.const_of(other) else {
+            return Ok(None);
+        };
+        let one: ArrayRef = match (ty, &c) {
+            (PropType::I32, Value::Int(i)) => match i32::try_from(*i) {
+                Ok(v) => Arc::new(arrow_array::Int32Array::from(vec![v])),
+                Err(_) => return Ok(None),
+            },
+            (PropType::I64, Value::Int(i)) => Arc::new(arrow_array::Int64Array::from(vec![*i])),
+            (PropType::U32, Value::Int(i)) => match u32::try_from(*i) {
+                Ok(v) => Arc::new(arrow_array::UInt32Array::from(vec![v])),
+                Err(_) => return Ok(None),
+            },
+            (PropType::U64, Value::Int(i)) => match u64::try_from(*i) {
+                Ok(v) => Arc::new(arrow_array::UInt64Array::from(vec![v])),
+                Err(_) => return Ok(None),
+            },
+            (PropType::U64, Value::UInt(u)) => Arc::new(arrow_array::UInt64Array::from(vec![*u])),
+            (PropType::String | PropType::Enum(_), Value::Str(s)) => {
+                Arc::new(arrow_array::StringArray::from(vec![s.as_ref()]))
+            }
+            (PropType::Bool, Value::Bool(b)) => Arc::new(arrow_array::BooleanArray::from(vec![*b])),
+            (PropType::Date, Value::Date(d)) => Arc::new(arrow_array::Date32Array::from(vec![*d])),
+            (PropType::DateTime, Value::DateTime(ms)) => {
+                Arc::new(arrow_array::Date64Array::from(vec![*ms]))
+            }
+            _ => return Ok(None),
+        };
+        let col = self.column(type_name, prop).await?;
+        if col.data_type() != one.data_type() {
+            return Ok(None);
+        }
+        let rhs = Scalar::new(one);
+        let lhs: &dyn Datum = &col;
+        Ok(Some(match op {
+            CmpOp::Eq => cmp::eq(lhs, &rhs)?,
+            CmpOp::Ne => cmp::neq(lhs, &rhs)?,
+            CmpOp::Lt => cmp::lt(lhs, &rhs)?,
+            CmpOp::Le => cmp::lt_eq(lhs, &rhs)?,
+            CmpOp::Gt => cmp::gt(lhs, &rhs)?,
+            CmpOp::Ge => cmp::gt_eq(lhs, &rhs)?,
+            CmpOp::Contains | CmpOp::StartsWith => return Ok(None),
+        }))
     }
 
     pub(super) async fn side(&self, type_name: &str, e: &ValExpr) -> Result<Acc<'static>> {
