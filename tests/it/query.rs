@@ -543,7 +543,9 @@ async fn filters_on_a_warm_table_agree_with_the_pushed_down_scan_and_a_naive_che
     let uri = dir.path().join("g.omni").to_string_lossy().to_string();
     let g = Omnigraph::init(&uri, S).await.unwrap();
     let mut data = String::new();
-    let mut naive: Vec<(String, Option<i64>, Option<&str>, Option<bool>)> = Vec::new();
+    // Per row: key, the integer behind i / l / u / d, enum, bool.
+    type Row<'a> = (String, Option<i64>, Option<&'a str>, Option<bool>);
+    let mut naive: Vec<Row> = Vec::new();
     for n in 0..600 {
         let i = (n % 7 != 3).then_some((n as i64 * 37) % 101 - 50);
         let e = ["x", "y", "z"].get(n % 4).copied();
