@@ -154,26 +154,9 @@ async fn optimize(a: Optimize) -> Result<()> {
     let r = r?;
     if a.json {
         print_json(&r);
-        return Ok(());
-    }
-    match &r.commit {
-        None => println!("every declared index of {} is current", r.branch),
-        Some(c) => {
-            for ix in &r.indexes {
-                println!(
-                    "built {} index of {}.{} over {} rows",
-                    ix["kind"].as_str().unwrap_or("?"),
-                    ix["type"].as_str().unwrap_or("?"),
-                    ix["property"].as_str().unwrap_or("?"),
-                    ix["rows"]
-                );
-            }
-            println!(
-                "commit {c} (graph version {}) in {:.1} s",
-                r.manifest_version,
-                started.elapsed().as_secs_f64()
-            );
-        }
+    } else {
+        table::print_optimize(&r);
+        println!("({:.1} s)", started.elapsed().as_secs_f64());
     }
     Ok(())
 }

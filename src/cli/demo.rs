@@ -134,21 +134,7 @@ pub async fn run(dir: Option<PathBuf>) -> Result<(), OmniError> {
     );
 
     step("optimize: build the indexes (a BTREE on every table's id), one commit");
-    let o = g.optimize("main").await?;
-    for ix in &o.indexes {
-        println!(
-            "built {} index of {}.{} over {} rows",
-            ix["kind"].as_str().unwrap_or("?"),
-            ix["type"].as_str().unwrap_or("?"),
-            ix["property"].as_str().unwrap_or("?"),
-            ix["rows"]
-        );
-    }
-    println!(
-        "commit {} at graph version {}",
-        o.commit.as_deref().unwrap_or("(none)"),
-        o.manifest_version
-    );
+    table::print_optimize(&g.optimize("main").await?);
 
     step("branch feature/dan from main, and append on it");
     g.branch_create("feature/dan", "main").await?;

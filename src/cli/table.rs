@@ -52,6 +52,23 @@ pub fn print_result(r: &omnigraph::QueryResult) -> omnigraph::Result<()> {
     Ok(())
 }
 
+/// An optimize: each index built, and its commit (if any).
+pub fn print_optimize(r: &omnigraph::OptimizeReport) {
+    for ix in &r.indexes {
+        println!(
+            "built {} index of {}.{} over {} rows",
+            ix["kind"].as_str().unwrap_or("?"),
+            ix["type"].as_str().unwrap_or("?"),
+            ix["property"].as_str().unwrap_or("?"),
+            ix["rows"]
+        );
+    }
+    match &r.commit {
+        None => println!("every index of {} is current: nothing to commit", r.branch),
+        Some(c) => println!("commit {c} at graph version {}", r.manifest_version),
+    }
+}
+
 pub fn print_load(r: &LoadReport) {
     let created = if r.branch_created { " (created)" } else { "" };
     println!(
