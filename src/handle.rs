@@ -536,21 +536,8 @@ impl Omnigraph {
     /// commit (none when all are current). Loads and mutations never build
     /// indexes; searches cover the rows an index does not, flat.
     pub async fn optimize(&self, branch: &str) -> Result<OptimizeReport> {
-        self.writes("optimize")?;
-        let snap = self.resolve(&Target::Branch(branch.to_string())).await?;
-        let mut stale = false;
-        for def in &self.inner.graph.catalog.types {
-            let table = self.inner.graph.read_table(&snap, def).await?;
-            stale |= optimize::needs_work(&self.inner.graph.store, &table, def).await?;
-        }
-        if !stale {
-            return Ok(OptimizeReport {
-                branch: branch.to_string(),
-                commit: None,
-                manifest_version: snap.manifest.version,
-                indexes: Vec::new(),
-            });
-        }
+        // Whether anything is stale is decided under the write's gates: with
+        // nothing to build it writes nothing (not even a sidecar).
         let ran = self
             .run(
                 OpKind::Write {

@@ -25,20 +25,39 @@ use crate::storage::tables::Table;
 use crate::storage::{scan, stage};
 use omnigraph_actors::WriteClass;
 
+/// What an `@index` on one property builds, by the property's type: a
+/// storage BTREE on an orderable scalar or enum, a search index on a
+/// String or a Vector; lists and blobs get none.
+enum Declared {
+    Btree,
+    Search(IndexKind),
+}
+
+fn declared_by(ty: &PropType) -> Option<Declared> {
+    match ty {
+        PropType::String => Some(Declared::Search(IndexKind::Text)),
+        PropType::Vector(_) => Some(Declared::Search(IndexKind::Vector)),
+        PropType::List(_) | PropType::Blob => None,
+        _ => Some(Declared::Btree),
+    }
+}
+
+/// Each single-property `@index` of a type, with what it builds.
+fn indexes(def: &TypeDef) -> impl Iterator<Item = (&String, Declared)> {
+    def.indexes
+        .iter()
+        .filter_map(|props| match props.as_slice() {
+            [p] => declared_by(&def.property(p)?.ty).map(|d| (p, d)),
+            _ => None,
+        })
+}
+
 /// The columns of a type that get a storage BTREE: `id`, and each `@index`
 /// on one orderable scalar or enum property.
 pub fn btree_columns(def: &TypeDef) -> Vec<String> {
     let mut out = vec![ID.to_string()];
-    for props in &def.indexes {
-        if let [p] = props.as_slice()
-            && def.property(p).is_some_and(|d| {
-                !matches!(
-                    d.ty,
-                    PropType::String | PropType::Vector(_) | PropType::List(_) | PropType::Blob
-                )
-            })
-            && !out.contains(p)
-        {
+    for (p, d) in indexes(def) {
+        if matches!(d, Declared::Btree) && !out.contains(p) {
             out.push(p.clone());
         }
     }
@@ -48,15 +67,10 @@ pub fn btree_columns(def: &TypeDef) -> Vec<String> {
 /// The search indexes a type declares: each `@index` on one String or
 /// Vector property.
 pub fn declared(def: &TypeDef) -> Vec<(String, IndexKind)> {
-    def.indexes
-        .iter()
-        .filter_map(|props| match props.as_slice() {
-            [p] => def.property(p).and_then(|d| match d.ty {
-                PropType::String => Some((p.clone(), IndexKind::Text)),
-                PropType::Vector(_) => Some((p.clone(), IndexKind::Vector)),
-                _ => None,
-            }),
-            _ => None,
+    indexes(def)
+        .filter_map(|(p, d)| match d {
+            Declared::Search(kind) => Some((p.clone(), kind)),
+            Declared::Btree => None,
         })
         .collect()
 }
@@ -88,14 +102,6 @@ pub async fn stale(
     Ok(out)
 }
 
-/// Has a table version any index to build or refresh?
-pub async fn needs_work(store: &Store, table: &Table, def: &TypeDef) -> Result<bool> {
-    Ok(!stale(store, table, def).await?.is_empty()
-        || !stage::stale_btrees(table, &btree_columns(def))
-            .await?
-            .is_empty())
-}
-
 pub struct OptimizeWork;
 
 impl PrepareWork for OptimizeWork {
@@ -125,9 +131,10 @@ impl PrepareWork for OptimizeWork {
                 }
                 if !stale_search.is_empty() {
                     let layout = target.layout().await?;
+                    let fragments = crate::index::coverage::digest(&layout);
                     let mut records = Vec::new();
                     for (prop, kind) in stale_search {
-                        let r = build(cx, def, &target, &layout, &prop, kind).await?;
+                        let r = build(cx, def, &target, (&layout, &fragments), &prop, kind).await?;
                         built.push(serde_json::json!({
                             "type": def.name, "property": prop, "kind": kind, "rows": r.rows,
                             "file": r.file,
@@ -160,7 +167,7 @@ async fn build(
     cx: &PrepareCx,
     def: &TypeDef,
     table: &Table,
-    layout: &Layout,
+    (layout, fragments): (&Layout, &str),
     prop: &str,
     kind: IndexKind,
 ) -> Result<IndexRef> {
@@ -185,7 +192,7 @@ async fn build(
         file,
         built_at: table.version(),
         rows,
-        fragments: crate::index::coverage::digest(layout),
+        fragments: fragments.to_string(),
     })
 }
 
