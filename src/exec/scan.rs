@@ -140,44 +140,14 @@ impl Ctx<'_> {
     ) -> Result<Option<arrow_array::BooleanArray>> {
         use arrow::compute::kernels::cmp;
         use arrow_array::{Datum, Scalar};
-        let (prop, ty, other, op) = match (&p.left, &p.right) {
-            (ValExpr::Prop { prop, ty, .. }, other) => (prop, ty, other, p.op),
-            (other, ValExpr::Prop { prop, ty, .. }) => match p.op {
-                CmpOp::Lt => (prop, ty, other, CmpOp::Gt),
-                CmpOp::Le => (prop, ty, other, CmpOp::Ge),
-                CmpOp::Gt => (prop, ty, other, CmpOp::Lt),
-                CmpOp::Ge => (prop, ty, other, CmpOp::Le),
-                op => (prop, ty, other, op),
-            },
-            _ => return Ok(None),
-        };
-        let Some(c) = self.const_of(other) else {
+        let Some((prop, ty, other, op)) = property_vs(p) else {
             return Ok(None);
         };
-        let one: ArrayRef = match (ty, &c) {
-            (PropType::I32, Value::Int(i)) => match i32::try_from(*i) {
-                Ok(v) => Arc::new(arrow_array::Int32Array::from(vec![v])),
-                Err(_) => return Ok(None),
-            },
-            (PropType::I64, Value::Int(i)) => Arc::new(arrow_array::Int64Array::from(vec![*i])),
-            (PropType::U32, Value::Int(i)) => match u32::try_from(*i) {
-                Ok(v) => Arc::new(arrow_array::UInt32Array::from(vec![v])),
-                Err(_) => return Ok(None),
-            },
-            (PropType::U64, Value::Int(i)) => match u64::try_from(*i) {
-                Ok(v) => Arc::new(arrow_array::UInt64Array::from(vec![v])),
-                Err(_) => return Ok(None),
-            },
-            (PropType::U64, Value::UInt(u)) => Arc::new(arrow_array::UInt64Array::from(vec![*u])),
-            (PropType::String | PropType::Enum(_), Value::Str(s)) => {
-                Arc::new(arrow_array::StringArray::from(vec![s.as_ref()]))
-            }
-            (PropType::Bool, Value::Bool(b)) => Arc::new(arrow_array::BooleanArray::from(vec![*b])),
-            (PropType::Date, Value::Date(d)) => Arc::new(arrow_array::Date32Array::from(vec![*d])),
-            (PropType::DateTime, Value::DateTime(ms)) => {
-                Arc::new(arrow_array::Date64Array::from(vec![*ms]))
-            }
-            _ => return Ok(None),
+        if matches!(ty, PropType::F32 | PropType::F64) {
+            return Ok(None);
+        }
+        let Some(one) = self.const_of(other).and_then(|c| scan::constant(ty, &c)) else {
+            return Ok(None);
         };
         let col = self.column(type_name, prop).await?;
         if col.data_type() != one.data_type() {
@@ -317,8 +287,16 @@ fn in_memory(p: &Pred) -> bool {
 /// A predicate as a typed Lance filter, when it is a property compared with
 /// a constant.
 pub(super) fn pushdown(ctx: &Ctx, p: &Pred) -> Option<Filter> {
-    let (prop, ty, value, op) = match (&p.left, &p.right) {
-        (ValExpr::Prop { prop, ty, .. }, other) => (prop, ty, ctx.const_of(other)?, p.op),
+    let (prop, ty, other, op) = property_vs(p)?;
+    Filter::compare(prop, ty, op, &ctx.const_of(other)?)
+}
+
+/// `p` read as `property op expression`, the comparison flipped when the
+/// property is on the right (`None` when neither side is a property, or
+/// the property is the right side of `contains` or `starts_with`).
+fn property_vs(p: &Pred) -> Option<(&str, &PropType, &ValExpr, CmpOp)> {
+    match (&p.left, &p.right) {
+        (ValExpr::Prop { prop, ty, .. }, other) => Some((prop, ty, other, p.op)),
         (other, ValExpr::Prop { prop, ty, .. }) => {
             let flipped = match p.op {
                 CmpOp::Lt => CmpOp::Gt,
@@ -326,11 +304,10 @@ pub(super) fn pushdown(ctx: &Ctx, p: &Pred) -> Option<Filter> {
                 CmpOp::Gt => CmpOp::Lt,
                 CmpOp::Ge => CmpOp::Le,
                 CmpOp::Eq | CmpOp::Ne => p.op,
-                _ => return None,
+                CmpOp::Contains | CmpOp::StartsWith => return None,
             };
-            (prop, ty, ctx.const_of(other)?, flipped)
+            Some((prop, ty, other, flipped))
         }
-        _ => return None,
-    };
-    Filter::compare(prop, ty, op, &value)
+        _ => None,
+    }
 }

@@ -93,6 +93,12 @@ impl Filter {
     }
 }
 
+/// `value` as a one-row array of a `ty` column's Arrow type, if it fits
+/// exactly (the same rule as the filters storage evaluates).
+pub fn constant(ty: &PropType, value: &Value) -> Option<arrow_array::ArrayRef> {
+    scalar(ty, value)?.to_array().ok()
+}
+
 /// `value` as a literal of a `ty` column's Arrow type, if it fits exactly.
 fn scalar(ty: &PropType, value: &Value) -> Option<ScalarValue> {
     Some(match (ty, value) {
