@@ -181,13 +181,13 @@ impl Ctx<'_> {
     /// A Vector property's persisted partitions at this snapshot, if it has
     /// an index.
     async fn vector_index(&self, type_name: &str, prop: &str) -> Result<Option<Arc<VectorView>>> {
-        let Some(r) = self.index_ref(type_name, prop, IndexKind::Vector).await? else {
-            return Ok(None);
-        };
         let key = Key::Partitions(self.phys(self.def(type_name))?, prop.to_string());
         if let Some(v) = self.cache.get::<VectorView>(&key) {
             return Ok(Some(v));
         }
+        let Some(r) = self.index_ref(type_name, prop, IndexKind::Vector).await? else {
+            return Ok(None);
+        };
         let p = self.persisted(&r, Ivf::from_bytes).await?;
         let cov = coverage::cover(&p.built, &self.layout(type_name).await?);
         let view = Arc::new(VectorView {
@@ -355,9 +355,7 @@ impl Ctx<'_> {
         let values = list.values().as_primitive::<Float32Type>().values();
         let qn = dot(q, q).sqrt();
         let probed = view.parts.probe(&order, top, &wanted, |r| {
-            let r = r as usize;
-            (norms[r] != 0.0 && qn != 0.0)
-                .then(|| 1.0 - dot(&values[r * dim..(r + 1) * dim], q) / (norms[r] * qn))
+            cosine(values, dim, &norms, r as usize, q, qn)
         });
         let mut distance = vec![f64::NAN; norms.len()];
         for &(r, d) in &probed.rows {
@@ -436,15 +434,15 @@ fn cosine_distances(col: &ArrayRef, norms: &[f64], q: &[f32], rows: &[u32]) -> F
     let values = list.values().as_primitive::<Float32Type>().values();
     let qn = dot(q, q).sqrt();
     rows.iter()
-        .map(|&r| {
-            let r = r as usize;
-            if norms[r] == 0.0 || qn == 0.0 {
-                return None;
-            }
-            let v = &values[r * dim..(r + 1) * dim];
-            Some(1.0 - dot(v, q) / (norms[r] * qn))
-        })
+        .map(|&r| cosine(values, dim, norms, r as usize, q, qn))
         .collect()
+}
+
+/// Row `r`'s cosine distance to `q` (of length `qn`); `None` for a null or
+/// zero vector, or a zero query.
+fn cosine(values: &[f32], dim: usize, norms: &[f64], r: usize, q: &[f32], qn: f64) -> Option<f64> {
+    (norms[r] != 0.0 && qn != 0.0)
+        .then(|| 1.0 - dot(&values[r * dim..(r + 1) * dim], q) / (norms[r] * qn))
 }
 
 /// The ranks (from 1) of the rows in `scores`' best `limit`, ties by the
