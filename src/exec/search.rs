@@ -60,7 +60,7 @@ struct VectorView {
 }
 
 /// Reads a persisted index file (`what` names it in errors).
-type Decode<T> = fn(&[u8], &str) -> Result<(Layout, T)>;
+type Decode<T> = fn(bytes::Bytes, &str) -> Result<(Layout, T)>;
 
 /// A persisted index as decoded: the layout it was built at and the index.
 struct Persisted<T> {
@@ -118,7 +118,7 @@ impl Ctx<'_> {
             .ok_or_else(|| OmniError::Storage(format!("index file {} is missing", r.file)))?;
         let len = bytes.len();
         let what = r.file.clone();
-        let (built, index) = tokio::task::spawn_blocking(move || decode(&bytes, &what))
+        let (built, index) = tokio::task::spawn_blocking(move || decode(bytes, &what))
             .await
             .map_err(|e| OmniError::Storage(format!("decoding index file {}: {e}", r.file)))??;
         let p = Arc::new(Persisted {
@@ -188,7 +188,9 @@ impl Ctx<'_> {
         let Some(r) = self.index_ref(type_name, prop, IndexKind::Vector).await? else {
             return Ok(None);
         };
-        let p = self.persisted(&r, Ivf::from_bytes).await?;
+        let p = self
+            .persisted(&r, |b, what| Ivf::from_bytes(&b, what))
+            .await?;
         let cov = coverage::cover(&p.built, &self.layout(type_name).await?);
         let view = Arc::new(VectorView {
             parts: Partitions::of(&p.index, &cov),

@@ -39,10 +39,19 @@ impl Encoder {
     }
 
     pub fn u32s(&mut self, v: &[u32]) {
-        self.u64(v.len() as u64);
-        self.buf.reserve(v.len() * 4);
+        self.words(v.len(), v.iter().map(|x| x.to_le_bytes()));
+    }
+
+    pub fn f32s(&mut self, v: &[f32]) {
+        self.words(v.len(), v.iter().map(|x| x.to_le_bytes()));
+    }
+
+    /// A list of `n` four-byte values.
+    fn words(&mut self, n: usize, v: impl Iterator<Item = [u8; 4]>) {
+        self.u64(n as u64);
+        self.buf.reserve(n * 4);
         for x in v {
-            self.buf.extend_from_slice(&x.to_le_bytes());
+            self.buf.extend_from_slice(&x);
         }
     }
 
@@ -70,14 +79,6 @@ impl Encoder {
         for &x in v {
             self.varint(x - prev);
             prev = x;
-        }
-    }
-
-    pub fn f32s(&mut self, v: &[f32]) {
-        self.u64(v.len() as u64);
-        self.buf.reserve(v.len() * 4);
-        for x in v {
-            self.buf.extend_from_slice(&x.to_le_bytes());
         }
     }
 
@@ -184,10 +185,6 @@ impl<'a> Decoder<'a> {
             .ok_or_else(|| corrupt(self.what, "a length runs past its end"))
     }
 
-    fn len(&mut self) -> Result<usize> {
-        self.count(4)
-    }
-
     fn varint(&mut self) -> Result<u32> {
         // Most numbers here are below 128: one byte.
         if let Some(&b) = self.buf.get(self.at)
@@ -233,20 +230,20 @@ impl<'a> Decoder<'a> {
     }
 
     pub fn u32s(&mut self) -> Result<Vec<u32>> {
-        let n = self.len()?;
-        Ok(self
-            .take(n * 4)?
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes(c.try_into().expect("4")))
-            .collect())
+        self.words(u32::from_le_bytes)
     }
 
     pub fn f32s(&mut self) -> Result<Vec<f32>> {
-        let n = self.len()?;
+        self.words(f32::from_le_bytes)
+    }
+
+    /// A list of four-byte values.
+    fn words<T>(&mut self, from: fn([u8; 4]) -> T) -> Result<Vec<T>> {
+        let n = self.count(4)?;
         Ok(self
             .take(n * 4)?
             .chunks_exact(4)
-            .map(|c| f32::from_le_bytes(c.try_into().expect("4")))
+            .map(|c| from(c.try_into().expect("4")))
             .collect())
     }
 

@@ -41,13 +41,16 @@ pub fn partitions_for(rows: usize) -> usize {
 }
 
 pub struct Ivf {
-    pub dim: usize,
+    dim: usize,
     /// `partitions * dim` values, each centroid of unit length.
     centroids: Vec<f32>,
     /// Per document: its partition, or [`UNASSIGNED`].
     assign: Vec<u32>,
 }
 
+/// `a · b` in f32, over eight lanes: enough to rank centroids and to train,
+/// many times over per row. (A search's distances are measured in f64 from
+/// the table's vectors, in `exec::search`.)
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut lanes = [0f32; 8];
     let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
@@ -77,10 +80,6 @@ fn normalise(v: &mut [f32]) -> bool {
 impl Ivf {
     pub fn partitions(&self) -> usize {
         self.centroids.len() / self.dim.max(1)
-    }
-
-    pub fn docs(&self) -> usize {
-        self.assign.len()
     }
 
     fn centroid(&self, p: usize) -> &[f32] {

@@ -6,6 +6,7 @@
 //! `fuzzy` filters.
 
 use arrow_array::{Array, StringArray};
+use bytes::Bytes;
 
 use super::codec::{Decoder, Encoder};
 use super::coverage::Coverage;
@@ -66,8 +67,10 @@ enum Postings {
     /// They are decoded when used, so a search decodes only its own
     /// tokens' (a new process reads a file, not the whole index).
     Stored {
-        bytes: std::sync::Arc<[u8]>,
+        bytes: Bytes,
         at: Vec<usize>,
+        /// The file, for errors.
+        what: String,
     },
 }
 
@@ -95,13 +98,11 @@ impl TextIndex {
         let mut vocab: FxHashMap<String, u32> = FxHashMap::default();
         let mut postings: Vec<Vec<(u32, u32)>> = Vec::new();
         let mut lengths = vec![NO_TEXT; column.len()];
-        let (mut docs, mut total) = (0u32, 0u64);
         let mut here: Vec<u32> = Vec::new();
         for row in rows {
             if column.is_null(row) {
                 continue;
             }
-            docs += 1;
             here.clear();
             each_token(column.value(row), |t| {
                 let id = match vocab.get(t) {
@@ -116,23 +117,20 @@ impl TextIndex {
                 here.push(id);
             });
             lengths[row] = here.len() as u32;
-            total += here.len() as u64;
             // The row's tokens counted: sorted, then runs.
             here.sort_unstable();
             for run in here.chunk_by(|a, b| a == b) {
                 postings[run[0] as usize].push((row as u32, run.len() as u32));
             }
         }
-        Self::assembled(vocab, postings, lengths, docs, total)
+        Self::assembled(vocab, Postings::Built(postings), lengths)
     }
 
-    fn assembled(
-        vocab: FxHashMap<String, u32>,
-        postings: Vec<Vec<(u32, u32)>>,
-        lengths: Vec<u32>,
-        docs: u32,
-        total: u64,
-    ) -> Self {
+    /// BM25's statistics (N, avgdl) follow from the lengths alone.
+    fn assembled(vocab: FxHashMap<String, u32>, postings: Postings, lengths: Vec<u32>) -> Self {
+        let present = lengths.iter().filter(|&&l| l != NO_TEXT);
+        let docs = present.clone().count() as u32;
+        let total: u64 = present.map(|&l| l as u64).sum();
         let mean_length = if docs == 0 {
             0.0
         } else {
@@ -140,7 +138,7 @@ impl TextIndex {
         };
         Self {
             vocab,
-            postings: Postings::Built(postings),
+            postings,
             lengths,
             docs,
             mean_length,
@@ -152,8 +150,8 @@ impl TextIndex {
         use std::borrow::Cow;
         match &self.postings {
             Postings::Built(p) => Ok(Cow::Borrowed(&p[id as usize])),
-            Postings::Stored { bytes, at } => {
-                let mut d = Decoder::resume(bytes, at[id as usize], "an inverted index");
+            Postings::Stored { bytes, at, what } => {
+                let mut d = Decoder::resume(bytes, at[id as usize], what);
                 let rows = d.ascending()?;
                 let tfs = d.varints()?;
                 if rows.len() != tfs.len()
@@ -161,30 +159,22 @@ impl TextIndex {
                         .last()
                         .is_some_and(|&r| r as usize >= self.lengths.len())
                 {
-                    return Err(crate::error::OmniError::Storage(
-                        "an inverted index's postings do not fit its rows".into(),
-                    ));
+                    return Err(crate::error::OmniError::Storage(format!(
+                        "index file {what}: postings do not fit its rows"
+                    )));
                 }
                 Ok(Cow::Owned(rows.into_iter().zip(tfs).collect()))
             }
         }
     }
 
-    fn tokens_count(&self) -> usize {
-        match &self.postings {
-            Postings::Built(p) => p.len(),
-            Postings::Stored { at, .. } => at.len(),
-        }
-    }
-
     /// The index of `rows` rows none of which is indexed.
     pub fn empty(rows: usize) -> Self {
-        Self::assembled(FxHashMap::default(), Vec::new(), vec![NO_TEXT; rows], 0, 0)
-    }
-
-    /// The rows (documents) this index was built over.
-    pub fn rows(&self) -> usize {
-        self.lengths.len()
+        Self::assembled(
+            FxHashMap::default(),
+            Postings::Built(Vec::new()),
+            vec![NO_TEXT; rows],
+        )
     }
 
     /// This index, built at another version, as the index of a version whose
@@ -193,28 +183,18 @@ impl TextIndex {
     /// The statistics (N, mean length, document frequencies) come out as if
     /// the whole version had been indexed at once.
     pub fn rebase(&self, cov: &Coverage, fresh: TextIndex) -> Result<TextIndex> {
-        let mut postings: Vec<Vec<(u32, u32)>> = (0..fresh.tokens_count() as u32)
-            .map(|id| fresh.list(id).map(|l| l.into_owned()))
-            .collect::<Result<_>>()?;
         let TextIndex {
             mut vocab,
+            postings,
             mut lengths,
-            mut docs,
             ..
         } = fresh;
-        let mut total: u64 = lengths
-            .iter()
-            .filter(|&&l| l != NO_TEXT)
-            .map(|&l| l as u64)
-            .sum();
+        let Postings::Built(mut postings) = postings else {
+            unreachable!("fresh rows are indexed in memory (build_rows)")
+        };
         for (doc, row) in cov.doc_row.iter().enumerate() {
-            let (Some(row), len) = (row, self.lengths[doc]) else {
-                continue;
-            };
-            if len != NO_TEXT {
-                lengths[*row as usize] = len;
-                docs += 1;
-                total += len as u64;
+            if let Some(row) = row {
+                lengths[*row as usize] = self.lengths[doc];
             }
         }
         for (word, &id) in &self.vocab {
@@ -237,11 +217,11 @@ impl TextIndex {
                 list.sort_unstable_by_key(|p| p.0);
             }
         }
-        Ok(Self::assembled(vocab, postings, lengths, docs, total))
+        Ok(Self::assembled(vocab, Postings::Built(postings), lengths))
     }
 
     /// The persisted form: every token with its postings, every length.
-    pub fn encode(&self, e: &mut Encoder) -> Result<()> {
+    fn encode(&self, e: &mut Encoder) -> Result<()> {
         e.varints(&self.lengths);
         e.u64(self.vocab.len() as u64);
         let mut words: Vec<(&String, &u32)> = self.vocab.iter().collect();
@@ -257,7 +237,7 @@ impl TextIndex {
 
     /// Read an index whose postings stay in `bytes` (the whole file) until
     /// used.
-    pub fn decode(d: &mut Decoder, bytes: std::sync::Arc<[u8]>) -> Result<Self> {
+    fn decode(d: &mut Decoder, bytes: Bytes, what: &str) -> Result<Self> {
         let lengths = d.varints()?;
         let words = d.u64()?;
         let mut vocab = FxHashMap::default();
@@ -269,17 +249,17 @@ impl TextIndex {
             let tfs = d.skip_varints()?;
             if rows != tfs {
                 return Err(crate::error::OmniError::Storage(format!(
-                    "an inverted index's postings of '{word}' do not fit its rows"
+                    "index file {what}: the postings of '{word}' do not fit its rows"
                 )));
             }
             vocab.insert(word, id as u32);
         }
-        let present = lengths.iter().filter(|&&l| l != NO_TEXT);
-        let docs = present.clone().count() as u32;
-        let total: u64 = present.map(|&l| l as u64).sum();
-        let mut ix = Self::assembled(vocab, Vec::new(), lengths, docs, total);
-        ix.postings = Postings::Stored { bytes, at };
-        Ok(ix)
+        let postings = Postings::Stored {
+            bytes,
+            at,
+            what: what.to_string(),
+        };
+        Ok(Self::assembled(vocab, postings, lengths))
     }
 
     pub fn to_bytes(&self, built: &super::coverage::Layout) -> Result<Vec<u8>> {
@@ -289,12 +269,12 @@ impl TextIndex {
         Ok(e.finish())
     }
 
-    /// A persisted index and the layout of the version it was built at.
-    pub fn from_bytes(bytes: &[u8], what: &str) -> Result<(super::coverage::Layout, Self)> {
-        let owned: std::sync::Arc<[u8]> = bytes.into();
-        let mut d = Decoder::new(bytes, MAGIC, what)?;
+    /// A persisted index and the layout of the version it was built at. The
+    /// index keeps `bytes` (no copy) and decodes postings from them on use.
+    pub fn from_bytes(bytes: Bytes, what: &str) -> Result<(super::coverage::Layout, Self)> {
+        let mut d = Decoder::new(&bytes, MAGIC, what)?;
         let built = super::coverage::decode(&mut d)?;
-        let ix = Self::decode(&mut d, owned)?;
+        let ix = Self::decode(&mut d, bytes.clone(), what)?;
         d.end()?;
         Ok((built, ix))
     }
@@ -304,7 +284,7 @@ impl TextIndex {
         let words: usize = self.vocab.keys().map(|k| k.len() + 32).sum();
         let posts: usize = match &self.postings {
             Postings::Built(p) => p.iter().map(|p| p.len() * 8 + 24).sum(),
-            Postings::Stored { bytes, at } => bytes.len() + at.len() * 8,
+            Postings::Stored { bytes, at, .. } => bytes.len() + at.len() * 8,
         };
         words + posts + self.lengths.len() * 4
     }
@@ -480,7 +460,7 @@ mod tests {
         let then = [Some("red apple"), None, Some("green apple pie")];
         let built = vec![frag(0, 3, &[])];
         let persisted = index(&then).to_bytes(&built).unwrap();
-        let (layout, base) = TextIndex::from_bytes(&persisted, "t").unwrap();
+        let (layout, base) = TextIndex::from_bytes(persisted.into(), "t").unwrap();
         assert_eq!(layout, built);
         // Now: row 0 deleted, a fragment of two rows appended.
         let now_rows = [None, Some("green apple pie"), Some("apple"), Some("plum")];
