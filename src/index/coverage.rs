@@ -107,16 +107,11 @@ pub fn cover(built: &[FragmentRows], now: &[FragmentRows]) -> Coverage {
 
 /// A name for the set of fragments of a layout (not their deletions).
 pub fn digest(layout: &[FragmentRows]) -> String {
-    use sha2::{Digest, Sha256};
-    let mut h = Sha256::new();
+    let mut text = String::new();
     for f in layout {
-        h.update(format!("{}:{}:{}\n", f.id, f.physical, f.files));
+        text.push_str(&format!("{}:{}:{}\n", f.id, f.physical, f.files));
     }
-    h.finalize()
-        .iter()
-        .take(16)
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    crate::util::hash::sha256_hex(text.as_bytes(), 16)
 }
 
 pub fn encode(layout: &[FragmentRows], e: &mut Encoder) {

@@ -33,7 +33,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use requests::StorageSession;
-use sha2::{Digest, Sha256};
 
 use crate::compiler::catalog::{Catalog, TypeDef};
 use crate::error::{OmniError, Result};
@@ -96,8 +95,7 @@ pub struct GraphStorage {
 }
 
 fn schema_id(source: &str) -> String {
-    let digest = Sha256::digest(source.as_bytes());
-    digest.iter().take(16).map(|b| format!("{b:02x}")).collect()
+    crate::util::hash::sha256_hex(source.as_bytes(), 16)
 }
 
 /// A new graph's first manifest version and its commit: `main` with every

@@ -388,17 +388,16 @@ impl Tables {
         mut base: Arc<Dataset>,
         txns: Vec<Transaction>,
     ) -> CommitResult {
-        let last = txns.len().saturating_sub(1);
         let mut result = Err(lance::Error::invalid_input("an empty change".to_string()));
-        for (k, txn) in txns.into_iter().enumerate() {
+        for txn in txns {
             result = CommitBuilder::new(base.clone())
                 .with_session(self.session.clone())
                 .with_max_retries(0)
                 .execute(txn)
                 .await;
             match &result {
-                Ok(ds) if k < last => base = Arc::new(ds.clone()),
-                _ => break,
+                Ok(ds) => base = Arc::new(ds.clone()),
+                Err(_) => break,
             }
         }
         match result {

@@ -58,6 +58,17 @@ impl Hasher for FxHasher {
     }
 }
 
+/// The first `bytes` bytes of the SHA-256 of `data`, in hex: a short,
+/// stable name for content (a schema, a set of fragments).
+pub fn sha256_hex(data: &[u8], bytes: usize) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(data)
+        .iter()
+        .take(bytes)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 pub type FxBuild = BuildHasherDefault<FxHasher>;
 pub type FxHashSet<T> = HashSet<T, FxBuild>;
 pub type FxHashMap<K, V> = HashMap<K, V, FxBuild>;

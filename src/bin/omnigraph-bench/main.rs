@@ -517,10 +517,8 @@ async fn mutations(n: usize, history: usize) {
 }
 
 fn sha12(mut handles: Vec<String>) -> String {
-    use sha2::{Digest, Sha256};
     handles.sort();
-    let d = Sha256::digest(handles.join("\n").as_bytes());
-    d.iter().take(6).map(|b| format!("{b:02x}")).collect()
+    omnigraph::util::hash::sha256_hex(handles.join("\n").as_bytes(), 6)
 }
 
 /// The answer of one query variant in the reference file's shape.
