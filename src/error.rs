@@ -82,11 +82,15 @@ pub enum OmniError {
     LeaseLost { reason: String },
     #[error("resource limit exceeded: {what} (limit {limit})")]
     ResourceLimitExceeded { what: String, limit: String },
-    /// An optimize found, under its gates, every index already current:
-    /// it wrote nothing. `Omnigraph::optimize` reports that as a result
-    /// without a commit, so callers of the handle never see this error.
-    #[error("every index is already current")]
+    /// A write found, under its gates, nothing to do (an optimize with
+    /// every index current, a merge whose source adds nothing): it wrote
+    /// nothing. The handle reports that as a result without a commit, so
+    /// its callers never see this error.
+    #[error("nothing to write: already current")]
     AlreadyCurrent,
+    /// A merge found conflicts; nothing was written. All of them, in order.
+    #[error("the merge has {} conflict(s): {}", .0.len(), show_conflicts(.0))]
+    MergeConflicts(Vec<crate::write::merge::MergeConflict>),
     #[error("not found: {0}")]
     NotFound(String),
     #[error("already exists: {0}")]
@@ -104,6 +108,19 @@ pub enum OmniError {
     Lance(#[from] lance::Error),
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
+}
+
+fn show_conflicts(c: &[crate::write::merge::MergeConflict]) -> String {
+    c.iter()
+        .map(|c| {
+            let at = c
+                .property
+                .as_ref()
+                .map_or(String::new(), |p| format!(".{p}"));
+            format!("{:?} on {} {:?}{at}", c.kind, c.type_name, c.id)
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 fn at_position(line: usize, column: usize) -> String {
@@ -148,6 +165,7 @@ impl OmniError {
             Self::LeaseLost { .. } => "LeaseLost",
             Self::ResourceLimitExceeded { .. } => "ResourceLimitExceeded",
             Self::AlreadyCurrent => "AlreadyCurrent",
+            Self::MergeConflicts(_) => "MergeConflicts",
             Self::NotFound(_) => "NotFound",
             Self::AlreadyExists(_) => "AlreadyExists",
             Self::BadRequest(_) => "BadRequest",

@@ -24,6 +24,7 @@ use crate::storage::{GraphStorage, Snapshot, Target};
 use crate::util::ulid::new_ulid;
 use crate::write::compact::{COMPACT_AT_FRAGMENTS, CompactWork};
 use crate::write::load::{LoadMode, prepare_input};
+use crate::write::merge::{self, MergeOutcome, MergeWork, changes::EntityChange};
 use crate::write::mutate::{self, MutationResult, MutationWork};
 use crate::write::optimize;
 use omnigraph_actors::host::Host;
@@ -461,11 +462,10 @@ impl Omnigraph {
 
     async fn fragmented_tables(&self, branch: &str) -> Result<Vec<String>> {
         let snap = self.resolve(&Target::Branch(branch.to_string())).await?;
-        let own = snap.record.own_lance_branch(branch);
         let mut out = Vec::new();
         for t in &self.inner.graph.catalog.types {
             let r = snap.table(t)?;
-            if r.lance_branch != own {
+            if r.lance_branch != snap.record.line(branch, &t.table_key()) {
                 continue;
             }
             if self.inner.graph.read_table(&snap, t).await?.fragments() >= COMPACT_AT_FRAGMENTS {
@@ -592,6 +592,80 @@ impl Omnigraph {
             head_commit: snap.record.head.clone(),
             types,
         })
+    }
+
+    /// Merge branch `source` into `target` as one write: nothing to do
+    /// (`UpToDate`), the target becomes the source (`FastForward`), or a
+    /// three-way merge commit (`Merged`). The source is pinned at its head
+    /// now; a later advance of it is not merged. Any conflict writes nothing
+    /// and is `MergeConflicts`, listing them all.
+    pub async fn merge(&self, source: &str, target: &str) -> Result<MergeOutcome> {
+        self.writes("merge")?;
+        if source == target {
+            return Err(OmniError::BadRequest(format!(
+                "branch '{source}' cannot be merged into itself"
+            )));
+        }
+        let latest = self.inner.graph.manifests.refresh().await?;
+        for b in [source, target] {
+            if !latest.branches.contains_key(b) {
+                return Err(OmniError::NotFound(format!("branch '{b}'")));
+            }
+        }
+        let pinned = self.resolve(&Target::Branch(source.to_string())).await?;
+        let source_head = pinned.record.head.clone();
+        let ran = self
+            .run(
+                OpKind::Write {
+                    branch: target.to_string(),
+                },
+                "merge",
+                Some(Arc::new(MergeWork { source: pinned })),
+            )
+            .await;
+        match ran {
+            Err(OmniError::AlreadyCurrent) => {
+                let snap = self.resolve(&Target::Branch(target.to_string())).await?;
+                Ok(MergeOutcome::UpToDate {
+                    commit: snap.record.head,
+                })
+            }
+            Err(e) => Err(e),
+            Ok((commit, _, summary)) => {
+                if summary["fast_forward"].as_bool() == Some(true) {
+                    Ok(MergeOutcome::FastForward {
+                        commit: source_head,
+                    })
+                } else {
+                    Ok(MergeOutcome::Merged {
+                        commit: commit.unwrap_or_default(),
+                    })
+                }
+            }
+        }
+    }
+
+    /// One commit's record (`NotFound` for an id no published version carries).
+    pub async fn commit(&self, id: &str) -> Result<CommitRecord> {
+        self.inner
+            .graph
+            .manifests
+            .commit(id)
+            .await?
+            .ok_or_else(|| OmniError::NotFound(format!("commit {id}")))
+    }
+
+    /// The entities commit `id` inserted, updated or deleted on its branch
+    /// (a merge commit: on the target), optionally of one type only.
+    pub async fn changes(&self, id: &str, type_name: Option<&str>) -> Result<Vec<EntityChange>> {
+        let rec = self.commit(id).await?;
+        let catalog = self.catalog();
+        if let Some(t) = type_name
+            && !catalog.types.iter().any(|d| d.name == t)
+        {
+            return Err(OmniError::NotFound(format!("type {t}")));
+        }
+        merge::changes::commit_changes(&self.inner.graph, &catalog, &rec, type_name).await
     }
 
     /// The commits reachable from a branch head, newest first.

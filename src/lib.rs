@@ -28,4 +28,6 @@ pub use handle::{
 pub use storage::Target;
 pub use storage::manifest::CommitRecord;
 pub use write::load::LoadMode;
+pub use write::merge::changes::EntityChange;
+pub use write::merge::{MergeConflict, MergeOutcome};
 pub use write::mutate::MutationResult;

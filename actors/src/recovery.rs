@@ -518,6 +518,7 @@ impl Recovery {
                     change: Change::Commit {
                         commit: intent.commit.clone(),
                         tables,
+                        merge: intent.merge.clone(),
                     },
                 };
                 res.step = Step::Publishing;
@@ -891,6 +892,7 @@ mod tests {
                     txn: format!("x{i}"),
                 })
                 .collect(),
+            merge: None,
         }
     }
 

@@ -185,6 +185,23 @@ pub struct Plan {
     pub class: WriteClass,
     /// Sorted by table key (the gate order) and without duplicates.
     pub tables: Vec<TablePlan>,
+    /// A merge's other side, published with the commit.
+    pub merge: Option<MergeOf>,
+}
+
+/// What a merge publishes beside its table commits: the source head it
+/// pinned (the merge commit's second parent), the tables the target takes
+/// from the source exactly as they are (changed on the source only; no
+/// table commit, so no table gate: the branch gate covers the re-pointing),
+/// and whether it is a fast-forward (the head moves to the source's commit
+/// instead of a new one). Plain data, kept in the sidecar, so a recovery
+/// that rolls a merge forward publishes the same merge.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MergeOf {
+    pub source: String,
+    pub head: Head,
+    pub adopt: Vec<String>,
+    pub fast_forward: bool,
 }
 
 /// A recovery sidecar: written before the first table commit, deleted after
@@ -198,6 +215,7 @@ pub struct Intent {
     pub expected: Head,
     pub commit: CommitId,
     pub tables: Vec<IntentTable>,
+    pub merge: Option<MergeOf>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -237,6 +255,7 @@ pub enum Change {
     Commit {
         commit: CommitId,
         tables: Vec<(TableKey, u64)>,
+        merge: Option<MergeOf>,
     },
     /// Recovery restored rolled-back tables; the branch keeps its head commit
     /// and its tables point at the restored versions.

@@ -486,6 +486,7 @@ impl Writer {
                     txn: t.txn.clone(),
                 })
                 .collect(),
+            merge: plan.merge.clone(),
         }
     }
 
@@ -546,6 +547,7 @@ impl Writer {
         let change = Change::Commit {
             commit: plan.commit.clone(),
             tables,
+            merge: plan.merge.clone(),
         };
         let expected = self.captured.clone();
         let mut fx = Vec::new();
@@ -957,6 +959,7 @@ mod tests {
                 staged: StagedRef("node:A".into()),
                 txn: "t".into(),
             }],
+            merge: None,
         };
         let fx = w.on_io(0, *req, IoOut::Prepared(Ok(plan)));
         assert!(

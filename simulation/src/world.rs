@@ -590,6 +590,7 @@ impl World {
                 WriteClass::Retryable
             },
             tables,
+            merge: None,
         })
     }
 
@@ -737,7 +738,7 @@ impl World {
         next.version = version;
         next.carries = None;
         match &req.change {
-            Change::Commit { commit, tables } => {
+            Change::Commit { commit, tables, .. } => {
                 let rec = next.branches.get_mut(&req.branch).expect("checked");
                 let own = own_lance(&req.branch, rec.incarnation);
                 for (k, v) in tables {

@@ -223,6 +223,24 @@ pub enum BranchCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Merge a branch into another (exit code 5 on conflicts: nothing is written).
+    Merge(Merge),
+}
+
+#[derive(clap::Args)]
+pub struct Merge {
+    /// The branch whose work comes in.
+    pub source: String,
+    #[arg(long, default_value = "main")]
+    pub into: String,
+    /// Delete the source branch after a successful merge (a failed delete
+    /// is reported; the merge stands).
+    #[arg(long)]
+    pub delete_branch: bool,
+    #[command(flatten)]
+    pub graph: Graph,
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Subcommand)]
@@ -234,6 +252,25 @@ pub enum CommitCmd {
         branch: String,
         #[arg(long)]
         limit: Option<usize>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// One commit: id, parents, branch, manifest version, actor, time, summary.
+    Show {
+        id: String,
+        #[command(flatten)]
+        graph: Graph,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The entities a commit inserted, updated or deleted.
+    Changes {
+        id: String,
+        #[command(flatten)]
+        graph: Graph,
+        /// Only this type's changes.
+        #[arg(long = "type")]
+        type_name: Option<String>,
         #[arg(long)]
         json: bool,
     },

@@ -7,7 +7,7 @@ use omnigraph::{LoadMode, OmniError, Omnigraph, Target};
 use serde::Serialize;
 
 use super::args::{
-    BranchCmd, Cmd, CommitCmd, Export, Graph, Init, Load, Mutate, Optimize, Query, Snapshot,
+    BranchCmd, Cmd, CommitCmd, Export, Graph, Init, Load, Merge, Mutate, Optimize, Query, Snapshot,
     StressWriter, query_inputs, target,
 };
 use super::progress::Progress;
@@ -39,19 +39,28 @@ pub async fn run(cmd: Cmd) -> Result<()> {
             BranchCmd::Delete { name, graph, json } => {
                 Box::pin(async move { branch_delete(&name, &graph, json).await })
             }
+            BranchCmd::Merge(a) => Box::pin(branch_merge(a)),
         },
         Cmd::Snapshot(a) => Box::pin(snapshot(a)),
         Cmd::Query(a) => Box::pin(query(a)),
         Cmd::Mutate(a) => Box::pin(mutate(a)),
-        Cmd::Commit {
-            cmd:
-                CommitCmd::List {
-                    graph,
-                    branch,
-                    limit,
-                    json,
-                },
-        } => Box::pin(async move { commit_list(&graph, &branch, limit, json).await }),
+        Cmd::Commit { cmd } => match cmd {
+            CommitCmd::List {
+                graph,
+                branch,
+                limit,
+                json,
+            } => Box::pin(async move { commit_list(&graph, &branch, limit, json).await }),
+            CommitCmd::Show { id, graph, json } => {
+                Box::pin(async move { commit_show(&id, &graph, json).await })
+            }
+            CommitCmd::Changes {
+                id,
+                graph,
+                type_name,
+                json,
+            } => Box::pin(async move { commit_changes(&id, &graph, type_name, json).await }),
+        },
         Cmd::Export(a) => Box::pin(export(a)),
         Cmd::Optimize(a) => Box::pin(optimize(a)),
         Cmd::StressWriter(a) => Box::pin(stress_writer(a)),
@@ -142,6 +151,65 @@ async fn branch_delete(name: &str, graph: &Graph, json: bool) -> Result<()> {
         print_json(&serde_json::json!({ "deleted": name }));
     } else {
         println!("deleted branch {name}");
+    }
+    Ok(())
+}
+
+async fn branch_merge(a: Merge) -> Result<()> {
+    let g = Omnigraph::open(a.graph.uri()?).await?;
+    let started = std::time::Instant::now();
+    let merged = g.merge(&a.source, &a.into).await;
+    let deleted = match (&merged, a.delete_branch) {
+        (Ok(_), true) => Some(g.branch_delete(&a.source).await),
+        _ => None,
+    };
+    g.close().await;
+    let outcome = match merged {
+        Ok(o) => o,
+        Err(OmniError::MergeConflicts(c)) => {
+            if a.json {
+                print_json(&serde_json::json!({ "outcome": "conflicts", "conflicts": c }));
+            } else {
+                table::print_conflicts(&c);
+            }
+            return Err(OmniError::MergeConflicts(c));
+        }
+        Err(e) => return Err(e),
+    };
+    let delete_error = match &deleted {
+        Some(Err(e)) => Some(format!("error[{}]: {e}", e.kind())),
+        _ => None,
+    };
+    if a.json {
+        let mut v = serde_json::json!({ "outcome": outcome.name(), "commit": outcome.commit() });
+        if let Some(d) = &deleted {
+            v["branch_deleted"] = serde_json::json!(d.is_ok());
+            if let Some(e) = &delete_error {
+                v["delete_error"] = serde_json::json!(e);
+            }
+        }
+        print_json(&v);
+    } else {
+        println!(
+            "{} {} into {}: {} ({:.2} s)",
+            outcome.name(),
+            a.source,
+            a.into,
+            outcome.commit(),
+            started.elapsed().as_secs_f64()
+        );
+        match &deleted {
+            Some(Ok(())) => println!("deleted branch {}", a.source),
+            Some(Err(_)) => {}
+            None => {}
+        }
+    }
+    if let Some(e) = delete_error {
+        // The merge stands; the branch stays.
+        eprintln!(
+            "the merge succeeded but deleting branch {} failed: {e}",
+            a.source
+        );
     }
     Ok(())
 }
@@ -242,6 +310,33 @@ async fn commit_list(graph: &Graph, branch: &str, limit: Option<usize>, json: bo
         print_json(&commits);
     } else {
         table::print_commits(&commits);
+    }
+    Ok(())
+}
+
+async fn commit_show(id: &str, graph: &Graph, json: bool) -> Result<()> {
+    let g = Omnigraph::open_read_only(graph.uri()?).await?;
+    let c = g.commit(id).await?;
+    if json {
+        print_json(&c);
+    } else {
+        table::print_commit(&c);
+    }
+    Ok(())
+}
+
+async fn commit_changes(
+    id: &str,
+    graph: &Graph,
+    type_name: Option<String>,
+    json: bool,
+) -> Result<()> {
+    let g = Omnigraph::open_read_only(graph.uri()?).await?;
+    let changes = g.changes(id, type_name.as_deref()).await?;
+    if json {
+        print_json(&changes);
+    } else {
+        table::print_changes(&changes);
     }
     Ok(())
 }

@@ -13,7 +13,8 @@ use clap::Parser;
 use omnigraph::OmniError;
 
 /// 2: the input is wrong (fix it); 4: a condition or another writer got in
-/// the way (retry); 1: anything else.
+/// the way (retry); 5: a merge has conflicts (resolve them); 1: anything
+/// else.
 fn exit_code(e: &OmniError) -> i32 {
     match e {
         OmniError::Parse { .. }
@@ -24,6 +25,7 @@ fn exit_code(e: &OmniError) -> i32 {
         OmniError::ReadSetChanged
         | OmniError::Contended { .. }
         | OmniError::PreconditionFailed { .. } => 4,
+        OmniError::MergeConflicts(_) => 5,
         _ => 1,
     }
 }

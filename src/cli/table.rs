@@ -1,6 +1,6 @@
 //! Human-readable output of the CLI: small aligned tables.
 
-use omnigraph::{BranchInfo, CommitRecord, LoadReport, SnapshotInfo};
+use omnigraph::{BranchInfo, CommitRecord, EntityChange, LoadReport, MergeConflict, SnapshotInfo};
 
 /// Print rows under a header, each column as wide as its widest cell.
 pub fn table(header: &[&str], rows: &[Vec<String>]) {
@@ -142,4 +142,38 @@ pub fn print_commits(list: &[CommitRecord]) {
         })
         .collect();
     table(&["commit", "graph version", "kind", "actor", "time"], &rows);
+}
+
+pub fn print_commit(c: &CommitRecord) {
+    println!("commit           {}", c.id);
+    println!("parents          {}", c.parents.join(", "));
+    println!("branch           {}", c.branch);
+    println!("graph version    {}", c.manifest_version);
+    println!("kind             {}", c.kind);
+    println!("actor            {}", c.actor);
+    println!("time             {}", c.timestamp);
+    println!("summary          {}", c.summary);
+}
+
+pub fn print_changes(list: &[EntityChange]) {
+    let rows: Vec<Vec<String>> = list
+        .iter()
+        .map(|c| vec![c.change.to_string(), c.type_name.clone(), c.id.clone()])
+        .collect();
+    table(&["change", "type", "id"], &rows);
+}
+
+pub fn print_conflicts(list: &[MergeConflict]) {
+    let rows: Vec<Vec<String>> = list
+        .iter()
+        .map(|c| {
+            vec![
+                format!("{:?}", c.kind),
+                c.type_name.clone(),
+                c.id.clone(),
+                c.property.clone().unwrap_or_default(),
+            ]
+        })
+        .collect();
+    table(&["conflict", "type", "id", "property"], &rows);
 }

@@ -44,12 +44,23 @@ pub struct BranchRecord {
     /// Table key -> table state. A branch shares its parent's table (the ref
     /// names the parent's Lance branch) until it first writes that table.
     pub tables: BTreeMap<String, TableRef>,
+    /// Table key -> the Lance branch this branch writes that table on, where
+    /// it is not the branch's default line: a merge that made the branch
+    /// take another branch's table version in place of its own moves the
+    /// branch to a fresh line for that table (its old line keeps the past).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub lines: BTreeMap<String, String>,
 }
 
 impl BranchRecord {
-    /// The Lance branch this graph branch writes its tables on.
-    pub fn own_lance_branch(&self, name: &str) -> Option<String> {
-        lance_branch_name(name, self.incarnation)
+    /// The Lance branch this graph branch (`name`) writes `table` on: a
+    /// table ref naming it is the branch's own; any other is shared, and the
+    /// first write forks it onto this line.
+    pub fn line(&self, name: &str, table: &str) -> Option<String> {
+        match self.lines.get(table) {
+            Some(l) => Some(l.clone()),
+            None => lance_branch_name(name, self.incarnation),
+        }
     }
 }
 

@@ -116,6 +116,7 @@ fn first_version(
             incarnation: 0,
             parent: None,
             tables: refs,
+            lines: BTreeMap::new(),
         },
     );
     let m = Manifest {

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::objstore::Store;
 use crate::error::Result;
-use omnigraph_actors::{CommitId, Head, Intent, IntentTable, OpId, TableKey};
+use omnigraph_actors::{CommitId, Head, Intent, IntentTable, MergeOf, OpId, TableKey};
 
 const DIR: &str = "_graph/recovery";
 
@@ -23,6 +23,18 @@ struct SidecarFile {
     expected_version: u64,
     commit: String,
     tables: Vec<SidecarTable>,
+    /// A merge's other side (absent for every other write).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    merge: Option<SidecarMerge>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct SidecarMerge {
+    source: String,
+    source_commit: String,
+    source_version: u64,
+    adopt: Vec<String>,
+    fast_forward: bool,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -55,6 +67,13 @@ pub async fn write(store: &Store, intent: &Intent, owner: &str) -> Result<()> {
                 txn: t.txn.clone(),
             })
             .collect(),
+        merge: intent.merge.as_ref().map(|m| SidecarMerge {
+            source: m.source.clone(),
+            source_commit: m.head.commit.0.clone(),
+            source_version: m.head.version,
+            adopt: m.adopt.clone(),
+            fast_forward: m.fast_forward,
+        }),
     };
     store
         .put(&file(&intent.op), &serde_json::to_vec_pretty(&f)?)
@@ -105,6 +124,15 @@ pub async fn list(store: &Store) -> Result<Vec<(Intent, String)>> {
                         txn: t.txn,
                     })
                     .collect(),
+                merge: f.merge.map(|m| MergeOf {
+                    source: m.source,
+                    head: Head {
+                        commit: CommitId(m.source_commit),
+                        version: m.source_version,
+                    },
+                    adopt: m.adopt,
+                    fast_forward: m.fast_forward,
+                }),
             },
             f.owner,
         ));

@@ -183,6 +183,67 @@ pub async fn btrees(Table(ds): Table, columns: &[String]) -> Result<TableChange>
     )))
 }
 
+/// Replace rows by where they are: the rows at `remove` (fragment id ->
+/// physical offsets, live ones) are deleted and `add` is appended, as one
+/// transaction. Nothing is looked up by key, so its cost is that of the
+/// rows it touches, whatever the table's size (a merge knows every row's
+/// address from the fragments it compared).
+pub async fn replace_rows(
+    Table(ds): Table,
+    remove: &std::collections::BTreeMap<u32, Vec<u32>>,
+    add: Vec<RecordBatch>,
+) -> Result<TableChange> {
+    use lance::dataset::transaction::{Operation, UpdateMode};
+    let mut updated_fragments = Vec::new();
+    let mut removed_fragment_ids = Vec::new();
+    for (fid, offsets) in remove {
+        let frag = ds.get_fragment(*fid as usize).ok_or_else(|| {
+            OmniError::Storage(format!(
+                "fragment {fid} is not in version {}",
+                ds.version().version
+            ))
+        })?;
+        match frag.extend_deletions(offsets.iter().copied()).await? {
+            Some(f) => updated_fragments.push(f.metadata().clone()),
+            None => removed_fragment_ids.push(u64::from(*fid)),
+        }
+    }
+    let new_fragments = if add.iter().all(|b| b.num_rows() == 0) {
+        Vec::new()
+    } else {
+        let session = ds.session();
+        let params = write_params(&session, WriteMode::Append);
+        let txn = InsertBuilder::new(ds.clone())
+            .with_params(&params)
+            .execute_uncommitted(add)
+            .await?;
+        match txn.operation {
+            Operation::Append { fragments } => fragments,
+            other => {
+                return Err(OmniError::Storage(format!(
+                    "an append staged {other:?}, not new fragments"
+                )));
+            }
+        }
+    };
+    let op = Operation::Update {
+        removed_fragment_ids,
+        updated_fragments,
+        new_fragments,
+        fields_modified: Vec::new(),
+        compacted_sstables: Vec::new(),
+        fields_for_preserving_frag_bitmap: Vec::new(),
+        update_mode: Some(UpdateMode::RewriteRows),
+        inserted_rows_filter: None,
+        updated_fragment_offsets: None,
+    };
+    Ok(TableChange::one(Transaction::new(
+        ds.version().version,
+        op,
+        None,
+    )))
+}
+
 /// Delete the rows with these ids.
 pub async fn delete_ids(Table(ds): Table, ids: &[String]) -> Result<TableChange> {
     let list = ids.iter().map(|s| lit(s.clone())).collect();

@@ -46,6 +46,8 @@ pub struct Prepared {
     pub class: WriteClass,
     /// Recorded in the commit record and returned to the caller.
     pub summary: serde_json::Value,
+    /// A merge's other side, published with the commit.
+    pub merge: Option<MergeOf>,
 }
 
 struct StagedTable {
@@ -85,12 +87,24 @@ impl PrepareCx {
     /// published); the version returned is the base the commit must land on.
     pub async fn target(&self, t: &TypeDef) -> Result<Table> {
         let r = self.snapshot.table(t)?;
-        let own = self.snapshot.record.own_lance_branch(&self.snapshot.branch);
+        let own = self.line(t);
         if r.lance_branch == own {
             return Ok(Table(self.graph.tables.open(r).await?));
         }
-        let own = own.expect("main always owns its tables");
+        let own = own.ok_or_else(|| {
+            OmniError::Storage(format!(
+                "{} on {} names another branch's table but the branch has no line to fork it onto",
+                t.name, self.snapshot.branch
+            ))
+        })?;
         Ok(Table(self.graph.tables.ensure_fork(r, &own).await?))
+    }
+
+    /// The Lance branch this write's branch writes `t` on.
+    fn line(&self, t: &TypeDef) -> Option<String> {
+        self.snapshot
+            .record
+            .line(&self.snapshot.branch, &t.table_key())
     }
 
     /// Stage `txn` (built against `base` from [`Self::target`]) as this write's
@@ -119,7 +133,7 @@ impl PrepareCx {
                 format!("{name}.{k}")
             };
         }
-        let own = self.snapshot.record.own_lance_branch(&self.snapshot.branch);
+        let own = self.line(t);
         self.staged.insert(
             key.clone(),
             StagedTable {
@@ -176,6 +190,32 @@ struct Faults {
     crash_at: Option<CrashPoint>,
     commits: u32,
     halted: bool,
+}
+
+/// Point `rec` (branch `name`) at the source's version of each table in
+/// `adopt`, and move the branch to a fresh line for it (`<name>-v<version>`,
+/// unique per manifest version): its old line keeps the branch's past (or
+/// holds a fork of the table it shared before, which must not be reused),
+/// and the next write forks the adopted version onto the new one.
+fn adopt(
+    rec: &mut BranchRecord,
+    name: &str,
+    src: &BranchRecord,
+    adopt: &[String],
+    version: u64,
+) -> Result<()> {
+    for key in adopt {
+        let theirs = src
+            .tables
+            .get(key)
+            .ok_or_else(|| OmniError::Storage(format!("the merge source has no table {key}")))?
+            .clone();
+        if theirs.lance_branch != rec.line(name, key) {
+            rec.lines.insert(key.clone(), format!("{name}-v{version}"));
+        }
+        rec.tables.insert(key.clone(), theirs);
+    }
+    Ok(())
 }
 
 pub struct LanceSubstrate {
@@ -283,7 +323,7 @@ impl LanceSubstrate {
         };
         Ok(Some(Physical {
             dir: self.table_def(&table.table)?.table_dir(),
-            lance_branch: rec.own_lance_branch(&table.branch),
+            lance_branch: rec.line(&table.branch, &table.table),
         }))
     }
 
@@ -308,7 +348,7 @@ impl LanceSubstrate {
                 published: false,
             });
         };
-        let own = rec.own_lance_branch(&table.branch);
+        let own = rec.line(&table.branch, &table.table);
         let Some(r) = rec.tables.get(&table.table) else {
             return Ok(TableView {
                 latest: None,
@@ -396,13 +436,14 @@ impl LanceSubstrate {
                     })
                     .collect();
                 ctx.staged = cx.staged;
-                ctx.summary = prepared.summary;
+                ctx.summary = prepared.summary.clone();
                 ctx.error = None;
                 IoOut::Prepared(Ok(Plan {
                     commit: CommitId(crate::util::ulid::new_ulid()),
                     schema: self.g.schema_id.clone(),
                     class: prepared.class,
                     tables,
+                    merge: prepared.merge,
                 }))
             }
             Err(e) => {
@@ -586,46 +627,75 @@ impl LanceSubstrate {
         next.version = version;
         let mut commit_record = None;
         let (kind, commit) = match &req.change {
-            Change::Commit { commit, tables } => {
+            Change::Commit {
+                commit,
+                tables,
+                merge,
+            } => {
+                // The source's state as the merge pinned it (an immutable
+                // manifest version, so a source that moved or was deleted
+                // since changes nothing).
+                let source = match merge {
+                    Some(m) => Some(
+                        self.g
+                            .manifests
+                            .at(m.head.version)
+                            .await?
+                            .branch(&m.source)?
+                            .clone(),
+                    ),
+                    None => None,
+                };
                 let rec = next.branches.get_mut(&req.branch).expect("head checked");
                 let parent = rec.head.clone();
-                let own = rec.own_lance_branch(&req.branch);
                 for (key, v) in tables {
                     let dir = self.table_def(&key.table)?.table_dir();
+                    let lance_branch = rec.line(&req.branch, &key.table);
                     rec.tables.insert(
                         key.table.clone(),
                         TableRef {
                             dir,
-                            lance_branch: own.clone(),
+                            lance_branch,
                             version: *v,
                         },
                     );
                 }
-                rec.head = commit.0.clone();
+                if let (Some(m), Some(src)) = (merge, &source) {
+                    adopt(rec, &req.branch, src, &m.adopt, version)?;
+                }
                 rec.updated_at = version;
-                let (kind, summary) = {
-                    let ops = self.ops.lock();
-                    match ops.get(&req.op) {
-                        Some(c) => (c.kind.clone(), c.summary.clone()),
-                        None => (RECOVERED_KIND.to_string(), serde_json::Value::Null),
-                    }
-                };
-                commit_record = Some(CommitRecord {
-                    id: commit.0.clone(),
-                    parents: vec![parent],
-                    branch: req.branch.clone(),
-                    manifest_version: version,
-                    actor: self.actor.clone(),
-                    timestamp: chrono::Utc::now().to_rfc3339(),
-                    kind,
-                    summary,
-                });
-                ("commit", Some(commit.0.clone()))
+                if let Some(m) = merge.as_ref().filter(|m| m.fast_forward) {
+                    // The head moves to the source's commit: no new commit.
+                    rec.head = m.head.commit.0.clone();
+                    ("fast_forward", None)
+                } else {
+                    rec.head = commit.0.clone();
+                    let (kind, summary) = {
+                        let ops = self.ops.lock();
+                        match ops.get(&req.op) {
+                            Some(c) => (c.kind.clone(), c.summary.clone()),
+                            None => (RECOVERED_KIND.to_string(), serde_json::Value::Null),
+                        }
+                    };
+                    let mut parents = vec![parent];
+                    parents.extend(merge.as_ref().map(|m| m.head.commit.0.clone()));
+                    commit_record = Some(CommitRecord {
+                        id: commit.0.clone(),
+                        parents,
+                        branch: req.branch.clone(),
+                        manifest_version: version,
+                        actor: self.actor.clone(),
+                        timestamp: chrono::Utc::now().to_rfc3339(),
+                        kind,
+                        summary,
+                    });
+                    ("commit", Some(commit.0.clone()))
+                }
             }
             Change::Repoint { tables } => {
                 let rec = next.branches.get_mut(&req.branch).expect("head checked");
-                let own = rec.own_lance_branch(&req.branch);
                 for (key, v) in tables {
+                    let own = rec.line(&req.branch, &key.table);
                     if let Some(r) = rec.tables.get_mut(&key.table)
                         && r.lance_branch == own
                     {
@@ -653,6 +723,7 @@ impl LanceSubstrate {
                         incarnation: version,
                         parent: Some(from.clone()),
                         tables: src.tables.clone(),
+                        lines: BTreeMap::new(),
                     },
                 );
                 ("create_branch", None)
@@ -680,11 +751,24 @@ impl LanceSubstrate {
         let Some(rec) = self.deleted.lock().remove(branch) else {
             return Ok(());
         };
-        let Some(own) = rec.own_lance_branch(branch) else {
-            return Ok(());
+        // A merge may have made another branch take this branch's table
+        // version as it is: a line a live branch names stays.
+        let latest = self.g.manifests.refresh().await?;
+        let named = |dir: &str, line: &str| {
+            latest.branches.values().any(|b| {
+                b.tables
+                    .values()
+                    .any(|t| t.dir == dir && t.lance_branch.as_deref() == Some(line))
+            })
         };
         let mut first_error = None;
-        for t in rec.tables.values() {
+        for (key, t) in &rec.tables {
+            let Some(own) = rec.line(branch, key) else {
+                continue;
+            };
+            if named(&t.dir, &own) {
+                continue;
+            }
             if let Err(e) = self.g.tables.drop_branch(&t.dir, &own).await {
                 // A child branch may still share this fork's files: keep it.
                 debug!(branch, table = %t.dir, error = %e, "fork kept");

@@ -91,6 +91,29 @@ impl Table {
         Ok(out)
     }
 
+    /// Every column of the rows at these physical offsets of fragment
+    /// `fragment` (all live in this version), in the order given. `deleted`
+    /// is the fragment's sorted deleted offsets (from [`Self::layout`]).
+    pub async fn rows_at(
+        &self,
+        fragment: u32,
+        offsets: &[u32],
+        deleted: &[u32],
+    ) -> Result<RecordBatch> {
+        let frag = self.0.get_fragment(fragment as usize).ok_or_else(|| {
+            OmniError::Storage(format!(
+                "fragment {fragment} is not in version {}",
+                self.version()
+            ))
+        })?;
+        // Lance's take counts live rows: skip the deleted ones before each.
+        let logical: Vec<u32> = offsets
+            .iter()
+            .map(|o| o - deleted.partition_point(|d| d < o) as u32)
+            .collect();
+        Ok(frag.take(&logical, self.0.schema()).await?)
+    }
+
     /// The persisted index of `column` this version records, if any.
     pub fn index_of(&self, column: &str) -> Result<Option<IndexRef>> {
         match self.0.metadata().get(&index_key(column)) {

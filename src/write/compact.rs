@@ -39,6 +39,7 @@ impl PrepareWork for CompactWork {
             Ok(Prepared {
                 class: WriteClass::Retryable,
                 summary: serde_json::json!({ "compacted": compacted }),
+                merge: None,
             })
         })
     }

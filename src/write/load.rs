@@ -431,6 +431,7 @@ impl PrepareWork for LoadWork {
                     "nodes": nodes,
                     "edges": edges,
                 }),
+                merge: None,
             })
         })
     }

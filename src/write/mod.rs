@@ -6,6 +6,7 @@ pub mod compact;
 pub mod ids;
 pub mod jsonl;
 pub mod load;
+pub mod merge;
 pub mod mutate;
 pub mod optimize;
 mod staged_rules;

@@ -650,6 +650,7 @@ impl PrepareWork for MutationWork {
             Ok(Prepared {
                 class,
                 summary: serde_json::json!({ "mutation": self.plan.name, "nodes": nodes, "edges": edges }),
+                merge: None,
             })
         })
     }

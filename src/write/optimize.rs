@@ -157,6 +157,7 @@ impl PrepareWork for OptimizeWork {
             Ok(Prepared {
                 class: WriteClass::Retryable,
                 summary: serde_json::json!({ "indexes": built }),
+                merge: None,
             })
         })
     }

@@ -11,6 +11,7 @@ mod differential;
 mod export;
 mod indexes;
 mod load;
+mod merge;
 mod mutate;
 mod outage;
 mod processes;

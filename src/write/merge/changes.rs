@@ -1,0 +1,173 @@
+//! The entity changes between two versions of one table, read from the
+//! rows their fragment layouts say differ (`delta`): the one reading of
+//! "what changed" that a merge's sides and `commit changes` share.
+
+use std::collections::{BTreeMap, HashMap};
+
+use arrow_array::{Array, RecordBatch, StringArray};
+use serde::Serialize;
+
+use super::delta::{Rows, delta};
+use crate::compiler::catalog::Catalog;
+use crate::error::{OmniError, Result};
+use crate::storage::manifest::CommitRecord;
+use crate::storage::tables::Table;
+use crate::storage::{GraphStorage, Snapshot};
+
+/// A row among one side's reads: (batch, row).
+pub type Loc = (usize, usize);
+
+/// One side of a change: the rows that left the older version and those
+/// that arrived in the newer one, by id, each with where it is (fragment,
+/// offset: in the older version for rows that left, the newer for rows
+/// that arrived). An id in both changed or was rewritten.
+#[derive(Default)]
+pub struct Side {
+    pub batches: Vec<RecordBatch>,
+    pub left: HashMap<String, (Loc, (u32, u32))>,
+    pub arrived: HashMap<String, (Loc, (u32, u32))>,
+}
+
+async fn read(
+    table: &Table,
+    rows: &Rows,
+    batches: &mut Vec<RecordBatch>,
+) -> Result<HashMap<String, (Loc, (u32, u32))>> {
+    let layout = table.layout().await?;
+    let deleted: HashMap<u64, &Vec<u32>> = layout.iter().map(|f| (f.id, &f.deleted)).collect();
+    let mut out = HashMap::new();
+    for (frag, offsets) in rows {
+        let none = Vec::new();
+        let del = deleted.get(&u64::from(*frag)).copied().unwrap_or(&none);
+        let batch = table.rows_at(*frag, offsets, del).await?;
+        let ids = batch
+            .column(0)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .ok_or_else(|| OmniError::Storage("the id column is not a string".into()))?;
+        let b = batches.len();
+        for (r, o) in offsets.iter().enumerate() {
+            out.insert(ids.value(r).to_string(), ((b, r), (*frag, *o)));
+        }
+        batches.push(batch);
+    }
+    Ok(out)
+}
+
+/// The change from `old` to `new`, two versions of one table's lineage.
+pub async fn side(old: &Table, new: &Table) -> Result<Side> {
+    let d = delta(&old.layout().await?, &new.layout().await?);
+    let mut s = Side::default();
+    s.left = read(old, &d.left, &mut s.batches).await?;
+    s.arrived = read(new, &d.arrived, &mut s.batches).await?;
+    Ok(s)
+}
+
+impl Side {
+    fn row_equal(&self, a: Loc, b: Loc) -> bool {
+        let (x, y) = (&self.batches[a.0], &self.batches[b.0]);
+        (0..x.num_columns()).all(|c| {
+            crate::compiler::value::at(x.column(c), a.1)
+                == crate::compiler::value::at(y.column(c), b.1)
+        })
+    }
+
+    /// The ids that left and did not come back.
+    pub fn deleted_ids(&self) -> std::collections::HashSet<String> {
+        self.left
+            .keys()
+            .filter(|id| !self.arrived.contains_key(*id))
+            .cloned()
+            .collect()
+    }
+
+    /// Each id that really changed: (id, "insert" | "update" | "delete").
+    /// A row that left and came back equal (a compaction) is no change.
+    pub fn entity_changes(&self) -> Vec<(String, &'static str)> {
+        let mut out = Vec::new();
+        for (id, (at, _)) in &self.arrived {
+            match self.left.get(id) {
+                None => out.push((id.clone(), "insert")),
+                Some((old, _)) if !self.row_equal(*old, *at) => out.push((id.clone(), "update")),
+                Some(_) => {}
+            }
+        }
+        for id in self.left.keys() {
+            if !self.arrived.contains_key(id) {
+                out.push((id.clone(), "delete"));
+            }
+        }
+        out.sort();
+        out
+    }
+}
+
+/// One entity a commit changed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct EntityChange {
+    pub change: &'static str,
+    #[serde(rename = "type")]
+    pub type_name: String,
+    pub id: String,
+}
+
+/// What commit `rec` changed on its branch, against its first parent (for
+/// a merge commit: what it changed on the target), optionally for one type.
+pub async fn commit_changes(
+    g: &GraphStorage,
+    catalog: &Catalog,
+    rec: &CommitRecord,
+    only: Option<&str>,
+) -> Result<Vec<EntityChange>> {
+    let after = snapshot_of(g, rec).await?;
+    let before = match rec.parents.first() {
+        Some(p) => {
+            let prec =
+                g.manifests.commit(p).await?.ok_or_else(|| {
+                    OmniError::Storage(format!("commit {p} is missing its record"))
+                })?;
+            Some(snapshot_of(g, &prec).await?)
+        }
+        None => None,
+    };
+    let mut out = Vec::new();
+    let mut by_type: BTreeMap<usize, Vec<EntityChange>> = BTreeMap::new();
+    for (i, def) in catalog.types.iter().enumerate() {
+        if only.is_some_and(|t| t != def.name) {
+            continue;
+        }
+        let new_ref = after.table(def)?;
+        let new = g.read_table(&after, def).await?;
+        let old = match &before {
+            Some(b) if b.table(def)? == new_ref => continue,
+            Some(b) => g.read_table(b, def).await?,
+            // The graph's first commit only creates the empty tables.
+            None => continue,
+        };
+        let s = side(&old, &new).await?;
+        by_type.insert(
+            i,
+            s.entity_changes()
+                .into_iter()
+                .map(|(id, change)| EntityChange {
+                    change,
+                    type_name: def.name.clone(),
+                    id,
+                })
+                .collect(),
+        );
+    }
+    for (_, v) in by_type {
+        out.extend(v);
+    }
+    Ok(out)
+}
+
+/// The branch state a commit published.
+async fn snapshot_of(g: &GraphStorage, rec: &CommitRecord) -> Result<Snapshot> {
+    g.snapshot(&crate::storage::Target::Version {
+        version: rec.manifest_version,
+        branch: rec.branch.clone(),
+    })
+    .await
+}
