@@ -13,6 +13,7 @@ pub const NAMES: &[&str] = &[
     "recover-live-intent",
     "skip-process-lock",
     "delete-sidecar-before-restore",
+    "recover-merge-without-source",
 ];
 
 #[cfg(feature = "planted-bugs")]
@@ -27,6 +28,7 @@ pub struct Bugs {
     recover_live_intent: bool,
     skip_process_lock: bool,
     delete_sidecar_before_restore: bool,
+    recover_merge_without_source: bool,
 }
 
 #[cfg(feature = "planted-bugs")]
@@ -43,6 +45,7 @@ impl Bugs {
             "recover-live-intent" => b.recover_live_intent = true,
             "skip-process-lock" => b.skip_process_lock = true,
             "delete-sidecar-before-restore" => b.delete_sidecar_before_restore = true,
+            "recover-merge-without-source" => b.recover_merge_without_source = true,
             _ => return None,
         }
         Some(b)
@@ -73,6 +76,10 @@ impl Bugs {
     }
     pub fn delete_sidecar_before_restore(&self) -> bool {
         self.delete_sidecar_before_restore
+    }
+    /// A recovery that rolls a merge forward publishes it as a plain commit.
+    pub fn recover_merge_without_source(&self) -> bool {
+        self.recover_merge_without_source
     }
 }
 
@@ -115,6 +122,9 @@ impl Bugs {
         false
     }
     pub const fn delete_sidecar_before_restore(&self) -> bool {
+        false
+    }
+    pub const fn recover_merge_without_source(&self) -> bool {
         false
     }
 }

@@ -109,7 +109,12 @@ impl GateOwner {
             .max();
         let change = match (self.lock_held, want) {
             (Some(_), None) => Some(None),
-            (held, Some(m)) if !covers(held, m) => Some(Some(m)),
+            // An upgrade gives the weaker lock up first: two processes that
+            // each held it shared and upgraded in place would wait on each
+            // other forever. No local holder needs it meanwhile: the gate
+            // grants an exclusive lease only to a lone holder.
+            (Some(held), Some(m)) if !covers(Some(held), m) => Some(None),
+            (None, Some(m)) => Some(Some(m)),
             _ => None,
         };
         if let Some(target) = change
@@ -450,6 +455,32 @@ mod tests {
             matches!(&fx[..], [Effect::Send(Addr::Writer(w), Msg::Granted { .. })] if *w == op("a"))
         );
         assert_eq!(o.lock_held(), Some(GateMode::Exclusive));
+        o.check().unwrap();
+    }
+
+    #[test]
+    fn an_upgrade_gives_the_shared_lock_up_before_asking_for_the_exclusive_one() {
+        // Two processes that each hold the schema lock shared and upgrade it
+        // in place would wait for each other forever.
+        let mut o = GateOwner::new(OwnerKind::Schema, Bugs::default());
+        let ask = |o: &mut GateOwner, who: &str, mode| {
+            o.on_msg(0, Addr::Writer(op(who)), Msg::Acquire { op: op(who), mode })
+        };
+        let (r, _) = only_io(&ask(&mut o, "a", GateMode::Shared));
+        let (r, _) = only_io(&o.on_io(0, r, IoOut::Locked(Ok(()))));
+        o.on_io(0, r, IoOut::SchemaId(Ok("s".into())));
+        assert_eq!(o.lock_held(), Some(GateMode::Shared));
+        assert!(ask(&mut o, "b", GateMode::Exclusive).is_empty());
+        let (r, io) = only_io(&release(&mut o, "a"));
+        assert_eq!(io, Io::UnlockGate { gate: Addr::Schema });
+        let (_, io) = only_io(&o.on_io(0, r, IoOut::Locked(Ok(()))));
+        assert_eq!(
+            io,
+            Io::LockGate {
+                gate: Addr::Schema,
+                mode: GateMode::Exclusive
+            }
+        );
         o.check().unwrap();
     }
 

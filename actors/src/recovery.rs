@@ -518,7 +518,11 @@ impl Recovery {
                     change: Change::Commit {
                         commit: intent.commit.clone(),
                         tables,
-                        merge: intent.merge.clone(),
+                        merge: if self.bugs.recover_merge_without_source() {
+                            None
+                        } else {
+                            intent.merge.clone()
+                        },
                     },
                 };
                 res.step = Step::Publishing;

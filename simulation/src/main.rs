@@ -90,8 +90,8 @@ fn main() -> ExitCode {
     let single = args.seeds.end - args.seeds.start == 1;
     let started = Instant::now();
     let mut digests = BTreeSet::new();
-    let (mut runs, mut steps, mut checks, mut crashes, mut committed) =
-        (0u64, 0u64, 0u64, 0u64, 0u64);
+    let (mut runs, mut steps, mut checks, mut crashes, mut committed, mut merges) =
+        (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
     let mut failures = Vec::new();
     for seed in args.seeds.clone() {
         let report = run_seed(seed, bugs, single && args.trace);
@@ -100,6 +100,7 @@ fn main() -> ExitCode {
         checks += report.checks;
         crashes += report.crashes as u64;
         committed += report.committed as u64;
+        merges += report.merges as u64;
         digests.insert(report.digest);
         if single {
             for line in &report.trace {
@@ -119,7 +120,7 @@ fn main() -> ExitCode {
     }
     let secs = started.elapsed().as_secs_f64();
     println!(
-        "{runs} seeds in {secs:.2} s ({:.0} seeds/s): {steps} steps, {checks} invariant checks, {crashes} crashes, {committed} writes committed, {} distinct trace digests",
+        "{runs} seeds in {secs:.2} s ({:.0} seeds/s): {steps} steps, {checks} invariant checks, {crashes} crashes, {committed} writes committed ({merges} merges), {} distinct trace digests",
         runs as f64 / secs.max(1e-9),
         digests.len()
     );

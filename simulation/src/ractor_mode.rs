@@ -110,7 +110,7 @@ async fn start(
 
 async fn run(seed: u64, bugs: Bugs) -> RactorReport {
     let mut rng = Rng::new(seed);
-    let planned = workload::generate(&mut rng);
+    let planned = workload::generate(&mut rng).all();
     let world = Arc::new(Mutex::new(World::new()));
     let epoch = Arc::new(Mutex::new(0u64));
     let found: Found = Arc::new(Mutex::new(None));

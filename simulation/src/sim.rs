@@ -54,6 +54,8 @@ pub struct RunReport {
     pub violation: Option<Violation>,
     pub trace: Vec<String>,
     pub committed: usize,
+    /// Merge commits published (recovered ones included).
+    pub merges: usize,
     pub crashes: u32,
     pub checks: u64,
     pub procs: usize,
@@ -129,6 +131,8 @@ pub struct Sim {
     timers: Vec<Timer>,
     tick: u64,
     planned: VecDeque<Planned>,
+    /// Started once the early operations have settled.
+    late: VecDeque<Planned>,
     clients: BTreeMap<OpId, Client>,
     /// Commits acknowledged to clients: (branch, its incarnation, commit).
     acked: Vec<(String, u64, CommitId)>,
@@ -157,7 +161,7 @@ fn gate_rank(a: &Addr) -> (u8, String) {
 impl Sim {
     pub fn new(cfg: Config) -> Self {
         let mut rng = Rng::new(cfg.seed);
-        let planned = workload::generate(&mut rng);
+        let workload = workload::generate(&mut rng);
         let n = cfg.procs.unwrap_or_else(|| 1 + rng.below(MAX_PROCS));
         let mut sim = Self {
             cfg,
@@ -170,7 +174,8 @@ impl Sim {
             ios: Vec::new(),
             timers: Vec::new(),
             tick: 0,
-            planned: planned.into(),
+            planned: workload.early.into(),
+            late: workload.late.into(),
             clients: BTreeMap::new(),
             acked: Vec::new(),
             gate_log: BTreeMap::new(),
@@ -617,6 +622,7 @@ impl Sim {
             .visible_violation(latest)
             .or_else(|| self.world.durability_violation(&self.acked))
             .or_else(|| self.world.unowned_effect_violation())
+            .or_else(|| self.world.merge_violation())
         {
             self.fail(inv, detail);
         }
@@ -671,9 +677,14 @@ impl Sim {
     /// settle, and check that a second recovery changes nothing
     /// (idempotence) and that the graph still takes a write.
     pub fn run(mut self) -> RunReport {
-        if self.settle(MAX_STEPS) {
+        // Each phase gets its own step budget.
+        if self.settle(MAX_STEPS) && !self.late.is_empty() {
+            self.planned = std::mem::take(&mut self.late);
+            self.settle(self.steps + MAX_STEPS);
+        }
+        if self.violation.is_none() {
             self.crash_all();
-            self.settle(MAX_STEPS);
+            self.settle(self.steps + MAX_STEPS);
         }
         if self.violation.is_none()
             && let Some((inv, detail)) = self.world.settled_violation()
@@ -684,7 +695,7 @@ impl Sim {
             // Recovery is idempotent: another crash and recovery change nothing.
             let before = (self.world.manifests.len(), self.world.tables.clone());
             self.crash_all();
-            self.settle(MAX_STEPS * 2);
+            self.settle(self.steps + MAX_STEPS * 2);
             if self.violation.is_none()
                 && self.quiescent()
                 && (self.world.manifests.len(), self.world.tables.clone()) != before
@@ -703,6 +714,12 @@ impl Sim {
             .values()
             .filter(|c| matches!(c.state, ClientState::Answered(Outcome::Committed { .. })))
             .count();
+        let merges = self
+            .world
+            .commits
+            .values()
+            .filter(|c| c.merged.is_some())
+            .count();
         RunReport {
             seed: self.cfg.seed,
             steps: self.steps,
@@ -710,6 +727,7 @@ impl Sim {
             violation: self.violation,
             trace: self.trace,
             committed,
+            merges,
             crashes: self.crashes,
             checks: self.checks,
             procs: self.procs.len(),

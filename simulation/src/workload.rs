@@ -1,6 +1,7 @@
 //! Seeded workloads: writers with strict inserts, upserts, updates and
 //! deletes over several tables, on one branch and on several; optimize
-//! (index builds over every table, no row changes); branch create and
+//! (index builds over every table, no row changes); merges between
+//! branches (racing writes on both sides); branch create and
 //! delete; schema applies (the schema gate, exclusively). Small id pools
 //! make conflicts common.
 
@@ -22,7 +23,23 @@ fn pick<'a>(rng: &mut Rng, from: &[&'a str]) -> &'a str {
     from[rng.below(from.len())]
 }
 
-pub fn generate(rng: &mut Rng) -> Vec<Planned> {
+/// A run's operations: `early` start at once, `late` once the early ones
+/// have settled (the merges, and writes that race them on both sides).
+pub struct Workload {
+    pub early: Vec<Planned>,
+    pub late: Vec<Planned>,
+}
+
+impl Workload {
+    /// Every operation, early then late.
+    pub fn all(self) -> Vec<Planned> {
+        let mut v = self.early;
+        v.extend(self.late);
+        v
+    }
+}
+
+pub fn generate(rng: &mut Rng) -> Workload {
     let n = 4 + rng.below(9);
     let mut out = Vec::with_capacity(n);
     for i in 0..n {
@@ -102,5 +119,52 @@ pub fn generate(rng: &mut Rng) -> Vec<Planned> {
         };
         out.push(planned);
     }
-    out
+    // Merges start once the early operations have settled, so the
+    // branches have diverged, usually into main from a branch the run
+    // created first; a write on each side races them.
+    let mut late = Vec::new();
+    if rng.chance(2, 3) {
+        let source = pick(rng, BRANCHES);
+        out.insert(
+            0,
+            Planned {
+                op: OpId("w-create".into()),
+                kind: OpKind::CreateBranch {
+                    name: source.to_string(),
+                    from: MAIN.to_string(),
+                },
+                stmts: Vec::new(),
+            },
+        );
+        for k in 0..1 + rng.below(2) {
+            let (from, into) = if rng.chance(3, 4) {
+                (source, MAIN)
+            } else {
+                (MAIN, source)
+            };
+            late.push(Planned {
+                op: OpId(format!("w-merge{k}")),
+                kind: OpKind::Write {
+                    branch: into.to_string(),
+                },
+                stmts: vec![Stmt::Merge {
+                    source: from.to_string(),
+                }],
+            });
+        }
+        for (k, branch) in [MAIN, source].into_iter().enumerate() {
+            late.push(Planned {
+                op: OpId(format!("w-race{k}")),
+                kind: OpKind::Write {
+                    branch: branch.to_string(),
+                },
+                stmts: vec![Stmt::Upsert {
+                    table: pick(rng, TABLES).to_string(),
+                    id: pick(rng, IDS).to_string(),
+                    val: 1000 + k as i64,
+                }],
+            });
+        }
+    }
+    Workload { early: out, late }
 }

@@ -65,6 +65,8 @@ pub struct ManifestV {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CommitRec {
     pub parent: Option<CommitId>,
+    /// A merge commit's second parent: the source head it merged.
+    pub merged: Option<CommitId>,
     pub version: u64,
 }
 
@@ -97,6 +99,12 @@ pub enum Stmt {
     Index {
         table: String,
     },
+    /// Merge branch `source` (pinned at its head when the write first
+    /// prepares) into the write's branch: the naive three-way merge of the
+    /// base, source and target contents, row by row; any conflict rejects.
+    Merge {
+        source: String,
+    },
 }
 
 impl Stmt {
@@ -107,6 +115,7 @@ impl Stmt {
             | Stmt::Update { table, .. }
             | Stmt::Delete { table, .. }
             | Stmt::Index { table } => table,
+            Stmt::Merge { .. } => "",
         }
     }
     pub fn strict(&self) -> bool {
@@ -172,6 +181,11 @@ pub struct World {
     pub effects: BTreeMap<CommitId, BTreeMap<String, Changes>>,
     /// The tables whose index each prepared commit rebuilds.
     pub index_effects: BTreeMap<CommitId, Vec<String>>,
+    /// Each merge's pinned source head (outside the process: the client
+    /// named it when the merge started).
+    pins: BTreeMap<OpId, CommitId>,
+    /// Each prepared merge commit: (target head it merged into, source head).
+    pub merges: BTreeMap<CommitId, (CommitId, CommitId)>,
     pub violations: Vec<String>,
 }
 
@@ -202,6 +216,7 @@ impl World {
             root.clone(),
             CommitRec {
                 parent: None,
+                merged: None,
                 version: 1,
             },
         );
@@ -493,7 +508,13 @@ impl World {
         let mut inserts: BTreeMap<String, Vec<String>> = BTreeMap::new();
         let mut indexed: BTreeMap<String, Rows> = BTreeMap::new();
         let mut strict = false;
-        for s in &stmts {
+        let mut merge = None;
+        if let [Stmt::Merge { source }] = stmts.as_slice() {
+            let (merged, note) = self.merge_changes(op, source, &rec)?;
+            changes = merged;
+            merge = Some(note);
+        }
+        for s in stmts.iter().filter(|s| !matches!(s, Stmt::Merge { .. })) {
             let t = s.table().to_string();
             let r = &rec.tables[&t];
             let rows = view.entry(t.clone()).or_insert_with(|| {
@@ -528,7 +549,7 @@ impl World {
                     }
                     (id.clone(), None)
                 }
-                Stmt::Index { .. } => unreachable!("handled above"),
+                Stmt::Index { .. } | Stmt::Merge { .. } => unreachable!("handled above"),
             };
             apply(rows, std::slice::from_ref(&change));
             changes.entry(t).or_default().push(change);
@@ -578,6 +599,10 @@ impl World {
             });
         }
         self.staged.insert(op.clone(), (p, staged));
+        if let Some(m) = &merge {
+            self.merges
+                .insert(commit.clone(), (rec.head.clone(), m.head.commit.clone()));
+        }
         self.effects.insert(commit.clone(), changes);
         self.index_effects
             .insert(commit.clone(), indexed.into_keys().collect());
@@ -590,8 +615,134 @@ impl World {
                 WriteClass::Retryable
             },
             tables,
-            merge: None,
+            merge,
         })
+    }
+
+    /// A merge's changes to the target, and what it publishes beside them.
+    /// Every table the merge changes gets a table commit (the simulator
+    /// does not model taking another branch's table as it is).
+    fn merge_changes(
+        &mut self,
+        op: &OpId,
+        source: &str,
+        target: &BranchRec,
+    ) -> Result<(BTreeMap<String, Changes>, MergeOf), Option<String>> {
+        let pinned = match self.pins.get(op) {
+            Some(c) => c.clone(),
+            None => {
+                let head = self.latest().branches.get(source).ok_or(None)?.head.clone();
+                self.pins.insert(op.clone(), head.clone());
+                head
+            }
+        };
+        let base = self
+            .merge_base(&target.head, &pinned)
+            .ok_or_else(|| Some("no common ancestor".to_string()))?;
+        if base == pinned {
+            return Err(None); // up to date
+        }
+        let history = || Some("a merge side has no history".to_string());
+        let b = self.expected(&base).ok_or_else(history)?;
+        let s = self.expected(&pinned).ok_or_else(history)?;
+        let t = self.expected(&target.head).ok_or_else(history)?;
+        let merged = three_way(&b, &s, &t).ok_or(None)?;
+        let mut changes = BTreeMap::new();
+        for (table, rows) in &merged {
+            let now = t.get(table).cloned().unwrap_or_default();
+            let mut ids: Vec<&String> = rows.keys().chain(now.keys()).collect();
+            ids.sort();
+            ids.dedup();
+            let ch: Changes = ids
+                .into_iter()
+                .filter(|id| rows.get(*id) != now.get(*id))
+                .map(|id| (id.clone(), rows.get(id).copied()))
+                .collect();
+            if !ch.is_empty() {
+                changes.insert(table.clone(), ch);
+            }
+        }
+        let version = self.commits.get(&pinned).ok_or_else(history)?.version;
+        Ok((
+            changes,
+            MergeOf {
+                source: source.to_string(),
+                head: Head {
+                    commit: pinned,
+                    version,
+                },
+                adopt: Vec::new(),
+                fast_forward: false,
+            },
+        ))
+    }
+
+    /// Every commit `c` descends from, itself included, by both parents.
+    fn ancestors(&self, c: &CommitId) -> std::collections::BTreeSet<CommitId> {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut todo = vec![c.clone()];
+        while let Some(x) = todo.pop() {
+            if !seen.insert(x.clone()) {
+                continue;
+            }
+            if let Some(rec) = self.commits.get(&x) {
+                todo.extend(rec.parent.iter().cloned());
+                todo.extend(rec.merged.iter().cloned());
+            }
+        }
+        seen
+    }
+
+    /// The newest common ancestor of two commits.
+    pub fn merge_base(&self, a: &CommitId, b: &CommitId) -> Option<CommitId> {
+        let theirs = self.ancestors(b);
+        self.ancestors(a)
+            .into_iter()
+            .filter(|c| theirs.contains(c))
+            .max_by_key(|c| self.commits.get(c).map(|r| r.version))
+    }
+
+    /// Every published merge commit has the source head as its second
+    /// parent, and its content is the three-way merge of its base, source
+    /// and target: whatever crashed or raced, recovery included.
+    pub fn merge_violation(&self) -> Option<(&'static str, String)> {
+        for (commit, (target, source)) in &self.merges {
+            let Some(rec) = self.commits.get(commit) else {
+                continue;
+            };
+            let carried = self
+                .manifests
+                .get(rec.version as usize - 1)
+                .is_some_and(|m| m.carries.as_ref() == Some(commit));
+            if !carried {
+                continue;
+            }
+            if rec.merged.as_ref() != Some(source) {
+                return Some((
+                    "a merge commit names the merged source head as its second parent",
+                    format!(
+                        "{commit:?} has second parent {:?}, not {source:?}",
+                        rec.merged
+                    ),
+                ));
+            }
+            let base = self.merge_base(target, source)?;
+            let naive = three_way(
+                &self.expected(&base)?,
+                &self.expected(source)?,
+                &self.expected(target)?,
+            );
+            if naive.as_ref() != self.expected(commit).as_ref() {
+                return Some((
+                    "the merged image is the three-way merge of base, source and target",
+                    format!(
+                        "{commit:?} shows {:?}, the merge of {base:?}, {source:?} and {target:?} is {naive:?}",
+                        self.expected(commit)
+                    ),
+                ));
+            }
+        }
+        None
     }
 
     fn commit(
@@ -721,6 +872,7 @@ impl World {
             {
                 let orphan = CommitRec {
                     parent: Some(rec.head.clone()),
+                    merged: None,
                     version: self.latest().version + 1,
                 };
                 self.commits.insert(commit.clone(), orphan);
@@ -738,7 +890,11 @@ impl World {
         next.version = version;
         next.carries = None;
         match &req.change {
-            Change::Commit { commit, tables, .. } => {
+            Change::Commit {
+                commit,
+                tables,
+                merge,
+            } => {
                 let rec = next.branches.get_mut(&req.branch).expect("checked");
                 let own = own_lance(&req.branch, rec.incarnation);
                 for (k, v) in tables {
@@ -758,6 +914,7 @@ impl World {
                     commit.clone(),
                     CommitRec {
                         parent: Some(parent),
+                        merged: merge.as_ref().map(|m| m.head.commit.clone()),
                         version,
                     },
                 );
@@ -1002,6 +1159,44 @@ fn fail_unless(fault: Fault) -> Result<(), String> {
         Fault::None => Ok(()),
         _ => Err("injected failure".into()),
     }
+}
+
+/// The naive three-way merge of whole contents, row by row: a row changed
+/// on one side takes that side's value; both sides to the same value is
+/// that value; different values conflict (`None`).
+pub fn three_way(
+    base: &BTreeMap<String, Rows>,
+    source: &BTreeMap<String, Rows>,
+    target: &BTreeMap<String, Rows>,
+) -> Option<BTreeMap<String, Rows>> {
+    let mut out = BTreeMap::new();
+    for table in TABLES {
+        let empty = Rows::new();
+        let (b, s, t) = (
+            base.get(*table).unwrap_or(&empty),
+            source.get(*table).unwrap_or(&empty),
+            target.get(*table).unwrap_or(&empty),
+        );
+        let mut rows = Rows::new();
+        let mut ids: Vec<&String> = b.keys().chain(s.keys()).chain(t.keys()).collect();
+        ids.sort();
+        ids.dedup();
+        for id in ids {
+            let (bv, sv, tv) = (b.get(id), s.get(id), t.get(id));
+            let v = if sv == bv || sv == tv {
+                tv
+            } else if tv == bv {
+                sv
+            } else {
+                return None;
+            };
+            if let Some(v) = v {
+                rows.insert(id.clone(), *v);
+            }
+        }
+        out.insert(table.to_string(), rows);
+    }
+    Some(out)
 }
 
 pub fn apply(rows: &mut Rows, changes: &[(String, Option<i64>)]) {
