@@ -8,6 +8,8 @@
 //! omnigraph-bench locks [--n 10000]           # the cross-process lock work of one 1-table commit
 //! omnigraph-bench queries DIR --graph URI [--repeats 10] [--reference FILE]
 //!                                             # q1..q6 warm (loads DIR into URI first if URI is empty)
+//! omnigraph-bench merge DIR --graph URI [--sizes 1,1000,100000]
+//!                                             # branch merges on DIR's graph (loaded into URI if empty)
 //! omnigraph-bench search DIR --graph URI [--repeats 3]
 //!                                             # the search workload (gen_docs.py), see search.rs
 //! ```
@@ -16,6 +18,7 @@ use std::time::Instant;
 
 use omnigraph::{LoadMode, Omnigraph};
 
+mod merge;
 mod search;
 
 fn peak_rss_mib() -> f64 {
@@ -695,6 +698,24 @@ fn main() {
                 opt("--reference").as_deref(),
             ));
         }
+        Some("merge") => {
+            let dir = args
+                .get(2)
+                .expect("usage: omnigraph-bench merge DIR --graph URI");
+            let opt = |name: &str| {
+                args.iter()
+                    .position(|a| a == name)
+                    .and_then(|i| args.get(i + 1))
+                    .cloned()
+            };
+            let uri = opt("--graph").expect("--graph URI");
+            let sizes: Vec<usize> = opt("--sizes")
+                .unwrap_or_else(|| "1,1000,100000".into())
+                .split(',')
+                .map(|s| s.parse().expect("--sizes N,N,..."))
+                .collect();
+            rt.block_on(merge::run(dir, &uri, &sizes));
+        }
         Some("search") => {
             let dir = args
                 .get(2)
@@ -708,7 +729,7 @@ fn main() {
         }
         _ => {
             eprintln!(
-                "usage: omnigraph-bench (load DIR [--repeats N] | append [--n N] | processes [--writes N] | locks [--n N] | object-store URI [--n N] | queries DIR --graph URI [--repeats N] [--reference FILE] | search DIR --graph URI [--repeats N])"
+                "usage: omnigraph-bench (load DIR [--repeats N] | append [--n N] | processes [--writes N] | locks [--n N] | object-store URI [--n N] | queries DIR --graph URI [--repeats N] [--reference FILE] | merge DIR --graph URI [--sizes N,..] | search DIR --graph URI [--repeats N])"
             );
             std::process::exit(2);
         }
