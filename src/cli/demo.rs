@@ -146,6 +146,19 @@ pub async fn run(dir: Option<PathBuf>) -> Result<(), OmniError> {
     println!();
     table::print_snapshot(&g.snapshot(&Target::main()).await?);
 
+    step("main moves too (Bob's age), then feature/dan merges into main");
+    g.load(
+        "main",
+        r#"{"type": "Person", "data": {"name": "Bob", "age": 43, "status": "active"}}"#,
+        LoadMode::Merge,
+    )
+    .await?;
+    let merged = g.merge("feature/dan", "main").await?;
+    println!("{}: commit {}", merged.name(), merged.commit());
+    table::print_commit(&g.commit(merged.commit()).await?);
+    println!();
+    table::print_changes(&g.changes(merged.commit(), None).await?);
+
     step("branches");
     table::print_branches(&g.branch_list().await?);
 
