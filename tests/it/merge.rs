@@ -61,6 +61,56 @@ async fn export(g: &Omnigraph, branch: &str) -> String {
     lines.join("\n")
 }
 
+/// A fast-forward, a write on the taken tables, then a three-way merge and
+/// a crash inside another, on any store.
+pub async fn merges_in(place: Place) {
+    let uri = place.uri("g.omni");
+    let opts = crate::recovery::test_options();
+    let g = Omnigraph::init_with(&uri, SCHEMA, opts.clone())
+        .await
+        .unwrap();
+    g.load("main", PEOPLE, LoadMode::Overwrite).await.unwrap();
+    g.branch_create("x", "main").await.unwrap();
+    set_age(&g, "x", "Alice", 35).await;
+    assert!(matches!(
+        g.merge("x", "main").await.unwrap(),
+        MergeOutcome::FastForward { .. }
+    ));
+    set_age(&g, "main", "Bob", 50).await;
+    set_age(&g, "x", "Carol", 7).await;
+    assert!(matches!(
+        g.merge("x", "main").await.unwrap(),
+        MergeOutcome::Merged { .. }
+    ));
+    let ages = |v: Option<serde_json::Value>| v.unwrap()["data"]["age"].clone();
+    assert_eq!(ages(person(&g, "main", "Alice").await), 35);
+    assert_eq!(ages(person(&g, "main", "Bob").await), 50);
+    assert_eq!(ages(person(&g, "main", "Carol").await), 7);
+    // A crash after the merge's table commit: recovery rolls it forward,
+    // two parents included, so merging again is up to date.
+    set_age(&g, "x", "Alice", 36).await;
+    set_age(&g, "main", "Bob", 51).await;
+    g.substrate().crash_at(CrashPoint::AfterTableCommit(1));
+    assert!(g.merge("x", "main").await.is_err());
+    drop(g);
+    if matches!(place, Place::S3 { .. }) {
+        tokio::time::sleep(crate::recovery::TEST_LEASE * 2).await;
+    }
+    let g = Omnigraph::open_with(&uri, opts).await.unwrap();
+    assert_eq!(ages(person(&g, "main", "Alice").await), 36);
+    let head = g.snapshot(&Target::main()).await.unwrap().head_commit;
+    assert_eq!(g.commit(&head).await.unwrap().parents.len(), 2);
+    assert!(matches!(
+        g.merge("x", "main").await.unwrap(),
+        MergeOutcome::UpToDate { .. }
+    ));
+}
+
+#[tokio::test]
+async fn merges_on_local_disk() {
+    merges_in(Place::local()).await;
+}
+
 #[tokio::test]
 async fn a_branch_main_has_not_moved_from_fast_forwards_and_then_is_up_to_date() {
     let t = loaded_graph().await;

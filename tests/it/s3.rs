@@ -97,6 +97,11 @@ async fn branches_on_s3() {
 }
 
 #[tokio::test]
+async fn merges_on_s3() {
+    crate::merge::merges_in(Place::s3()).await;
+}
+
+#[tokio::test]
 async fn crash_after_sidecar_write_rolls_back_on_s3() {
     recovery::crash_after_sidecar_write_rolls_back_in(Place::s3()).await;
 }
