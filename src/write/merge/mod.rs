@@ -200,7 +200,7 @@ impl MergeWork {
             let base_t = g.read_table(&base, def).await?;
             let s = side(&base_t, &g.read_table(&self.source, def).await?).await?;
             let t = side(&base_t, &cx.read(def).await?).await?;
-            let m = three_way(def, &s, &t, &mut conflicts)?;
+            let m = three_way(def, &s, &t, &mut conflicts);
             sides.push((s, t));
             merges.push(m);
         }
@@ -290,12 +290,7 @@ fn id_of(side: &Side, (b, r): Loc) -> &str {
 
 /// The three-way merge of one table: source side `s`, target side `t`
 /// (each the change from the base).
-fn three_way(
-    def: &TypeDef,
-    s: &Side,
-    t: &Side,
-    conflicts: &mut Vec<MergeConflict>,
-) -> Result<TableMerge> {
+fn three_way(def: &TypeDef, s: &Side, t: &Side, conflicts: &mut Vec<MergeConflict>) -> TableMerge {
     let mut m = TableMerge::default();
     let mut ids: Vec<&String> = s.left.keys().chain(s.arrived.keys()).collect();
     ids.sort();
@@ -372,7 +367,7 @@ fn three_way(
     for offsets in m.remove.values_mut() {
         offsets.sort_unstable();
     }
-    Ok(m)
+    m
 }
 
 /// The merged rows of a table as one batch, each cell taken from the side
