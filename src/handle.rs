@@ -612,7 +612,13 @@ impl Omnigraph {
                 return Err(OmniError::NotFound(format!("branch '{b}'")));
             }
         }
-        let pinned = self.resolve(&Target::Branch(source.to_string())).await?;
+        // The source as the manifest just read has it (no second read).
+        let pinned = self
+            .resolve(&Target::Version {
+                version: latest.version,
+                branch: source.to_string(),
+            })
+            .await?;
         let source_head = pinned.record.head.clone();
         let ran = self
             .run(

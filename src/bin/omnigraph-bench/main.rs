@@ -648,12 +648,14 @@ async fn queries(dir: &str, uri: &str, repeats: usize, reference: Option<&str>) 
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let flag = |name: &str, default: usize| -> usize {
+    let opt = |name: &str| {
         args.iter()
             .position(|a| a == name)
             .and_then(|i| args.get(i + 1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
+            .cloned()
+    };
+    let flag = |name: &str, default: usize| -> usize {
+        opt(name).and_then(|v| v.parse().ok()).unwrap_or(default)
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -684,12 +686,6 @@ fn main() {
             let dir = args
                 .get(2)
                 .expect("usage: omnigraph-bench queries DIR --graph URI");
-            let opt = |name: &str| {
-                args.iter()
-                    .position(|a| a == name)
-                    .and_then(|i| args.get(i + 1))
-                    .cloned()
-            };
             let uri = opt("--graph").expect("--graph URI");
             rt.block_on(queries(
                 dir,
@@ -702,12 +698,6 @@ fn main() {
             let dir = args
                 .get(2)
                 .expect("usage: omnigraph-bench merge DIR --graph URI");
-            let opt = |name: &str| {
-                args.iter()
-                    .position(|a| a == name)
-                    .and_then(|i| args.get(i + 1))
-                    .cloned()
-            };
             let uri = opt("--graph").expect("--graph URI");
             let sizes: Vec<usize> = opt("--sizes")
                 .unwrap_or_else(|| "1,1000,100000".into())
@@ -720,12 +710,8 @@ fn main() {
             let dir = args
                 .get(2)
                 .expect("usage: omnigraph-bench search DIR --graph URI");
-            let uri = args
-                .iter()
-                .position(|a| a == "--graph")
-                .and_then(|i| args.get(i + 1))
-                .expect("--graph URI");
-            rt.block_on(search::run(dir, uri, flag("--repeats", 3)));
+            let uri = opt("--graph").expect("--graph URI");
+            rt.block_on(search::run(dir, &uri, flag("--repeats", 3)));
         }
         _ => {
             eprintln!(

@@ -2,7 +2,7 @@
 //! rows their fragment layouts say differ (`delta`): the one reading of
 //! "what changed" that a merge's sides and `commit changes` share.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use arrow_array::{Array, RecordBatch, StringArray};
 use serde::Serialize;
@@ -10,6 +10,7 @@ use serde::Serialize;
 use super::delta::{Rows, delta};
 use crate::compiler::catalog::Catalog;
 use crate::error::{OmniError, Result};
+use crate::index::coverage::FragmentRows;
 use crate::storage::manifest::CommitRecord;
 use crate::storage::tables::Table;
 use crate::storage::{GraphStorage, Snapshot};
@@ -30,10 +31,10 @@ pub struct Side {
 
 async fn read(
     table: &Table,
+    layout: &[FragmentRows],
     rows: &Rows,
     batches: &mut Vec<RecordBatch>,
 ) -> Result<HashMap<String, (Loc, (u32, u32))>> {
-    let layout = table.layout().await?;
     let deleted: HashMap<u64, &Vec<u32>> = layout.iter().map(|f| (f.id, &f.deleted)).collect();
     let mut out = HashMap::new();
     for (frag, offsets) in rows {
@@ -56,10 +57,13 @@ async fn read(
 
 /// The change from `old` to `new`, two versions of one table's lineage.
 pub async fn side(old: &Table, new: &Table) -> Result<Side> {
-    let d = delta(&old.layout().await?, &new.layout().await?);
+    // Each layout is read once (it lists deletion vectors): for the delta,
+    // and to find the live rows' positions.
+    let (old_layout, new_layout) = (old.layout().await?, new.layout().await?);
+    let d = delta(&old_layout, &new_layout);
     let mut s = Side::default();
-    s.left = read(old, &d.left, &mut s.batches).await?;
-    s.arrived = read(new, &d.arrived, &mut s.batches).await?;
+    s.left = read(old, &old_layout, &d.left, &mut s.batches).await?;
+    s.arrived = read(new, &new_layout, &d.arrived, &mut s.batches).await?;
     Ok(s)
 }
 
@@ -120,45 +124,35 @@ pub async fn commit_changes(
     only: Option<&str>,
 ) -> Result<Vec<EntityChange>> {
     let after = snapshot_of(g, rec).await?;
-    let before = match rec.parents.first() {
-        Some(p) => {
-            let prec =
-                g.manifests.commit(p).await?.ok_or_else(|| {
-                    OmniError::Storage(format!("commit {p} is missing its record"))
-                })?;
-            Some(snapshot_of(g, &prec).await?)
-        }
-        None => None,
+    // The graph's first commit only creates the empty tables.
+    let Some(parent) = rec.parents.first() else {
+        return Ok(Vec::new());
     };
+    let prec = g
+        .manifests
+        .commit(parent)
+        .await?
+        .ok_or_else(|| OmniError::Storage(format!("commit {parent} is missing its record")))?;
+    let before = snapshot_of(g, &prec).await?;
     let mut out = Vec::new();
-    let mut by_type: BTreeMap<usize, Vec<EntityChange>> = BTreeMap::new();
-    for (i, def) in catalog.types.iter().enumerate() {
-        if only.is_some_and(|t| t != def.name) {
+    for def in &catalog.types {
+        if only.is_some_and(|t| t != def.name) || before.table(def)? == after.table(def)? {
             continue;
         }
-        let new_ref = after.table(def)?;
-        let new = g.read_table(&after, def).await?;
-        let old = match &before {
-            Some(b) if b.table(def)? == new_ref => continue,
-            Some(b) => g.read_table(b, def).await?,
-            // The graph's first commit only creates the empty tables.
-            None => continue,
-        };
-        let s = side(&old, &new).await?;
-        by_type.insert(
-            i,
+        let s = side(
+            &g.read_table(&before, def).await?,
+            &g.read_table(&after, def).await?,
+        )
+        .await?;
+        out.extend(
             s.entity_changes()
                 .into_iter()
                 .map(|(id, change)| EntityChange {
                     change,
                     type_name: def.name.clone(),
                     id,
-                })
-                .collect(),
+                }),
         );
-    }
-    for (_, v) in by_type {
-        out.extend(v);
     }
     Ok(out)
 }

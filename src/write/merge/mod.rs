@@ -81,21 +81,23 @@ pub async fn merge_base(manifests: &Manifests, a: &str, b: &str) -> Result<Strin
     }
     let mut marks: HashMap<String, u8> = HashMap::new();
     let mut queue: BinaryHeap<(u64, String)> = BinaryHeap::new();
+    // Each commit's record is read once, when it is first reached: its
+    // version orders the queue, its parents are kept for when it is visited.
+    let mut parents_of: HashMap<String, Vec<String>> = HashMap::new();
     for (id, mark) in [(a, 1u8), (b, 2u8)] {
         let rec = record(manifests, id).await?;
         marks.insert(id.to_string(), mark);
         queue.push((rec.manifest_version, id.to_string()));
+        parents_of.insert(id.to_string(), rec.parents);
     }
-    let mut parents_of: HashMap<String, Vec<String>> = HashMap::new();
     while let Some((_, id)) = queue.pop() {
         let mark = marks[&id];
         if mark == 3 {
             return Ok(id);
         }
-        let parents = match parents_of.remove(&id) {
-            Some(p) => p,
-            None => record(manifests, &id).await?.parents,
-        };
+        let parents = parents_of
+            .remove(&id)
+            .expect("a commit's parents are read when it is first reached");
         for p in parents {
             let known = marks.get(&p).copied();
             let now = known.unwrap_or(0) | mark;
@@ -215,16 +217,21 @@ impl MergeWork {
                     self.source.table(def)?,
                     cx.snapshot.table(def)?,
                 );
-                let base_t = g.read_table(&base, def).await?;
-                if t != b {
-                    let d = side(&base_t, &cx.read(def).await?).await?.deleted_ids();
-                    one_sided.on_target.insert(def.name.clone(), d);
+                let (changed, into) = if t != b {
+                    (cx.read(def).await?, &mut one_sided.on_target)
                 } else if s != b {
-                    let d = side(&base_t, &g.read_table(&self.source, def).await?)
-                        .await?
-                        .deleted_ids();
-                    one_sided.by_merge.insert(def.name.clone(), d);
-                }
+                    (
+                        g.read_table(&self.source, def).await?,
+                        &mut one_sided.by_merge,
+                    )
+                } else {
+                    continue;
+                };
+                let base_t = g.read_table(&base, def).await?;
+                into.insert(
+                    def.name.clone(),
+                    side(&base_t, &changed).await?.deleted_ids(),
+                );
             }
         }
         let gone = orphans(&both, &sides, &merges, one_sided, &mut conflicts);
