@@ -82,6 +82,13 @@ pub enum OmniError {
     LeaseLost { reason: String },
     #[error("resource limit exceeded: {what} (limit {limit})")]
     ResourceLimitExceeded { what: String, limit: String },
+    /// A blob range outside `0..=length` or reversed; nothing was read.
+    #[error("blob range {start}..{end} is not satisfiable for a blob of {length} bytes")]
+    BlobRangeNotSatisfiable { start: u64, end: u64, length: u64 },
+    /// A stored blob descriptor (or the witness its ETag needs) is not what
+    /// a Blob cell must hold: the graph's storage is damaged or foreign.
+    #[error("blob integrity: {reason}")]
+    BlobIntegrity { reason: String },
     /// A write found, under its gates, nothing to do (an optimize with
     /// every index current, a merge whose source adds nothing): it wrote
     /// nothing. The handle reports that as a result without a commit, so
@@ -164,6 +171,8 @@ impl OmniError {
             Self::RecoveryRequired { .. } => "RecoveryRequired",
             Self::LeaseLost { .. } => "LeaseLost",
             Self::ResourceLimitExceeded { .. } => "ResourceLimitExceeded",
+            Self::BlobRangeNotSatisfiable { .. } => "BlobRangeNotSatisfiable",
+            Self::BlobIntegrity { .. } => "BlobIntegrity",
             Self::AlreadyCurrent => "AlreadyCurrent",
             Self::MergeConflicts(_) => "MergeConflicts",
             Self::NotFound(_) => "NotFound",

@@ -8,15 +8,18 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use crate::compiler::blob_policy::BlobPolicy;
 use crate::compiler::catalog::Catalog;
 use crate::compiler::query::{check, mutation, parser};
 use crate::compiler::schema;
 use crate::error::{OmniError, Result};
+use crate::exec::blob::{self, Blob, BlobCell};
 use crate::exec::cache::{DEFAULT_LIMIT, RuntimeCache};
 use crate::exec::embed::EmbedConfig;
 use crate::exec::export;
 use crate::exec::params;
 use crate::exec::run::{self, QueryResult};
+use crate::storage::external;
 use crate::storage::manifest::{CommitRecord, MAIN, validate_branch_name};
 use crate::storage::requests::{Counters, Requests, StorageSession, counted_session};
 use crate::storage::substrate::{LanceSubstrate, PrepareWork};
@@ -569,6 +572,41 @@ impl Omnigraph {
     /// Resolve a target to one snapshot (for reads that span several calls).
     pub async fn resolve(&self, target: &Target) -> Result<Snapshot> {
         self.inner.graph.snapshot(target).await
+    }
+
+    /// Read one Blob cell as `target` sees it. A managed value's reader is
+    /// bound to that exact table version: it keeps reading the same bytes
+    /// after the branch moves on. An external value is returned as its
+    /// reference, without touching the object. A null cell is `NotFound`.
+    pub async fn read_blob_at(&self, target: &Target, cell: &BlobCell) -> Result<Blob> {
+        blob::resolve_cell(&self.inner.graph.catalog, cell)?;
+        let snap = self.resolve(target).await?;
+        blob::read(&self.inner.graph, &snap, cell).await
+    }
+
+    /// The graph's external-blob policy: the URI bases a Blob cell may
+    /// reference (none until one is allowed; `file://` only when named).
+    pub async fn external_blob_policy(&self) -> Result<BlobPolicy> {
+        Ok(external::read_policy(&self.inner.graph.store).await?.1)
+    }
+
+    /// Allow external Blob references under `base` from now on.
+    pub async fn allow_external_blobs(&self, base: &str) -> Result<BlobPolicy> {
+        self.writes("allow external blobs")?;
+        external::update_policy(&self.inner.graph.store, |p| {
+            p.with_allowed(base).map_err(OmniError::BadRequest)
+        })
+        .await
+    }
+
+    /// Stop allowing new external Blob references under `base` (cells that
+    /// already hold one keep it).
+    pub async fn revoke_external_blobs(&self, base: &str) -> Result<BlobPolicy> {
+        self.writes("revoke external blobs")?;
+        external::update_policy(&self.inner.graph.store, |p| {
+            p.without(base).map_err(OmniError::BadRequest)
+        })
+        .await
     }
 
     pub async fn snapshot(&self, target: &Target) -> Result<SnapshotInfo> {

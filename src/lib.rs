@@ -20,7 +20,9 @@ pub mod storage;
 pub mod util;
 pub mod write;
 
+pub use compiler::blob_policy::BlobPolicy;
 pub use error::{OmniError, Result};
+pub use exec::blob::{Blob, BlobCell, BlobReader};
 pub use exec::run::QueryResult;
 pub use handle::{
     BranchInfo, LoadReport, Omnigraph, OptimizeReport, Options, SnapshotInfo, TableInfo,

@@ -67,6 +67,11 @@ pub enum Cmd {
     },
     /// Write a branch (or snapshot) as JSONL to stdout.
     Export(Export),
+    /// Read one Blob cell: its kind, length and ETag, or its bytes.
+    Blob {
+        #[command(subcommand)]
+        cmd: BlobCmd,
+    },
     /// Build or refresh every declared search index of a branch, as one commit.
     Optimize(Optimize),
     /// Test harness: append write after write and print `ACK <n>` after each
@@ -241,6 +246,68 @@ pub struct Merge {
     pub graph: Graph,
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Subcommand)]
+pub enum BlobCmd {
+    /// The cell's kind and length, and a managed value's ETag.
+    Stat {
+        #[command(flatten)]
+        cell: BlobCellArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The cell's bytes, to stdout or --out, read 4 MiB at a time.
+    Get {
+        #[command(flatten)]
+        cell: BlobCellArgs,
+        /// The first byte to read.
+        #[arg(long, default_value_t = 0)]
+        offset: u64,
+        /// How many bytes (clamped to the end of the blob, like an HTTP range).
+        #[arg(long)]
+        length: Option<u64>,
+        /// Write the bytes to this file (whole or not at all) instead of stdout.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
+    /// Show or change the URI bases external Blob references may point
+    /// under (none by default; `file://` only when named).
+    Policy {
+        /// Allow references under this base (repeatable).
+        #[arg(long, value_name = "URI")]
+        allow: Vec<String>,
+        /// Stop allowing this base (repeatable).
+        #[arg(long, value_name = "URI")]
+        revoke: Vec<String>,
+        #[command(flatten)]
+        graph: Graph,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `TYPE ID PROPERTY` of a blob command, the graph and the state it reads.
+#[derive(Args)]
+pub struct BlobCellArgs {
+    /// A node or edge type.
+    #[arg(value_name = "TYPE")]
+    pub type_name: String,
+    /// The node's or edge's id.
+    pub id: String,
+    /// A Blob property of the type.
+    pub property: String,
+    /// The graph URI.
+    #[arg(long = "store", value_name = "URI")]
+    pub store: String,
+    #[arg(long, default_value = "main")]
+    pub branch: String,
+    /// Read the state a commit published.
+    #[arg(long = "snapshot", visible_alias = "commit", value_name = "COMMIT")]
+    pub snapshot: Option<String>,
+    /// Read the branch as of a graph manifest version.
+    #[arg(long, value_name = "N")]
+    pub version: Option<u64>,
 }
 
 #[derive(Subcommand)]

@@ -3,12 +3,12 @@
 
 use std::io::Write;
 
-use omnigraph::{LoadMode, OmniError, Omnigraph, Target};
+use omnigraph::{Blob, BlobCell, LoadMode, OmniError, Omnigraph, Target};
 use serde::Serialize;
 
 use super::args::{
-    BranchCmd, Cmd, CommitCmd, Export, Graph, Init, Load, Merge, Mutate, Optimize, Query, Snapshot,
-    StressWriter, query_inputs, target,
+    BlobCellArgs, BlobCmd, BranchCmd, Cmd, CommitCmd, Export, Graph, Init, Load, Merge, Mutate,
+    Optimize, Query, Snapshot, StressWriter, query_inputs, target,
 };
 use super::progress::Progress;
 use super::{demo, table};
@@ -62,6 +62,21 @@ pub async fn run(cmd: Cmd) -> Result<()> {
             } => Box::pin(async move { commit_changes(&id, &graph, type_name, json).await }),
         },
         Cmd::Export(a) => Box::pin(export(a)),
+        Cmd::Blob { cmd } => match cmd {
+            BlobCmd::Stat { cell, json } => Box::pin(blob_stat(cell, json)),
+            BlobCmd::Get {
+                cell,
+                offset,
+                length,
+                out,
+            } => Box::pin(blob_get(cell, offset, length, out)),
+            BlobCmd::Policy {
+                allow,
+                revoke,
+                graph,
+                json,
+            } => Box::pin(async move { blob_policy(&graph, allow, revoke, json).await }),
+        },
         Cmd::Optimize(a) => Box::pin(optimize(a)),
         Cmd::StressWriter(a) => Box::pin(stress_writer(a)),
         Cmd::Demo { dir } => Box::pin(demo::run(dir)),
@@ -347,6 +362,151 @@ async fn export(a: Export) -> Result<()> {
     g.export(&a.at.target()?, &mut out).await?;
     out.flush()?;
     Ok(())
+}
+
+async fn blob_policy(
+    graph: &Graph,
+    allow: Vec<String>,
+    revoke: Vec<String>,
+    json: bool,
+) -> Result<()> {
+    let policy = if allow.is_empty() && revoke.is_empty() {
+        Omnigraph::open_read_only(graph.uri()?)
+            .await?
+            .external_blob_policy()
+            .await?
+    } else {
+        // Every base is checked first: a bad one changes nothing.
+        for base in &allow {
+            omnigraph::BlobPolicy::default()
+                .with_allowed(base)
+                .map_err(OmniError::BadRequest)?;
+        }
+        for base in &revoke {
+            omnigraph::compiler::blob_policy::parse(base).map_err(OmniError::BadRequest)?;
+        }
+        let g = Omnigraph::open(graph.uri()?).await?;
+        let mut changed = Ok(omnigraph::BlobPolicy::default());
+        for base in &allow {
+            changed = g.allow_external_blobs(base).await;
+            if changed.is_err() {
+                break;
+            }
+        }
+        if changed.is_ok() {
+            for base in &revoke {
+                changed = g.revoke_external_blobs(base).await;
+                if changed.is_err() {
+                    break;
+                }
+            }
+        }
+        g.close().await;
+        changed?
+    };
+    if json {
+        print_json(&policy);
+    } else if policy.allow.is_empty() {
+        println!("no external blob references are allowed");
+    } else {
+        for base in &policy.allow {
+            println!("allowed  {base}");
+        }
+    }
+    Ok(())
+}
+
+/// Open the graph read-only and read the cell the arguments name.
+async fn read_blob(a: BlobCellArgs) -> Result<omnigraph::Blob> {
+    let g = Omnigraph::open_read_only(&a.store).await?;
+    let at = target(a.branch, a.snapshot, a.version)?;
+    g.read_blob_at(&at, &BlobCell::new(&a.type_name, &a.id, &a.property))
+        .await
+}
+
+async fn blob_stat(a: BlobCellArgs, json: bool) -> Result<()> {
+    let v = match read_blob(a).await? {
+        Blob::Managed { length, etag, .. } => {
+            serde_json::json!({ "kind": "managed", "length": length, "etag": etag })
+        }
+        Blob::External {
+            uri,
+            offset,
+            length,
+        } => {
+            serde_json::json!({ "kind": "external", "uri": uri, "offset": offset, "length": length })
+        }
+    };
+    if json {
+        print_json(&v);
+    } else {
+        table::print_blob_stat(&v);
+    }
+    Ok(())
+}
+
+/// The bytes `offset..offset+length` (clamped to the end), in bounded
+/// reads; to `out` through a temporary file renamed at the end, so a
+/// failed read leaves no partial file.
+async fn blob_get(
+    a: BlobCellArgs,
+    offset: u64,
+    length: Option<u64>,
+    out: Option<std::path::PathBuf>,
+) -> Result<()> {
+    let cell = format!("{} {:?}.{}", a.type_name, a.id, a.property);
+    let reader = match read_blob(a).await? {
+        Blob::Managed { reader, .. } => reader,
+        Blob::External { uri, .. } => {
+            return Err(OmniError::BadRequest(format!(
+                "{cell} is an external reference to {uri}: the graph holds no bytes for it"
+            )));
+        }
+    };
+    let len = reader.len();
+    if offset > len {
+        return Err(OmniError::BlobRangeNotSatisfiable {
+            start: offset,
+            end: offset.saturating_add(length.unwrap_or(0)),
+            length: len,
+        });
+    }
+    let end = length.map_or(len, |n| offset.saturating_add(n).min(len));
+    let (mut sink, partial): (Box<dyn Write>, _) = match &out {
+        None => (Box::new(std::io::stdout().lock()), None),
+        Some(path) => {
+            let mut tmp = path.as_os_str().to_owned();
+            tmp.push(".partial");
+            let tmp = std::path::PathBuf::from(tmp);
+            let f = std::fs::File::create(&tmp).map_err(|e| {
+                OmniError::BadRequest(format!("cannot write {}: {e}", tmp.display()))
+            })?;
+            (Box::new(f), Some((tmp, path.clone())))
+        }
+    };
+    let mut at = offset;
+    let written = async {
+        while at < end {
+            let next = (at + omnigraph::exec::blob::MAX_RANGE_BYTES).min(end);
+            sink.write_all(&reader.read_range(at..next).await?)?;
+            at = next;
+        }
+        sink.flush()?;
+        Ok::<_, OmniError>(())
+    }
+    .await;
+    drop(sink);
+    match (written, partial) {
+        (Ok(()), Some((tmp, path))) => std::fs::rename(&tmp, &path)
+            .map_err(|e| OmniError::BadRequest(format!("cannot write {}: {e}", path.display()))),
+        (Ok(()), None) => Ok(()),
+        (Err(e), partial) => {
+            if let Some((tmp, _)) = partial {
+                let _ = std::fs::remove_file(tmp);
+            }
+            Err(e)
+        }
+    }
 }
 
 async fn stress_writer(a: StressWriter) -> Result<()> {

@@ -21,6 +21,7 @@ fn exit_code(e: &OmniError) -> i32 {
         | OmniError::Schema { .. }
         | OmniError::Type { .. }
         | OmniError::BadRequest(_)
+        | OmniError::BlobRangeNotSatisfiable { .. }
         | OmniError::ReadOnly(_) => 2,
         OmniError::ReadSetChanged
         | OmniError::Contended { .. }

@@ -104,6 +104,17 @@ pub fn print_branches(list: &[BranchInfo]) {
     table(&["branch", "head commit", "parent", "graph version"], &rows);
 }
 
+/// A blob's stat as `key  value` lines, in the JSON's order.
+pub fn print_blob_stat(v: &serde_json::Value) {
+    for key in ["kind", "length", "etag", "uri", "offset"] {
+        match &v[key] {
+            serde_json::Value::Null => {}
+            serde_json::Value::String(s) => println!("{key:<7} {s}"),
+            other => println!("{key:<7} {other}"),
+        }
+    }
+}
+
 pub fn print_snapshot(s: &SnapshotInfo) {
     println!(
         "branch {} at graph version {}, head commit {}",

@@ -2,6 +2,7 @@
 //! mutations into the catalog and the plans the engine runs, and the one
 //! value type both work with. No I/O here.
 
+pub mod blob_policy;
 pub mod catalog;
 pub mod lexer;
 pub mod query;

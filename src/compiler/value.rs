@@ -41,6 +41,9 @@ pub enum Value<'a> {
     Vector(Vec<f32>),
     List(Vec<Value<'a>>),
     Bytes(Vec<u8>),
+    /// A Blob cell's external reference (checked against the graph's
+    /// policy by the write that stores it).
+    BlobUri(Cow<'a, str>),
 }
 
 impl Value<'_> {
@@ -58,6 +61,7 @@ impl Value<'_> {
             Value::DateTime(d) => Value::DateTime(d),
             Value::Vector(v) => Value::Vector(v),
             Value::Bytes(b) => Value::Bytes(b),
+            Value::BlobUri(u) => Value::BlobUri(Cow::Owned(u.into_owned())),
         }
     }
 
@@ -81,6 +85,7 @@ impl Value<'_> {
             Value::Vector(xs) => show_items(xs.iter().map(|x| x.to_string())),
             Value::List(items) => show_items(items.iter().map(Value::show)),
             Value::Bytes(b) => format!("<{} bytes>", b.len()),
+            Value::BlobUri(u) => format!("{u:?}"),
         }
     }
 
@@ -97,6 +102,7 @@ impl Value<'_> {
             Value::Vector(_) => "a vector",
             Value::List(_) => "a list",
             Value::Bytes(_) => "bytes",
+            Value::BlobUri(_) => "a blob reference",
         }
     }
 
@@ -200,6 +206,24 @@ pub fn typed<'a>(ty: &PropType, cell: Value<'a>) -> std::result::Result<Value<'a
         (PropType::Date, Value::Date(d)) => Value::Date(d),
         (PropType::DateTime, Value::DateTime(ms)) => Value::DateTime(ms),
         (PropType::Blob, Value::Bytes(b)) => Value::Bytes(b),
+        (PropType::Blob, Value::BlobUri(u)) => {
+            crate::compiler::blob_policy::parse(&u).map_err(|why| {
+                format!("an external blob reference must be an absolute URI: {why}")
+            })?;
+            Value::BlobUri(u)
+        }
+        // Raw bytes, as serde writes a byte vector: a list of 0..=255.
+        (PropType::Blob, Value::List(items)) => Value::Bytes(
+            items
+                .iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    v.integer()
+                        .and_then(|n| u8::try_from(n).ok())
+                        .ok_or_else(|| format!("byte {i} is not an integer in 0..=255"))
+                })
+                .collect::<Result<_, _>>()?,
+        ),
         (PropType::Vector(n), Value::Vector(xs)) => {
             if xs.len() != *n as usize {
                 return Err(format!("expected {n} values, got {}", xs.len()));
@@ -290,19 +314,16 @@ pub fn typed<'a>(ty: &PropType, cell: Value<'a>) -> std::result::Result<Value<'a
             }
             Value::List(out)
         }
+        // `base64:` is bytes the graph owns; any other string is an
+        // external reference, kept as its URI (a well-formed one: the
+        // write checks it against the graph's policy before staging).
         (PropType::Blob, Value::Str(s)) => match s.strip_prefix("base64:") {
             Some(payload) => Value::Bytes(
                 base64::engine::general_purpose::STANDARD
                     .decode(payload.trim())
                     .map_err(|e| format!("invalid base64 payload: {e}"))?,
             ),
-            None => {
-                return Err(
-                    "external blob URIs are not allowed by this graph's blob policy \
-                     (use \"base64:<payload>\" for managed bytes)"
-                        .into(),
-                );
-            }
+            None => typed(&PropType::Blob, Value::BlobUri(s))?,
         },
         (ty, c) => return Err(wrong(&ty.describe(), &c)),
     })
@@ -415,8 +436,37 @@ impl<'de: 'a, 'a> Visitor<'de> for InputVisitor<'a> {
         }
         Ok(Value::List(items))
     }
-    fn visit_map<A: de::MapAccess<'de>>(self, _map: A) -> Result<Value<'a>, A::Error> {
-        Err(de::Error::custom("objects are not property values"))
+    /// The one object a value may be: a Blob given as `{"data": bytes}`
+    /// (a list of bytes or a `base64:` string) or `{"uri": "..."}`, as
+    /// LanceDB's blob writer takes them.
+    fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<Value<'a>, A::Error> {
+        let not_a_blob = || {
+            de::Error::custom(
+                "objects are not property values (a Blob takes {\"data\": ...} or {\"uri\": \"...\"})",
+            )
+        };
+        let Some(key) = map.next_key::<Cow<'de, str>>()? else {
+            return Err(not_a_blob());
+        };
+        let v: Value<'a> = map.next_value()?;
+        if map.next_key::<Cow<'de, str>>()?.is_some() {
+            return Err(not_a_blob());
+        }
+        match (key.as_ref(), v) {
+            ("data", Value::Null) | ("uri", Value::Null) => Ok(Value::Null),
+            ("data", Value::Str(s)) => match s.strip_prefix("base64:") {
+                Some(payload) => base64::engine::general_purpose::STANDARD
+                    .decode(payload.trim())
+                    .map(Value::Bytes)
+                    .map_err(|e| de::Error::custom(format!("invalid base64 payload: {e}"))),
+                None => Err(de::Error::custom(
+                    "\"data\" is bytes: a list or \"base64:...\"",
+                )),
+            },
+            ("data", Value::List(items)) => Ok(Value::List(items)),
+            ("uri", Value::Str(s)) => Ok(Value::BlobUri(s)),
+            _ => Err(not_a_blob()),
+        }
     }
 }
 

@@ -15,7 +15,7 @@ use crate::compiler::catalog::{DST, ID, PropType, SRC, TypeDef};
 use crate::compiler::value;
 use crate::error::{OmniError, Result};
 use crate::storage::scan;
-use crate::storage::tables::Table;
+use crate::storage::tables::{BlobInput, Table};
 use crate::storage::{GraphStorage, Snapshot};
 use crate::util::dates::{date_string, datetime_string};
 
@@ -75,6 +75,7 @@ fn value_json(v: &value::Value) -> Value {
             "base64:{}",
             base64::engine::general_purpose::STANDARD.encode(b)
         )),
+        V::BlobUri(u) => json!(u),
     }
 }
 
@@ -148,7 +149,8 @@ async fn export_type(
     Ok(lines)
 }
 
-/// Blob values of a batch as `"base64:..."` strings (null where null).
+/// Blob values of a batch as `"base64:..."` strings, external references
+/// as their URI (null where null).
 async fn read_blobs<'p>(
     table: &Table,
     batch: &RecordBatch,
@@ -159,7 +161,11 @@ async fn read_blobs<'p>(
         let vals = scan::blobs(table, batch, p)
             .await?
             .into_iter()
-            .map(|b| b.map_or(Value::Null, |bytes| value_json(&value::Value::Bytes(bytes))))
+            .map(|b| match b {
+                BlobInput::Null => Value::Null,
+                BlobInput::Bytes(bytes) => value_json(&value::Value::Bytes(bytes)),
+                BlobInput::Uri(uri) => value_json(&value::Value::BlobUri(uri.into())),
+            })
             .collect();
         out.push((*p, vals));
     }

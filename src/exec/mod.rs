@@ -4,6 +4,7 @@
 
 mod aggregate;
 mod antijoin;
+pub mod blob;
 pub mod cache;
 pub mod embed;
 pub mod export;

@@ -82,6 +82,8 @@ pub(super) fn repeat(v: &Value, n: usize) -> ArrayRef {
         Value::Str(s) => Arc::new(StringArray::from(vec![s.as_ref(); n])),
         Value::Date(d) => Arc::new(Date32Array::from(vec![*d; n])),
         Value::DateTime(ms) => Arc::new(Date64Array::from(vec![*ms; n])),
-        Value::List(_) | Value::Vector(_) | Value::Bytes(_) => new_null_array(&DataType::Utf8, n),
+        Value::List(_) | Value::Vector(_) | Value::Bytes(_) | Value::BlobUri(_) => {
+            new_null_array(&DataType::Utf8, n)
+        }
     }
 }

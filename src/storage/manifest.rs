@@ -30,6 +30,10 @@ pub struct TableRef {
     /// The Lance branch (`None`: Lance's main line).
     pub lance_branch: Option<String>,
     pub version: u64,
+    /// Random, drawn when the table's dataset was created: a table made
+    /// again at the same folder is another incarnation (blob ETags bind it).
+    #[serde(default)]
+    pub incarnation: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

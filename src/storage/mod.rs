@@ -9,6 +9,7 @@
 //! _graph/commits/<id>.json     commit records
 //! _graph/schema/<id>.pg        accepted schema source, and <id>.catalog.json
 //! _graph/recovery/<op>.json    recovery sidecars of in-flight writes
+//! _graph/policy/external-blobs-<n>.json  the external-blob policy, version n (the highest holds)
 //! _graph/locks/<gate>.lock     cross-process gate locks (local paths)
 //! _graph/owners/<proc>.lock    liveness lock of each read-write process (local paths)
 //! _graph/locks/<gate>.json     gate leases (object stores)
@@ -18,6 +19,8 @@
 //! _indexes/<table>/<prop>-<ulid>.{text,ivf}  search index files (recorded in their table's metadata)
 //! ```
 
+pub mod blob;
+pub mod external;
 pub mod leases;
 pub mod locks;
 pub mod manifest;
@@ -172,6 +175,7 @@ impl GraphStorage {
                     dir: t.table_dir(),
                     lance_branch: None,
                     version,
+                    incarnation: rand::random(),
                 },
             );
         }

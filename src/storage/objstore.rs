@@ -79,6 +79,15 @@ impl Store {
         Ok(self.read_tagged(rel).await?.map(|(bytes, _)| bytes))
     }
 
+    /// An object's size in bytes (one HEAD); `None` when it does not exist.
+    pub async fn size(&self, rel: &str) -> Result<Option<u64>> {
+        match self.os.inner.head(&self.path(rel)).await {
+            Ok(meta) => Ok(Some(meta.size)),
+            Err(e) if not_found(&e) => Ok(None),
+            Err(e) => Err(OmniError::storage(e)),
+        }
+    }
+
     pub async fn exists(&self, rel: &str) -> Result<bool> {
         Ok(self.os.exists(&self.path(rel)).await?)
     }

@@ -12,7 +12,7 @@ use datafusion::scalar::ScalarValue;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 
-use super::tables::Table;
+use super::tables::{BlobInput, Table};
 
 use crate::compiler::catalog::PropType;
 use crate::compiler::query::ast::CmpOp;
@@ -181,12 +181,8 @@ pub async fn column(table: &Table, column: &str) -> Result<ArrayRef> {
 }
 
 /// The bytes of a Blob property for the rows of a batch scanned with row
-/// ids (null where null).
-pub async fn blobs(
-    Table(ds): &Table,
-    batch: &RecordBatch,
-    prop: &str,
-) -> Result<Vec<Option<Vec<u8>>>> {
+/// ids, an external reference as its URI (its object is not read).
+pub async fn blobs(Table(ds): &Table, batch: &RecordBatch, prop: &str) -> Result<Vec<BlobInput>> {
     let row_ids: Vec<u64> = batch
         .column_by_name(ROW_ID)
         .ok_or_else(|| OmniError::Storage("row ids missing from a blob scan".into()))?
@@ -196,8 +192,11 @@ pub async fn blobs(
     let mut out = Vec::with_capacity(row_ids.len());
     for f in ds.take_blobs(&row_ids, prop).await? {
         out.push(match f {
-            Some(f) => Some(f.read().await?.to_vec()),
-            None => None,
+            None => BlobInput::Null,
+            Some(f) => match f.uri() {
+                Some(uri) => BlobInput::Uri(uri.to_string()),
+                None => BlobInput::Bytes(f.read().await?.to_vec()),
+            },
         });
     }
     Ok(out)

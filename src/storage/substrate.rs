@@ -651,12 +651,14 @@ impl LanceSubstrate {
                 for (key, v) in tables {
                     let dir = self.table_def(&key.table)?.table_dir();
                     let lance_branch = rec.line(&req.branch, &key.table);
+                    let incarnation = rec.tables.get(&key.table).map_or(0, |r| r.incarnation);
                     rec.tables.insert(
                         key.table.clone(),
                         TableRef {
                             dir,
                             lance_branch,
                             version: *v,
+                            incarnation,
                         },
                     );
                 }

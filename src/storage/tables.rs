@@ -199,15 +199,26 @@ pub fn table_schema(def: &TypeDef) -> SchemaRef {
     Arc::new(Schema::new(fields))
 }
 
+/// One Blob cell as a write gives it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BlobInput {
+    Null,
+    Bytes(Vec<u8>),
+    /// An external reference, resolved before staging
+    /// ([`super::external::resolve`]).
+    Uri(String),
+}
+
 /// A Blob column in Lance's blob layout (an empty value stays empty, not
 /// null).
-pub fn blob_array(rows: Vec<Option<Vec<u8>>>) -> Result<arrow_array::ArrayRef> {
+pub fn blob_array(rows: Vec<BlobInput>) -> Result<arrow_array::ArrayRef> {
     let mut b = lance::BlobArrayBuilder::new(rows.len());
     for r in rows {
         match r {
-            Some(bytes) if bytes.is_empty() => b.push_empty()?,
-            Some(bytes) => b.push_bytes(bytes)?,
-            None => b.push_null()?,
+            BlobInput::Bytes(bytes) if bytes.is_empty() => b.push_empty()?,
+            BlobInput::Bytes(bytes) => b.push_bytes(bytes)?,
+            BlobInput::Uri(uri) => b.push_uri(uri)?,
+            BlobInput::Null => b.push_null()?,
         }
     }
     Ok(b.finish()?)
@@ -218,6 +229,9 @@ pub fn write_params(session: &Arc<Session>, mode: WriteMode) -> WriteParams {
         mode,
         session: Some(session.clone()),
         enable_stable_row_ids: true,
+        // Only URIs the graph's policy allowed reach a write (see
+        // `external::resolve`); Lance's own base registry is not used.
+        allow_external_blob_outside_bases: true,
         ..Default::default()
     }
 }
@@ -453,6 +467,7 @@ impl Tables {
             dir: dir.to_string(),
             lance_branch: lance_branch.map(str::to_string),
             version: to,
+            incarnation: 0,
         };
         let mut ds = (*self.open(&t).await?).clone();
         ds.restore().await?;

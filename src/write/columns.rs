@@ -13,6 +13,7 @@ use arrow_schema::{DataType, Field, SchemaRef};
 use crate::compiler::catalog::{Num, PropDef, PropType, TypeDef};
 use crate::compiler::value::{self, Value};
 use crate::error::{Location, OmniError, Result};
+use crate::storage::tables::BlobInput;
 
 /// A row's `@unique` key over some of its values, or `None` when one of
 /// them is null: nulls never collide. Loads and mutations compare with it.
@@ -159,7 +160,7 @@ enum Col {
         valid: Vec<bool>,
     },
     List(Vec<Option<Vec<Value<'static>>>>),
-    Blob(Vec<Option<Vec<u8>>>),
+    Blob(Vec<BlobInput>),
 }
 
 impl Col {
@@ -225,8 +226,9 @@ impl Col {
                 rows.push(Some(items.into_iter().map(Value::into_owned).collect()))
             }
             (Col::List(rows), _) => rows.push(None),
-            (Col::Blob(rows), Value::Bytes(b)) => rows.push(Some(b)),
-            (Col::Blob(rows), _) => rows.push(None),
+            (Col::Blob(rows), Value::Bytes(b)) => rows.push(BlobInput::Bytes(b)),
+            (Col::Blob(rows), Value::BlobUri(uri)) => rows.push(BlobInput::Uri(uri.into_owned())),
+            (Col::Blob(rows), _) => rows.push(BlobInput::Null),
         }
     }
 

@@ -6,7 +6,6 @@
 //! (gates, sidecar, publish), so recovery and the simulator's guarantees
 //! cover it; the data it shows does not change.
 
-use crate::compiler::catalog::PropType;
 use crate::error::Result;
 use crate::storage::stage;
 use crate::storage::substrate::{BoxFut, PrepareCx, PrepareWork, Prepared};
@@ -26,10 +25,6 @@ impl PrepareWork for CompactWork {
             let mut compacted = Vec::new();
             for name in &self.types {
                 let def = cx.catalog().get(name).expect("known type").clone();
-                // Blob columns keep their own files; leave those tables be.
-                if def.properties.iter().any(|p| p.ty == PropType::Blob) {
-                    continue;
-                }
                 let target = cx.target(&def).await?;
                 if let Some(txn) = stage::compaction(target.clone()).await? {
                     cx.stage(&def, target, txn)?;

@@ -17,6 +17,7 @@ use super::jsonl::{Parsed, ParsedType};
 use super::staged_rules;
 use crate::compiler::catalog::{Catalog, DST, ID, SRC, TypeDef, TypeKind};
 use crate::error::{Location, OmniError, Result};
+use crate::storage::external::{self, External};
 use crate::storage::stage;
 use crate::storage::substrate::{BoxFut, PrepareCx, PrepareWork, Prepared};
 use crate::util::hash::FxHashMap;
@@ -395,6 +396,23 @@ impl PrepareWork for LoadWork {
                     staged_rules::check(cx, pt, !self.overwrites(&pt.def), &file_ids).await?;
                 }
             }
+            // External references are checked, sized and (but for an
+            // overwrite) copied in before any table is staged: a refused
+            // one leaves no staged file behind.
+            let external = match self.mode {
+                LoadMode::Overwrite => External::Reference,
+                LoadMode::Append | LoadMode::Merge => External::Copy {
+                    budget: MAX_KEYED_BYTES,
+                },
+            };
+            let mut inputs = Vec::with_capacity(self.parsed.types.len());
+            for pt in self.parsed.types.values() {
+                inputs.push(
+                    external::resolve(&cx.graph, &pt.def, &pt.batches, &pt.lines, external)
+                        .await?
+                        .unwrap_or_else(|| pt.batches.clone()),
+                );
+            }
             // Tables are written side by side: a node table's encoding
             // overlaps the edge table's.
             // On object storage each is a round trip or more: resolve them
@@ -403,8 +421,14 @@ impl PrepareWork for LoadWork {
                 self.parsed.types.values().map(|pt| cx.target(&pt.def)),
             )
             .await?;
-            let staged = self.parsed.types.values().zip(&targets).map(|(pt, target)| {
-                let (target, batches) = (target.clone(), pt.batches.clone());
+            let staged = self
+                .parsed
+                .types
+                .values()
+                .zip(&targets)
+                .zip(inputs)
+                .map(|((pt, target), batches)| {
+                let target = target.clone();
                 async move {
                     let txn = match self.mode {
                         LoadMode::Overwrite => stage::overwrite(target, batches).await?,

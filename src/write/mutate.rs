@@ -21,6 +21,7 @@ use crate::compiler::query::ir::{MutStmt, MutationPlan, Pred, ValExpr};
 use crate::compiler::value::holds;
 use crate::compiler::value::{self, Value};
 use crate::error::{Location, OmniError, Result};
+use crate::storage::external::{self, External};
 use crate::storage::scan::{self, Filter};
 use crate::storage::stage;
 use crate::storage::substrate::{BoxFut, PrepareCx, PrepareWork, Prepared};
@@ -52,6 +53,9 @@ struct Row {
     id: String,
     ends: Option<(String, String)>,
     vals: Vec<Value<'static>>,
+    /// The Blob properties (indexes into `vals`) that keep their committed
+    /// value: never read, so `vals` holds a placeholder there.
+    kept: Vec<usize>,
 }
 
 /// The pending changes to one type.
@@ -97,6 +101,16 @@ impl MutationWork {
             }
         }
     }
+}
+
+/// The indexes of a type's Blob properties.
+fn blob_props(def: &TypeDef) -> Vec<usize> {
+    def.properties
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.ty == PropType::Blob)
+        .map(|(i, _)| i)
+        .collect()
 }
 
 fn loc(ty: &str, prop: Option<&str>, value: Option<String>) -> Location {
@@ -210,6 +224,7 @@ impl<'c> Staging<'c> {
                     id: ids.value(i).to_string(),
                     ends,
                     vals,
+                    kept: blob_props(def),
                 };
                 if filter.is_none_or(|(f, v)| row_matches(&rules, &row, f, v)) {
                     out.push(row);
@@ -310,7 +325,15 @@ impl MutationWork {
             }
         }
         c.deleted.remove(&id);
-        c.upserts.insert(id.clone(), Row { id, ends, vals });
+        c.upserts.insert(
+            id.clone(),
+            Row {
+                id,
+                ends,
+                vals,
+                kept: Vec::new(),
+            },
+        );
         s.budget(ty)
     }
 
@@ -344,6 +367,7 @@ impl MutationWork {
         for mut row in matches {
             for (i, v) in &new_vals {
                 row.vals[*i] = v.clone();
+                row.kept.retain(|k| k != i);
             }
             c.upserts.insert(row.id.clone(), row);
         }
@@ -550,13 +574,74 @@ impl MutationWork {
 /// does both to one table).
 enum Staged {
     Rows(RecordBatch),
+    /// Updated rows without their Blob columns: storage patches the other
+    /// columns in place and the blob bytes stay where they are.
+    Patch(RecordBatch),
     Deletes(Vec<String>),
 }
 
+/// How a table's upserted rows are written, given which Blob cells they
+/// keep: all rows keep every Blob cell (patch the other columns), none
+/// keeps any (whole rows), or a mix (whole rows, the kept cells' bytes
+/// read first, within the per-commit limit).
+#[derive(Debug, PartialEq, Eq)]
+enum BlobPlan {
+    WholeRows,
+    Patch,
+    CarryKept,
+}
+
+fn blob_plan(blobs: &[usize], rows: &[&Row]) -> BlobPlan {
+    if blobs.is_empty() || rows.iter().all(|r| r.kept.is_empty()) {
+        BlobPlan::WholeRows
+    } else if rows.iter().all(|r| r.kept.len() == blobs.len()) {
+        BlobPlan::Patch
+    } else {
+        BlobPlan::CarryKept
+    }
+}
+
+/// The upserted rows with every kept Blob cell filled in from the
+/// committed row (declared lengths checked against the limit first).
+async fn carry_kept(
+    cx: &PrepareCx,
+    def: &TypeDef,
+    blobs: &[usize],
+    c: &TypeChanges,
+) -> Result<Vec<Row>> {
+    let table = cx.read(def).await?;
+    let mut rows: Vec<Row> = c.upserts.values().cloned().collect();
+    for &b in blobs {
+        let ids: Vec<&str> = rows
+            .iter()
+            .filter(|r| r.kept.contains(&b))
+            .map(|r| r.id.as_str())
+            .collect();
+        if ids.is_empty() {
+            continue;
+        }
+        let prop = &def.properties[b].name;
+        let mut bytes =
+            crate::storage::blob::values_of(&table, prop, &ids, MAX_KEYED_BYTES).await?;
+        for r in rows.iter_mut().filter(|r| r.kept.contains(&b)) {
+            r.vals[b] = match bytes.remove(&r.id).flatten() {
+                Some(v) => Value::Bytes(v),
+                None => Value::Null,
+            };
+            r.kept.retain(|k| *k != b);
+        }
+    }
+    Ok(rows)
+}
+
 /// A table's upserted rows as one batch, within the per-commit limit.
-fn rows_batch(rules: Arc<TypeRules>, ty: &str, c: &TypeChanges) -> Result<RecordBatch> {
-    let mut b = TableBuilder::new(rules, c.upserts.len());
-    for r in c.upserts.values() {
+fn rows_batch<'r>(
+    rules: Arc<TypeRules>,
+    ty: &str,
+    rows: impl ExactSizeIterator<Item = &'r Row>,
+) -> Result<RecordBatch> {
+    let mut b = TableBuilder::new(rules, rows.len());
+    for r in rows {
         b.push(
             &r.id,
             r.ends.as_ref().map(|(a, d)| (a.as_str(), d.as_str())),
@@ -619,10 +704,45 @@ impl PrepareWork for MutationWork {
                 } else {
                     nodes.insert(ty.clone(), count);
                 }
-                let input = if !c.upserts.is_empty() {
-                    Staged::Rows(rows_batch(s.rules[ty].clone(), ty, c)?)
-                } else {
+                let input = if c.upserts.is_empty() {
                     Staged::Deletes(c.deleted.iter().cloned().collect())
+                } else {
+                    let blobs = blob_props(def);
+                    let rows: Vec<&Row> = c.upserts.values().collect();
+                    match blob_plan(&blobs, &rows) {
+                        BlobPlan::WholeRows => {
+                            Staged::Rows(rows_batch(s.rules[ty].clone(), ty, c.upserts.values())?)
+                        }
+                        BlobPlan::Patch => {
+                            let batch = rows_batch(s.rules[ty].clone(), ty, c.upserts.values())?;
+                            let keep: Vec<usize> = (0..batch.num_columns())
+                                .filter(|&i| {
+                                    def.property(batch.schema().field(i).name())
+                                        .is_none_or(|p| p.ty != PropType::Blob)
+                                })
+                                .collect();
+                            Staged::Patch(batch.project(&keep)?)
+                        }
+                        BlobPlan::CarryKept => {
+                            let rows = carry_kept(s.cx, def, &blobs, c).await?;
+                            Staged::Rows(rows_batch(s.rules[ty].clone(), ty, rows.iter())?)
+                        }
+                    }
+                };
+                // External references are copied in (within the per-table
+                // limit) before any table is staged.
+                let input = match input {
+                    Staged::Rows(batch) => {
+                        let batches = vec![batch];
+                        let copy = External::Copy {
+                            budget: MAX_KEYED_BYTES,
+                        };
+                        match external::resolve(&s.cx.graph, def, &batches, &[], copy).await? {
+                            Some(mut resolved) => Staged::Rows(resolved.remove(0)),
+                            None => Staged::Rows(batches.into_iter().next().expect("one")),
+                        }
+                    }
+                    other => other,
                 };
                 staged.push((def.clone(), input));
             }
@@ -633,7 +753,9 @@ impl PrepareWork for MutationWork {
                 futures::future::try_join_all(staged.into_iter().map(|(def, input)| async move {
                     let target = cx_ref.target(&def).await?;
                     let txn = match input {
-                        Staged::Rows(batch) => stage::upsert(target.clone(), vec![batch]).await?,
+                        Staged::Rows(batch) | Staged::Patch(batch) => {
+                            stage::upsert(target.clone(), vec![batch]).await?
+                        }
                         Staged::Deletes(ids) => stage::delete_ids(target.clone(), &ids).await?,
                     };
                     Ok::<_, OmniError>((def, target, txn))

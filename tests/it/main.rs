@@ -4,6 +4,7 @@
 mod common;
 
 mod bad_input;
+mod blobs;
 mod branches;
 mod chaos;
 mod concurrency;

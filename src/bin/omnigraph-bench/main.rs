@@ -8,6 +8,8 @@
 //! omnigraph-bench locks [--n 10000]           # the cross-process lock work of one 1-table commit
 //! omnigraph-bench queries DIR --graph URI [--repeats 10] [--reference FILE]
 //!                                             # q1..q6 warm (loads DIR into URI first if URI is empty)
+//! omnigraph-bench blob DIR [--mib 64] [--repeats 5]
+//!                                             # range reads of one blob vs a plain file and pylance
 //! omnigraph-bench merge DIR --graph URI [--sizes 1,1000,100000]
 //!                                             # branch merges on DIR's graph (loaded into URI if empty)
 //! omnigraph-bench search DIR --graph URI [--repeats 3]
@@ -18,6 +20,7 @@ use std::time::Instant;
 
 use omnigraph::{LoadMode, Omnigraph};
 
+mod blob;
 mod merge;
 mod search;
 
@@ -706,6 +709,12 @@ fn main() {
                 .collect();
             rt.block_on(merge::run(dir, &uri, &sizes));
         }
+        Some("blob") => {
+            let dir = args
+                .get(2)
+                .expect("usage: omnigraph-bench blob DIR [--mib N] [--repeats N]");
+            rt.block_on(blob::run(dir, flag("--mib", 64), flag("--repeats", 5)));
+        }
         Some("search") => {
             let dir = args
                 .get(2)
@@ -715,7 +724,7 @@ fn main() {
         }
         _ => {
             eprintln!(
-                "usage: omnigraph-bench (load DIR [--repeats N] | append [--n N] | processes [--writes N] | locks [--n N] | object-store URI [--n N] | queries DIR --graph URI [--repeats N] [--reference FILE] | merge DIR --graph URI [--sizes N,..] | search DIR --graph URI [--repeats N])"
+                "usage: omnigraph-bench (load DIR [--repeats N] | append [--n N] | processes [--writes N] | locks [--n N] | object-store URI [--n N] | queries DIR --graph URI [--repeats N] [--reference FILE] | merge DIR --graph URI [--sizes N,..] | search DIR --graph URI [--repeats N] | blob DIR [--mib N] [--repeats N])"
             );
             std::process::exit(2);
         }

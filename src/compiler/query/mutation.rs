@@ -134,16 +134,6 @@ fn update(
         }
         map.insert(a.prop.clone(), value(&c, &a.value)?);
     }
-    if t.properties.iter().any(|p| p.ty == PropType::Blob) {
-        return Err(type_error(
-            Code::Unsupported,
-            pos,
-            format!(
-                "updating {} (a type with Blob properties) is not supported yet",
-                t.name
-            ),
-        ));
-    }
     Ok(MutStmt::Update {
         ty: t.name.clone(),
         set: map,

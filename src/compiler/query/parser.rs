@@ -115,6 +115,8 @@ impl Parser<'_> {
                 self.c.expect(&Tok::RParen, "')'")?;
                 PropType::Vector(n)
             }
+            // For mutations that write a Blob property.
+            "Blob" => PropType::Blob,
             other => {
                 return Err(self
                     .c

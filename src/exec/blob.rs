@@ -1,0 +1,114 @@
+//! The blob reader: one Blob cell of one snapshot, as a managed value (its
+//! length, strong ETag and a range reader bound to the exact table version
+//! the snapshot names) or an external reference (never touched).
+
+use crate::compiler::catalog::{Catalog, PropType, TypeDef};
+use crate::error::{OmniError, Result};
+use crate::storage::blob::{self, EtagInput, Stored};
+use crate::storage::{GraphStorage, Snapshot};
+
+pub use crate::storage::blob::{BlobReader, MAX_RANGE_BYTES};
+
+/// Which cell: a node's or an edge's Blob property, by the entity's id.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlobCell {
+    pub type_name: String,
+    pub id: String,
+    pub property: String,
+}
+
+impl BlobCell {
+    pub fn new(type_name: &str, id: &str, property: &str) -> Self {
+        Self {
+            type_name: type_name.to_string(),
+            id: id.to_string(),
+            property: property.to_string(),
+        }
+    }
+}
+
+impl std::fmt::Display for BlobCell {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {:?}.{}", self.type_name, self.id, self.property)
+    }
+}
+
+/// What a non-null Blob cell holds.
+#[derive(Debug)]
+pub enum Blob {
+    Managed {
+        length: u64,
+        /// `"<32 lowercase hex>"`, quotes included (an HTTP strong ETag).
+        etag: String,
+        reader: BlobReader,
+    },
+    External {
+        uri: String,
+        offset: u64,
+        length: u64,
+    },
+}
+
+/// The cell's type and property, checked against the catalog before any I/O.
+pub fn resolve_cell<'c>(catalog: &'c Catalog, cell: &BlobCell) -> Result<(&'c TypeDef, u32)> {
+    let t = catalog.get(&cell.type_name).ok_or_else(|| {
+        OmniError::BadRequest(format!("the schema has no type {}", cell.type_name))
+    })?;
+    let p = t.property(&cell.property).ok_or_else(|| {
+        OmniError::BadRequest(format!("{} has no property {}", t.name, cell.property))
+    })?;
+    if p.ty != PropType::Blob {
+        return Err(OmniError::BadRequest(format!(
+            "{}.{} is a {}, not a Blob",
+            t.name,
+            p.name,
+            p.ty.describe()
+        )));
+    }
+    Ok((t, p.id))
+}
+
+/// Read `cell` as `snap` sees it.
+pub async fn read(graph: &GraphStorage, snap: &Snapshot, cell: &BlobCell) -> Result<Blob> {
+    let (t, property_id) = resolve_cell(&graph.catalog, cell)?;
+    let table_ref = snap.table(t)?;
+    let table = graph.read_table(snap, t).await?;
+    let (row_id, stored) = blob::locate(&table, &cell.property, &cell.id)
+        .await?
+        .ok_or_else(|| OmniError::NotFound(format!("{} {:?}", t.name, cell.id)))?;
+    match stored {
+        None => Err(OmniError::NotFound(format!("{cell} is null"))),
+        Some(Stored::External {
+            uri,
+            offset,
+            length,
+        }) => Ok(Blob::External {
+            uri,
+            offset,
+            length,
+        }),
+        Some(Stored::Managed { length }) => {
+            if !blob::has_stable_row_ids(&table) {
+                return Err(OmniError::BlobIntegrity {
+                    reason: format!("{} does not use stable row ids", t.name),
+                });
+            }
+            let transaction = blob::transaction_identity(&table).await?;
+            let etag = blob::etag(&EtagInput {
+                table_id: u64::from(t.id),
+                incarnation: table_ref.incarnation,
+                property_id: u64::from(property_id),
+                table_version: table_ref.version,
+                row_id,
+                transaction: transaction.as_bytes(),
+            })?;
+            let what = format!("{cell} at table version {}", table_ref.version);
+            let reader = BlobReader::open(&table, &cell.property, row_id, length, what).await?;
+            Ok(Blob::Managed {
+                length,
+                etag,
+                reader,
+            })
+        }
+    }
+}
