@@ -262,3 +262,87 @@ async fn a_missing_object_costs_one_request() {
     let cost = counters.read().since(&before);
     assert_eq!(cost.total(), 1, "{cost}");
 }
+
+#[tokio::test]
+async fn blobs_and_external_references_on_s3() {
+    use crate::blobs::{BLOB_SCHEMA, b64, big_bytes};
+    use omnigraph::{Blob, BlobCell};
+    let place = Place::s3();
+    let uri = place.uri("g.omni");
+    let g = Omnigraph::init(&uri, BLOB_SCHEMA).await.unwrap();
+    let big = big_bytes();
+    let line = format!(
+        r#"{{"type":"Asset","data":{{"name":"a1","data":"{}"}}}}"#,
+        b64(&big)
+    );
+    g.load("main", &line, LoadMode::Overwrite).await.unwrap();
+    let cell = BlobCell::new("Asset", "a1", "data");
+    let Blob::Managed {
+        length,
+        etag,
+        reader,
+    } = g.read_blob_at(&Target::main(), &cell).await.unwrap()
+    else {
+        panic!("managed")
+    };
+    assert_eq!(length, big.len() as u64);
+    assert_eq!(etag.len(), 34);
+    let mid = reader
+        .read_range(1_000_000..1_000_000 + (4 << 20) - 7)
+        .await;
+    assert!(mid.unwrap()[..] == big[1_000_000..1_000_000 + (4 << 20) - 7]);
+    // An external object on the same server, under an allowed base; a
+    // sibling prefix that starts the same way is not under it.
+    let ext = place.uri("ext");
+    let store = omnigraph::storage::objstore::Store::open(
+        &omnigraph::storage::requests::StorageSession::default(),
+        &ext,
+    )
+    .await
+    .unwrap();
+    store.put("pre/a.bin", b"s3 external").await.unwrap();
+    store.put("prefix2/b.bin", b"other").await.unwrap();
+    g.allow_external_blobs(&format!("{ext}/pre")).await.unwrap();
+    let refer = |name: &str, rel: &str| {
+        format!(r#"{{"type":"Asset","data":{{"name":"{name}","data":"{ext}/{rel}"}}}}"#)
+    };
+    let refused = g
+        .load("main", &refer("x", "prefix2/b.bin"), LoadMode::Append)
+        .await;
+    assert!(
+        matches!(refused, Err(OmniError::Invalid { .. })),
+        "{refused:?}"
+    );
+    g.load("main", &refer("e1", "pre/a.bin"), LoadMode::Append)
+        .await
+        .unwrap();
+    let Blob::Managed { reader, length, .. } = g
+        .read_blob_at(&Target::main(), &BlobCell::new("Asset", "e1", "data"))
+        .await
+        .unwrap()
+    else {
+        panic!("an append copies the bytes in")
+    };
+    assert_eq!(
+        &reader.read_range(0..length).await.unwrap()[..],
+        b"s3 external"
+    );
+    g.load("main", &refer("e2", "pre/a.bin"), LoadMode::Overwrite)
+        .await
+        .unwrap();
+    match g
+        .read_blob_at(&Target::main(), &BlobCell::new("Asset", "e2", "data"))
+        .await
+        .unwrap()
+    {
+        Blob::External {
+            uri,
+            offset,
+            length,
+        } => {
+            assert_eq!((uri, offset, length), (format!("{ext}/pre/a.bin"), 0, 11))
+        }
+        other => panic!("{other:?}"),
+    }
+    g.close().await;
+}
