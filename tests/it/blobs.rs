@@ -318,6 +318,22 @@ async fn the_cli_stats_and_gets_blobs_in_bounded_reads() {
     ]);
     assert!(out.status.success() && out.stdout.is_empty());
     assert!(std::fs::read(&file).unwrap() == big);
+    // Time travel: the state before a later write, by graph version.
+    let v1 = {
+        let g = Omnigraph::open(&uri).await.unwrap();
+        let v = g.snapshot(&Target::main()).await.unwrap().manifest_version;
+        let line = format!(
+            r#"{{"type":"Asset","data":{{"name":"a1","data":"{}"}}}}"#,
+            b64(b"later")
+        );
+        g.load("main", &line, LoadMode::Merge).await.unwrap();
+        g.close().await;
+        v
+    };
+    let out = run(&["get", "Asset", "a1", "data"]);
+    assert_eq!(out.stdout, b"later");
+    let out = run(&["get", "Asset", "a1", "data", "--version", &v1.to_string()]);
+    assert_eq!(out.stdout, b"hello blob");
     // An edge's blob, and the typed failures.
     let out = run(&["get", "Attached", "e1", "payload"]);
     assert_eq!(out.stdout, b"edge bytes");
@@ -333,6 +349,17 @@ async fn the_cli_stats_and_gets_blobs_in_bounded_reads() {
 async fn compaction_of_a_blob_table_keeps_null_empty_and_large_values() {
     let dir = tempfile::tempdir().unwrap();
     let g = blob_graph(&dir).await;
+    // Updates that keep the blobs, before the table is compacted.
+    for id in ["a1", "a2", "a3", "a4"] {
+        g.mutate(
+            "main",
+            BLOB_MUTATIONS,
+            "set_kind",
+            &serde_json::json!({"name": id, "kind": "before compaction"}),
+        )
+        .await
+        .unwrap();
+    }
     let before: Vec<(u64, Vec<u8>)> = {
         let mut v = Vec::new();
         for id in ["a1", "a2", "a4"] {
@@ -384,6 +411,27 @@ async fn compaction_of_a_blob_table_keeps_null_empty_and_large_values() {
         .read_blob_at(&Target::main(), &cell("Asset", "a3", "data"))
         .await;
     assert!(matches!(null, Err(OmniError::NotFound(_))), "{null:?}");
+    assert_eq!(kind_of(&g, "a4").await, "before compaction");
+}
+
+#[tokio::test]
+async fn a_reader_whose_files_were_cleaned_up_fails_typed() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = blob_graph(&dir).await;
+    let Blob::Managed { reader, .. } = g
+        .read_blob_at(&Target::main(), &cell("Asset", "a4", "data"))
+        .await
+        .unwrap()
+    else {
+        panic!("managed")
+    };
+    // What a cleanup of old versions does to the files of this one.
+    let data = dir.path().join("g.omni/nodes/Asset.lance/data");
+    std::fs::remove_dir_all(&data).unwrap();
+    match reader.read_range(0..4096).await {
+        Err(OmniError::NotFound(m)) => assert!(m.contains("no longer readable"), "{m}"),
+        other => panic!("{other:?}"),
+    }
 }
 
 const BLOB_MUTATIONS: &str = r#"
@@ -473,6 +521,21 @@ async fn updates_and_deletes_of_a_blob_type_keep_or_replace_the_bytes() {
             read_all(&g, &main, &cell("Asset", "a1", "data")).await.2,
             want
         );
+    }
+    let refused = m(
+        "set_data",
+        serde_json::json!({"name": "a1", "data": {"uri": "s3://bucket/x.bin"}}),
+    )
+    .await;
+    match refused {
+        Err(e @ OmniError::Invalid { .. }) => {
+            assert!(
+                e.to_string()
+                    .contains("outside the graph's external-blob policy"),
+                "{e}"
+            )
+        }
+        other => panic!("a {{uri}} struct is an external reference: {other:?}"),
     }
     for bad in [
         serde_json::json!([1, 256]),
