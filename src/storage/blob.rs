@@ -6,6 +6,7 @@
 //! it keeps reading those bytes after the branch moves on; the bytes of a
 //! version are immutable, so it can never see newer or partial ones.
 
+use std::collections::HashMap;
 use std::ops::Range;
 
 use arrow_array::cast::AsArray;
@@ -16,6 +17,7 @@ use futures::TryStreamExt;
 use sha2::{Digest, Sha256};
 
 use super::scan::{self, Filter, ROW_ID};
+use super::stage::PROBE_CHUNK;
 use super::tables::Table;
 use crate::compiler::catalog::{ID, PropType};
 use crate::compiler::query::ast::CmpOp;
@@ -199,25 +201,55 @@ pub async fn locate(
         &Value::Str(id.to_string().into()),
     )
     .expect("a string fits the id column");
-    let batches: Vec<_> = scan::stream(table, &[property], Some(&filter), None, true)
+    Ok(located(table, property, &filter).await?.remove(id))
+}
+
+/// [`locate`] for many ids, one scan per [`PROBE_CHUNK`] of them.
+pub async fn locate_all(
+    table: &Table,
+    property: &str,
+    ids: &[&str],
+) -> Result<HashMap<String, (u64, Option<Stored>)>> {
+    let mut out = HashMap::with_capacity(ids.len());
+    for chunk in ids.chunks(PROBE_CHUNK) {
+        let filter = Filter::AnyOf {
+            column: ID.to_string(),
+            values: chunk.iter().map(|s| s.to_string()).collect(),
+        };
+        out.extend(located(table, property, &filter).await?);
+    }
+    Ok(out)
+}
+
+/// The cells of `property` in the rows `filter` keeps, by id.
+async fn located(
+    table: &Table,
+    property: &str,
+    filter: &Filter,
+) -> Result<HashMap<String, (u64, Option<Stored>)>> {
+    let batches: Vec<_> = scan::stream(table, &[ID, property], Some(filter), None, true)
         .await?
         .try_collect()
         .await?;
-    let mut found = None;
+    let mut found = HashMap::new();
     for b in &batches {
+        let ids = b
+            .column_by_name(ID)
+            .and_then(|c| c.as_string_opt::<i32>())
+            .ok_or_else(|| OmniError::Storage("ids missing from a blob scan".into()))?;
+        let row_ids = b
+            .column_by_name(ROW_ID)
+            .ok_or_else(|| OmniError::Storage("row ids missing from a blob scan".into()))?
+            .as_primitive::<UInt64Type>();
+        let col = b.column_by_name(property).ok_or_else(|| {
+            OmniError::Storage(format!("the blob scan returned no {property} column"))
+        })?;
         for row in 0..b.num_rows() {
-            if found.is_some() {
+            let id = ids.value(row);
+            let cell = (row_ids.value(row), decode(&raw_at(col.as_ref(), row)?)?);
+            if found.insert(id.to_string(), cell).is_some() {
                 return Err(integrity(format!("two rows have the id {id:?}")));
             }
-            let row_id = b
-                .column_by_name(ROW_ID)
-                .ok_or_else(|| OmniError::Storage("row ids missing from a blob scan".into()))?
-                .as_primitive::<UInt64Type>()
-                .value(row);
-            let col = b.column_by_name(property).ok_or_else(|| {
-                OmniError::Storage(format!("the blob scan returned no {property} column"))
-            })?;
-            found = Some((row_id, decode(&raw_at(col.as_ref(), row)?)?));
         }
     }
     Ok(found)
@@ -231,12 +263,13 @@ pub async fn values_of(
     property: &str,
     ids: &[&str],
     budget: usize,
-) -> Result<std::collections::HashMap<String, Option<Vec<u8>>>> {
-    let mut out = std::collections::HashMap::new();
+) -> Result<HashMap<String, Option<Vec<u8>>>> {
+    let mut out = HashMap::new();
     let mut located = Vec::new();
     let mut total: u64 = 0;
+    let mut cells = locate_all(table, property, ids).await?;
     for &id in ids {
-        match locate(table, property, id).await? {
+        match cells.remove(id) {
             None | Some((_, None)) => {
                 out.insert(id.to_string(), None);
             }

@@ -32,6 +32,11 @@ pub enum Filter {
         op: CmpOp,
         value: Value<'static>,
     },
+    /// A string column equal to one of these values.
+    AnyOf {
+        column: String,
+        values: Vec<String>,
+    },
     And(Vec<Filter>),
 }
 
@@ -83,6 +88,9 @@ impl Filter {
                         unreachable!("Filter::compare never builds {op:?}")
                     }
                 }
+            }
+            Filter::AnyOf { column, values } => {
+                col(column.as_str()).in_list(values.iter().map(|v| lit(v.clone())).collect(), false)
             }
             Filter::And(parts) => parts
                 .iter()

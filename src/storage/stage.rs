@@ -17,7 +17,7 @@ use crate::error::{OmniError, Result};
 use crate::index::IndexRef;
 
 /// How many ids one `IN (...)` probe carries.
-const PROBE_CHUNK: usize = 4096;
+pub const PROBE_CHUNK: usize = 4096;
 
 pub async fn append(Table(ds): Table, batches: Vec<RecordBatch>) -> Result<TableChange> {
     insert(ds, batches, WriteMode::Append).await
