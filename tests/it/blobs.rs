@@ -86,6 +86,18 @@ async fn read_all(g: &Omnigraph, at: &Target, c: &BlobCell) -> (u64, String, Vec
     }
 }
 
+/// An external cell's (uri, offset, length).
+pub async fn external_of(g: &Omnigraph, at: &Target, c: &BlobCell) -> (String, u64, u64) {
+    match g.read_blob_at(at, c).await.unwrap() {
+        Blob::External {
+            uri,
+            offset,
+            length,
+        } => (uri, offset, length),
+        other => panic!("{c}: not external: {other:?}"),
+    }
+}
+
 fn is_strong_etag(e: &str) -> bool {
     e.len() == 34
         && e.starts_with('"')
@@ -661,20 +673,10 @@ async fn external_references_obey_the_policy_and_are_kept_or_copied_by_mode() {
     .await
     .unwrap();
     std::fs::rename(e.dir.join("in/a.bin"), e.dir.join("in/moved.bin")).unwrap();
-    match g
-        .read_blob_at(&main, &cell("Asset", "a1", "data"))
-        .await
-        .unwrap()
-    {
-        Blob::External {
-            uri,
-            offset,
-            length,
-        } => {
-            assert_eq!((uri, offset, length), (e.uri("in/a.bin"), 0, 14))
-        }
-        other => panic!("{other:?}"),
-    }
+    assert_eq!(
+        external_of(g, &main, &cell("Asset", "a1", "data")).await,
+        (e.uri("in/a.bin"), 0, 14)
+    );
     let mut dump = Vec::new();
     g.export(&main, &mut dump).await.unwrap();
     let dump = String::from_utf8(dump).unwrap();
@@ -772,14 +774,8 @@ async fn copying_external_objects_is_checked_against_the_limit_before_reading() 
     )
     .await
     .unwrap();
-    match g
-        .read_blob_at(&Target::main(), &cell("Asset", "big", "data"))
-        .await
-        .unwrap()
-    {
-        Blob::External { length, .. } => assert_eq!(length, 33 << 20),
-        other => panic!("{other:?}"),
-    }
+    let big = external_of(g, &Target::main(), &cell("Asset", "big", "data")).await;
+    assert_eq!(big.2, 33 << 20);
 }
 
 #[tokio::test]
