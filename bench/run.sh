@@ -34,6 +34,8 @@ for tag in ${*:-s100k}; do
   echo "## $tag: queries, cold (one CLI process per query; median of 3)"
   python3 bench/cold.py "$BIN/omnigraph" "$OUT/$tag.omni" "$D/meta.json"
 done
+echo "## blobs: 64 MiB in 4 MiB ranges vs a plain file and pylance; stat; first byte of blob get"
+"$BIN/omnigraph-bench" blob "$OUT/blob" --mib 64 --repeats 5
 echo "## single-row mutation as one CLI process"
 python3 bench/cli_mutate.py "$BIN/omnigraph" --n 30
 echo "## 1-row append latency (10 types)"
