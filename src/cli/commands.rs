@@ -495,6 +495,13 @@ async fn blob_get(
         Ok::<_, OmniError>(())
     }
     .await;
+    // A reader that stopped reading (`| head -c N`) is not a failure.
+    let written = match written {
+        Err(OmniError::Io(e)) if e.kind() == std::io::ErrorKind::BrokenPipe && out.is_none() => {
+            Ok(())
+        }
+        other => other,
+    };
     drop(sink);
     match (written, partial) {
         (Ok(()), Some((tmp, path))) => std::fs::rename(&tmp, &path)

@@ -318,6 +318,24 @@ async fn the_cli_stats_and_gets_blobs_in_bounded_reads() {
     let out = run(&["get", "Asset", "a1", "data", "--offset", "11"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("error[BlobRangeNotSatisfiable]"));
+    // A reader that stops early (`| head -c 10`) ends the command quietly.
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_omnigraph"))
+        .args(["blob", "get", "Asset", "a4", "data", "--store", &uri])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 10];
+    std::io::Read::read_exact(child.stdout.as_mut().unwrap(), &mut first).unwrap();
+    assert_eq!(first, big[..10]);
+    drop(child.stdout.take());
+    let done = child.wait_with_output().unwrap();
+    assert!(
+        done.status.success() && done.stderr.is_empty(),
+        "{:?} {}",
+        done.status,
+        String::from_utf8_lossy(&done.stderr)
+    );
     // --out writes the file whole.
     let file = dir.path().join("a4.bin");
     let out = run(&[
