@@ -579,9 +579,7 @@ impl Omnigraph {
     /// after the branch moves on. An external value is returned as its
     /// reference, without touching the object. A null cell is `NotFound`.
     pub async fn read_blob_at(&self, target: &Target, cell: &BlobCell) -> Result<Blob> {
-        blob::resolve_cell(&self.inner.graph.catalog, cell)?;
-        let snap = self.resolve(target).await?;
-        blob::read(&self.inner.graph, &snap, cell).await
+        blob::read(&self.inner.graph, target, cell).await
     }
 
     /// The graph's external-blob policy: the URI bases a Blob cell may

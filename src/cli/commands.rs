@@ -484,12 +484,9 @@ async fn blob_get(
             (Box::new(f), Some((tmp, path.clone())))
         }
     };
-    let mut at = offset;
     let written = async {
-        while at < end {
-            let next = (at + omnigraph::exec::blob::MAX_RANGE_BYTES).min(end);
-            sink.write_all(&reader.read_range(at..next).await?)?;
-            at = next;
+        for step in omnigraph::exec::blob::steps(offset..end) {
+            sink.write_all(&reader.read_range(step).await?)?;
         }
         sink.flush()?;
         Ok::<_, OmniError>(())

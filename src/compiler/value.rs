@@ -318,11 +318,7 @@ pub fn typed<'a>(ty: &PropType, cell: Value<'a>) -> std::result::Result<Value<'a
         // external reference, kept as its URI (a well-formed one: the
         // write checks it against the graph's policy before staging).
         (PropType::Blob, Value::Str(s)) => match s.strip_prefix("base64:") {
-            Some(payload) => Value::Bytes(
-                base64::engine::general_purpose::STANDARD
-                    .decode(payload.trim())
-                    .map_err(|e| format!("invalid base64 payload: {e}"))?,
-            ),
+            Some(payload) => Value::Bytes(base64_payload(payload)?),
             None => typed(&PropType::Blob, Value::BlobUri(s))?,
         },
         (ty, c) => return Err(wrong(&ty.describe(), &c)),
@@ -380,6 +376,13 @@ pub fn at(a: &ArrayRef, i: usize) -> Value<'_> {
 
 fn items(a: ArrayRef) -> Value<'static> {
     Value::List((0..a.len()).map(|j| at(&a, j).into_owned()).collect())
+}
+
+/// The bytes of a `base64:` payload (the part after the prefix).
+fn base64_payload(payload: &str) -> std::result::Result<Vec<u8>, String> {
+    base64::engine::general_purpose::STANDARD
+        .decode(payload.trim())
+        .map_err(|e| format!("invalid base64 payload: {e}"))
 }
 
 /// JSON input read straight from its text: strings borrowed when they need
@@ -455,10 +458,9 @@ impl<'de: 'a, 'a> Visitor<'de> for InputVisitor<'a> {
         match (key.as_ref(), v) {
             ("data", Value::Null) | ("uri", Value::Null) => Ok(Value::Null),
             ("data", Value::Str(s)) => match s.strip_prefix("base64:") {
-                Some(payload) => base64::engine::general_purpose::STANDARD
-                    .decode(payload.trim())
+                Some(payload) => base64_payload(payload)
                     .map(Value::Bytes)
-                    .map_err(|e| de::Error::custom(format!("invalid base64 payload: {e}"))),
+                    .map_err(de::Error::custom),
                 None => Err(de::Error::custom(
                     "\"data\" is bytes: a list or \"base64:...\"",
                 )),

@@ -5,9 +5,9 @@
 use crate::compiler::catalog::{Catalog, PropType, TypeDef};
 use crate::error::{OmniError, Result};
 use crate::storage::blob::{self, EtagInput, Stored};
-use crate::storage::{GraphStorage, Snapshot};
+use crate::storage::{GraphStorage, Target};
 
-pub use crate::storage::blob::{BlobReader, MAX_RANGE_BYTES};
+pub use crate::storage::blob::{BlobReader, MAX_RANGE_BYTES, steps};
 
 /// Which cell: a node's or an edge's Blob property, by the entity's id.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -49,8 +49,8 @@ pub enum Blob {
     },
 }
 
-/// The cell's type and property, checked against the catalog before any I/O.
-pub fn resolve_cell<'c>(catalog: &'c Catalog, cell: &BlobCell) -> Result<(&'c TypeDef, u32)> {
+/// The cell's type and property id, checked against the catalog.
+fn resolve_cell<'c>(catalog: &'c Catalog, cell: &BlobCell) -> Result<(&'c TypeDef, u32)> {
     let t = catalog.get(&cell.type_name).ok_or_else(|| {
         OmniError::BadRequest(format!("the schema has no type {}", cell.type_name))
     })?;
@@ -68,11 +68,13 @@ pub fn resolve_cell<'c>(catalog: &'c Catalog, cell: &BlobCell) -> Result<(&'c Ty
     Ok((t, p.id))
 }
 
-/// Read `cell` as `snap` sees it.
-pub async fn read(graph: &GraphStorage, snap: &Snapshot, cell: &BlobCell) -> Result<Blob> {
+/// Read `cell` as `target` sees it; the cell is checked against the
+/// catalog before any I/O.
+pub async fn read(graph: &GraphStorage, target: &Target, cell: &BlobCell) -> Result<Blob> {
     let (t, property_id) = resolve_cell(&graph.catalog, cell)?;
+    let snap = graph.snapshot(target).await?;
     let table_ref = snap.table(t)?;
-    let table = graph.read_table(snap, t).await?;
+    let table = graph.read_table(&snap, t).await?;
     let (row_id, stored) = blob::locate(&table, &cell.property, &cell.id)
         .await?
         .ok_or_else(|| OmniError::NotFound(format!("{} {:?}", t.name, cell.id)))?;

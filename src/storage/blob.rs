@@ -187,6 +187,15 @@ pub fn check_range(range: &Range<u64>, length: u64) -> Result<()> {
     Ok(())
 }
 
+/// `range` cut into consecutive reads of at most [`MAX_RANGE_BYTES`]: how
+/// a caller walks a whole value through `read_range`.
+pub fn steps(range: Range<u64>) -> impl Iterator<Item = Range<u64>> {
+    let end = range.end;
+    (range.start..end)
+        .step_by(MAX_RANGE_BYTES as usize)
+        .map(move |at| at..(at + MAX_RANGE_BYTES).min(end))
+}
+
 /// The cell `id`.`property` of a table version: its stable row id and
 /// what it holds (`None`: null). `Ok(None)` when no row has that id.
 pub async fn locate(
@@ -301,11 +310,8 @@ pub async fn values_of(
         )
         .await?;
         let mut bytes = Vec::with_capacity(length as usize);
-        let mut at = 0;
-        while at < length {
-            let next = (at + MAX_RANGE_BYTES).min(length);
-            bytes.extend_from_slice(&r.read_range(at..next).await?);
-            at = next;
+        for step in steps(0..length) {
+            bytes.extend_from_slice(&r.read_range(step).await?);
         }
         out.insert(id.to_string(), Some(bytes));
     }
@@ -616,6 +622,15 @@ mod tests {
             matches!(over, Err(OmniError::ResourceLimitExceeded { .. })),
             "{over:?}"
         );
+    }
+
+    #[test]
+    fn steps_cover_a_range_in_reads_of_at_most_4_mib() {
+        let m = MAX_RANGE_BYTES;
+        let got: Vec<_> = steps(5..2 * m + 7).collect();
+        assert_eq!(got, vec![5..m + 5, m + 5..2 * m + 5, 2 * m + 5..2 * m + 7]);
+        assert_eq!(steps(0..m).collect::<Vec<_>>(), vec![0..m]);
+        assert_eq!(steps(9..9).count(), 0);
     }
 
     #[test]

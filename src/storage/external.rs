@@ -6,6 +6,7 @@
 //! reference with its recorded length, every other write copies the bytes
 //! in, within the per-table byte limit.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow_array::builder::{LargeBinaryBuilder, StringBuilder, UInt64Builder};
@@ -87,9 +88,11 @@ struct UriCell {
     batch: usize,
     row: usize,
     column: usize,
-    uri: ExternalUri,
     raw: String,
     size: u64,
+    /// A store on the object's folder and the object's name there (opened
+    /// once, for the HEAD and, when copied, the read).
+    object: (Store, String),
 }
 
 /// The object a checked URI names: a store on its folder and its name.
@@ -159,9 +162,9 @@ pub async fn resolve(
                     batch: b,
                     row,
                     column,
-                    uri,
                     raw,
                     size,
+                    object: (dir, name),
                 });
             }
         }
@@ -195,12 +198,13 @@ pub async fn resolve(
             .map(|f| f.as_ref().clone())
             .collect();
         for &(column, _) in &blob_columns {
-            let here: Vec<&UriCell> = cells
+            let here: HashMap<usize, &UriCell> = cells
                 .iter()
                 .filter(|c| c.batch == b && c.column == column)
+                .map(|c| (c.row, c))
                 .collect();
             let (field, array) =
-                rebuild(session, &fields[column], batch.column(column), &here, mode).await?;
+                rebuild(&fields[column], batch.column(column), &here, mode).await?;
             fields[column] = field;
             columns[column] = array;
         }
@@ -223,10 +227,9 @@ fn uri_child(col: &ArrayRef) -> Option<&arrow_array::StringArray> {
 /// One blob column with its URI cells resolved: as data (copied bytes)
 /// or as references carrying their position and length.
 async fn rebuild(
-    session: &StorageSession,
     field: &Field,
     col: &ArrayRef,
-    cells: &[&UriCell],
+    cells: &HashMap<usize, &UriCell>,
     mode: External,
 ) -> Result<(Field, ArrayRef)> {
     let s = col.as_struct_opt().ok_or_else(|| {
@@ -243,7 +246,7 @@ async fn rebuild(
     let mut size = UInt64Builder::with_capacity(n);
     let mut valid = NullBufferBuilder::new(n);
     for row in 0..n {
-        let cell = cells.iter().find(|c| c.row == row);
+        let cell = cells.get(&row);
         if s.is_null(row) {
             valid.append_null();
             d.append_null();
@@ -265,8 +268,8 @@ async fn rebuild(
                 let bytes = if c.size == 0 {
                     bytes::Bytes::new()
                 } else {
-                    let (dir, name) = object(session, &c.uri).await?;
-                    dir.read(&name).await?.ok_or_else(|| {
+                    let (dir, name) = &c.object;
+                    dir.read(name).await?.ok_or_else(|| {
                         OmniError::NotFound(format!("the external object {} vanished", c.raw))
                     })?
                 };

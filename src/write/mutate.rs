@@ -573,10 +573,9 @@ impl MutationWork {
 /// What one table gets: upserted rows, or deleted ids (a mutation never
 /// does both to one table).
 enum Staged {
-    Rows(RecordBatch),
-    /// Updated rows without their Blob columns: storage patches the other
-    /// columns in place and the blob bytes stay where they are.
-    Patch(RecordBatch),
+    /// Upserted rows; rows without their Blob columns are patched into
+    /// place, the blob bytes staying where they are.
+    Rows(Vec<RecordBatch>),
     Deletes(Vec<String>),
 }
 
@@ -709,9 +708,9 @@ impl PrepareWork for MutationWork {
                 } else {
                     let blobs = blob_props(def);
                     let rows: Vec<&Row> = c.upserts.values().collect();
-                    match blob_plan(&blobs, &rows) {
+                    let batch = match blob_plan(&blobs, &rows) {
                         BlobPlan::WholeRows => {
-                            Staged::Rows(rows_batch(s.rules[ty].clone(), ty, c.upserts.values())?)
+                            rows_batch(s.rules[ty].clone(), ty, c.upserts.values())?
                         }
                         BlobPlan::Patch => {
                             let batch = rows_batch(s.rules[ty].clone(), ty, c.upserts.values())?;
@@ -721,28 +720,21 @@ impl PrepareWork for MutationWork {
                                         .is_none_or(|p| p.ty != PropType::Blob)
                                 })
                                 .collect();
-                            Staged::Patch(batch.project(&keep)?)
+                            batch.project(&keep)?
                         }
                         BlobPlan::CarryKept => {
                             let rows = carry_kept(s.cx, def, &blobs, c).await?;
-                            Staged::Rows(rows_batch(s.rules[ty].clone(), ty, rows.iter())?)
+                            rows_batch(s.rules[ty].clone(), ty, rows.iter())?
                         }
-                    }
-                };
-                // External references are copied in (within the per-table
-                // limit) before any table is staged.
-                let input = match input {
-                    Staged::Rows(batch) => {
-                        let batches = vec![batch];
-                        let copy = External::Copy {
-                            budget: MAX_KEYED_BYTES,
-                        };
-                        match external::resolve(&s.cx.graph, def, &batches, &[], copy).await? {
-                            Some(mut resolved) => Staged::Rows(resolved.remove(0)),
-                            None => Staged::Rows(batches.into_iter().next().expect("one")),
-                        }
-                    }
-                    other => other,
+                    };
+                    // External references are copied in (within the
+                    // per-table limit) before any table is staged.
+                    let batches = vec![batch];
+                    let copy = External::Copy {
+                        budget: MAX_KEYED_BYTES,
+                    };
+                    let resolved = external::resolve(&s.cx.graph, def, &batches, &[], copy).await?;
+                    Staged::Rows(resolved.unwrap_or(batches))
                 };
                 staged.push((def.clone(), input));
             }
@@ -753,9 +745,7 @@ impl PrepareWork for MutationWork {
                 futures::future::try_join_all(staged.into_iter().map(|(def, input)| async move {
                     let target = cx_ref.target(&def).await?;
                     let txn = match input {
-                        Staged::Rows(batch) | Staged::Patch(batch) => {
-                            stage::upsert(target.clone(), vec![batch]).await?
-                        }
+                        Staged::Rows(batches) => stage::upsert(target.clone(), batches).await?,
                         Staged::Deletes(ids) => stage::delete_ids(target.clone(), &ids).await?,
                     };
                     Ok::<_, OmniError>((def, target, txn))

@@ -74,11 +74,8 @@ async fn read_all(g: &Omnigraph, at: &Target, c: &BlobCell) -> (u64, String, Vec
         } => {
             assert_eq!(reader.len(), length);
             let mut out = Vec::new();
-            let mut at = 0;
-            while at < length {
-                let next = (at + (4 << 20)).min(length);
-                out.extend_from_slice(&reader.read_range(at..next).await.unwrap());
-                at = next;
+            for step in omnigraph::exec::blob::steps(0..length) {
+                out.extend_from_slice(&reader.read_range(step).await.unwrap());
             }
             (length, etag, out)
         }

@@ -10,7 +10,8 @@ use std::time::Instant;
 use base64::Engine;
 use omnigraph::{Blob, BlobCell, LoadMode, Omnigraph, Target};
 
-const STEP: u64 = 4 << 20;
+/// The plain file is read in the steps the blob reader takes.
+const STEP: u64 = omnigraph::exec::blob::MAX_RANGE_BYTES;
 const SCHEMA: &str = "node Asset { name: String @key\n data: Blob? }";
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -52,13 +53,10 @@ pub async fn run(dir: &str, mib: usize, repeats: usize) {
         };
         assert_eq!(length, n as u64);
         let t0 = Instant::now();
-        let mut at = 0;
         let mut sum = 0u64;
-        while at < length {
-            let next = (at + STEP).min(length);
-            let b = reader.read_range(at..next).await.expect("read");
+        for step in omnigraph::exec::blob::steps(0..length) {
+            let b = reader.read_range(step).await.expect("read");
             sum += b[b.len() - 1] as u64;
-            at = next;
         }
         std::hint::black_box(sum);
         ours.push(t0.elapsed().as_secs_f64());
