@@ -66,6 +66,12 @@ pub enum OmniError {
         "read set changed: the branch moved while the write was prepared; read again and retry"
     )]
     ReadSetChanged,
+    /// A write compiled against one schema met another when it prepared (a
+    /// schema apply came between); nothing was written.
+    #[error(
+        "schema changed: the write was checked against schema {compiled}, the graph now accepts {accepted}; nothing was written"
+    )]
+    SchemaChanged { compiled: String, accepted: String },
     /// Nothing was written: the write kept losing races, or waited past its
     /// limit for something another writer held (`waited_for` names it).
     #[error("write contended: gave up after {attempts} attempts, waiting for {waited_for}")]
@@ -166,6 +172,7 @@ impl OmniError {
             Self::KeyConflict { .. } => "KeyConflict",
             Self::PreconditionFailed { .. } => "PreconditionFailed",
             Self::ReadSetChanged => "ReadSetChanged",
+            Self::SchemaChanged { .. } => "SchemaChanged",
             Self::Contended { .. } => "Contended",
             Self::ReadOnly(_) => "ReadOnly",
             Self::RecoveryRequired { .. } => "RecoveryRequired",

@@ -22,7 +22,7 @@ use crate::exec::run::{self, QueryResult};
 use crate::storage::external;
 use crate::storage::manifest::{CommitRecord, MAIN, validate_branch_name};
 use crate::storage::requests::{Counters, Requests, StorageSession, counted_session};
-use crate::storage::substrate::{LanceSubstrate, PrepareWork};
+use crate::storage::substrate::{LanceSubstrate, Pinned, PrepareWork};
 use crate::storage::{GraphStorage, Snapshot, Target};
 use crate::util::ulid::new_ulid;
 use crate::write::compact::{COMPACT_AT_FRAGMENTS, CompactWork};
@@ -32,6 +32,10 @@ use crate::write::mutate::{self, MutationResult, MutationWork};
 use crate::write::optimize;
 use omnigraph_actors::host::Host;
 use omnigraph_actors::{Bugs, OpId, OpKind, Outcome, RecoveryReport};
+
+/// How many times a mutation is checked against the accepted schema when
+/// schema applies keep landing between its check and its prepare.
+const MUTATION_COMPILES: u32 = 2;
 
 /// Options when opening or creating a graph.
 #[derive(Clone, Debug)]
@@ -308,12 +312,18 @@ impl Omnigraph {
         }
     }
 
-    pub fn catalog(&self) -> Arc<Catalog> {
-        self.inner.graph.catalog.clone()
+    /// The catalog of the schema the graph accepts now.
+    pub async fn catalog(&self) -> Result<Arc<Catalog>> {
+        Ok(self.inner.graph.current_schema().await?.catalog.clone())
     }
 
-    pub fn schema_source(&self) -> &str {
-        &self.inner.graph.schema_source
+    /// The accepted schema's source now, or at a target's graph version.
+    pub async fn schema_source(&self, target: Option<&Target>) -> Result<String> {
+        let schema = match target {
+            Some(t) => self.resolve(t).await?.schema,
+            None => self.inner.graph.current_schema().await?,
+        };
+        Ok(schema.source.clone())
     }
 
     pub fn uri(&self) -> &str {
@@ -406,12 +416,19 @@ impl Omnigraph {
                 }
             }
         }
-        let catalog = self.catalog();
+        // The input is read once, so a schema apply between the parse and
+        // the prepare fails the load (`SchemaChanged`) rather than retrying.
+        let schema = self.inner.graph.current_schema().await?;
+        let catalog = schema.catalog.clone();
         let work =
             tokio::task::spawn_blocking(move || prepare_input(&catalog, input, mode, &progress))
                 .await
                 .map_err(|e| OmniError::Storage(format!("the load task failed: {e}")))??;
         let (nodes, edges) = work.counts();
+        let work = Arc::new(Pinned {
+            schema: schema.id.clone(),
+            work,
+        });
         let (commit, version, _) = self
             .run(
                 OpKind::Write {
@@ -466,7 +483,7 @@ impl Omnigraph {
     async fn fragmented_tables(&self, branch: &str) -> Result<Vec<String>> {
         let snap = self.resolve(&Target::Branch(branch.to_string())).await?;
         let mut out = Vec::new();
-        for t in &self.inner.graph.catalog.types {
+        for t in &snap.catalog().types {
             let r = snap.table(t)?;
             if r.lance_branch != snap.record.line(branch, &t.table_key()) {
                 continue;
@@ -610,7 +627,7 @@ impl Omnigraph {
     pub async fn snapshot(&self, target: &Target) -> Result<SnapshotInfo> {
         let snap = self.resolve(target).await?;
         let mut types = Vec::new();
-        for t in &self.inner.graph.catalog.types {
+        for t in &snap.catalog().types {
             let r = snap.table(t)?;
             let table = self.inner.graph.read_table(&snap, t).await?;
             types.push(TableInfo {
@@ -701,13 +718,7 @@ impl Omnigraph {
     /// (a merge commit: on the target), optionally of one type only.
     pub async fn changes(&self, id: &str, type_name: Option<&str>) -> Result<Vec<EntityChange>> {
         let rec = self.commit(id).await?;
-        let catalog = self.catalog();
-        if let Some(t) = type_name
-            && !catalog.types.iter().any(|d| d.name == t)
-        {
-            return Err(OmniError::NotFound(format!("type {t}")));
-        }
-        merge::changes::commit_changes(&self.inner.graph, &catalog, &rec, type_name).await
+        merge::changes::commit_changes(&self.inner.graph, &rec, type_name).await
     }
 
     /// The commits reachable from a branch head, newest first.
@@ -757,22 +768,30 @@ impl Omnigraph {
         self.writes("mutate")?;
         let file = parser::parse(source)?;
         let decl = check::find(&file, name)?;
-        let plan = mutation::check(&self.inner.graph.catalog, decl)?;
-        let values = params::bind(&plan.name, &plan.params, params)?;
-        let work = Arc::new(MutationWork::new(
-            plan,
-            values,
-            expected_head.map(str::to_string),
-        ));
-        let (commit, version, summary) = self
-            .run(
-                OpKind::Write {
-                    branch: branch.to_string(),
-                },
-                "mutation",
-                Some(work),
-            )
-            .await?;
+        // A schema apply between the check and the prepare: check again
+        // against the schema it made (once; the text is still at hand).
+        let mut attempt = 0;
+        let (commit, version, summary) = loop {
+            attempt += 1;
+            let schema = self.inner.graph.current_schema().await?;
+            let plan = mutation::check(&schema.catalog, decl)?;
+            let values = params::bind(&plan.name, &plan.params, params)?;
+            let work = Arc::new(Pinned {
+                schema: schema.id.clone(),
+                work: Arc::new(MutationWork::new(
+                    plan,
+                    values,
+                    expected_head.map(str::to_string),
+                )),
+            });
+            let kind = OpKind::Write {
+                branch: branch.to_string(),
+            };
+            match self.run(kind, "mutation", Some(work)).await {
+                Err(OmniError::SchemaChanged { .. }) if attempt < MUTATION_COMPILES => continue,
+                other => break other?,
+            }
+        };
         let (nodes, edges) = mutate::counts(&summary);
         self.compact_if_fragmented(branch).await;
         Ok(MutationResult {
@@ -795,9 +814,10 @@ impl Omnigraph {
     ) -> Result<QueryResult> {
         let file = parser::parse(source)?;
         let decl = check::find(&file, name)?;
-        let plan = check::check(&self.inner.graph.catalog, decl)?;
-        let values = params::bind_params(&plan, params)?;
+        // The past type-checks against the schema it accepted.
         let snap = self.resolve(target).await?;
+        let plan = check::check(snap.catalog(), decl)?;
+        let values = params::bind_params(&plan, params)?;
         let ctx = run::Ctx {
             g: &self.inner.graph,
             snap: &snap,

@@ -14,6 +14,7 @@ pub const NAMES: &[&str] = &[
     "skip-process-lock",
     "delete-sidecar-before-restore",
     "recover-merge-without-source",
+    "schema-apply-shared",
 ];
 
 #[cfg(feature = "planted-bugs")]
@@ -29,6 +30,7 @@ pub struct Bugs {
     skip_process_lock: bool,
     delete_sidecar_before_restore: bool,
     recover_merge_without_source: bool,
+    schema_apply_shared: bool,
 }
 
 #[cfg(feature = "planted-bugs")]
@@ -46,6 +48,7 @@ impl Bugs {
             "skip-process-lock" => b.skip_process_lock = true,
             "delete-sidecar-before-restore" => b.delete_sidecar_before_restore = true,
             "recover-merge-without-source" => b.recover_merge_without_source = true,
+            "schema-apply-shared" => b.schema_apply_shared = true,
             _ => return None,
         }
         Some(b)
@@ -80,6 +83,10 @@ impl Bugs {
     /// A recovery that rolls a merge forward publishes it as a plain commit.
     pub fn recover_merge_without_source(&self) -> bool {
         self.recover_merge_without_source
+    }
+    /// A schema apply takes the schema gate shared, like a data write.
+    pub fn schema_apply_shared(&self) -> bool {
+        self.schema_apply_shared
     }
 }
 
@@ -125,6 +132,9 @@ impl Bugs {
         false
     }
     pub const fn recover_merge_without_source(&self) -> bool {
+        false
+    }
+    pub const fn schema_apply_shared(&self) -> bool {
         false
     }
 }

@@ -223,10 +223,6 @@ pub enum Io {
     DropBranchStorage {
         branch: String,
     },
-    /// Make `schema` the accepted schema (under the exclusive schema gate).
-    ApplySchema {
-        schema: String,
-    },
 }
 
 /// The completion of an [`Io`] request.

@@ -121,7 +121,11 @@ pub fn verdict(intent: &Intent, ins: &Inspection) -> Verdict {
     }
     let all_landed_and_latest =
         (0..intent.tables.len()).all(|i| ins.landed[i].is_some() && ins.landed[i] == ins.latest[i]);
-    if all_landed_and_latest && ins.head.as_ref() == Some(&intent.expected) {
+    let schema_still_valid = intent
+        .schema_change
+        .as_ref()
+        .is_none_or(|s| s.manifest == ins.manifest);
+    if all_landed_and_latest && schema_still_valid && ins.head.as_ref() == Some(&intent.expected) {
         Verdict::RollForward
     } else {
         Verdict::RollBack
@@ -226,17 +230,21 @@ impl Recovery {
     /// What keeps writers off `branch`: `Some(None)` while something is being
     /// resolved there, `Some(Some(op))` once recovery gave up on `op`.
     fn blocking(&self, branch: &str) -> Option<Option<OpId>> {
-        if let Some(op) = self.sweeps_given_up.get(branch) {
+        let given_up = match branch {
+            EVERY_BRANCH => self.sweeps_given_up.values().next(),
+            b => self.sweeps_given_up.get(b),
+        };
+        if let Some(op) = given_up {
             return Some(Some(op.clone()));
         }
         if let Some(e) = self
             .intents
             .values()
-            .find(|e| e.intent.branch == branch && e.status != Status::InFlight)
+            .find(|e| e.intent.touches(branch) && e.status != Status::InFlight)
         {
             return Some((e.status == Status::GivenUp).then(|| e.intent.op.clone()));
         }
-        if self.sweeps.contains_key(branch) {
+        if self.sweeps.contains_key(branch) || (branch == EVERY_BRANCH && !self.sweeps.is_empty()) {
             return Some(None);
         }
         None
@@ -352,7 +360,7 @@ impl Recovery {
                 if let Some(live) = self
                     .foreign
                     .values()
-                    .find(|i| &i.branch == branch)
+                    .find(|i| i.touches(branch))
                     .map(|i| i.op.clone())
                 {
                     return self.wait_for_foreign(branch.clone(), live);
@@ -362,7 +370,10 @@ impl Recovery {
                 (None, branch.clone(), tables.into_iter().collect(), rop)
             }
         };
-        let gates = gate_order(&branch, &tables);
+        let gates = match &intent {
+            Some(i) => i.gates(),
+            None => gate_order(&branch, &tables),
+        };
         let (gate, mode) = gates[0].clone();
         self.resolving = Some(Resolution {
             job,
@@ -523,6 +534,7 @@ impl Recovery {
                         } else {
                             intent.merge.clone()
                         },
+                        schema_change: intent.schema_change.clone(),
                     },
                 };
                 res.step = Step::Publishing;
@@ -757,8 +769,12 @@ impl Machine for Recovery {
             }
             Msg::Suspect { op, branch, tables } => {
                 info!(op = %op, branch, ?tables, "a writer found orphaned table versions");
+                // A table is swept under its own branch's gates (a schema
+                // apply's span branches).
                 self.sweeps_given_up.remove(&branch);
-                self.sweeps.entry(branch).or_default().extend(tables);
+                for t in tables {
+                    self.sweeps.entry(t.branch.clone()).or_default().insert(t);
+                }
                 if self.rescanning || !self.started {
                     return self.wake();
                 }
@@ -897,7 +913,53 @@ mod tests {
                 })
                 .collect(),
             merge: None,
+            schema_change: None,
         }
+    }
+
+    #[test]
+    fn a_schema_intent_keeps_writers_off_every_branch_and_is_resolved_exclusively() {
+        let write = intent(1);
+        assert!(write.touches("main") && !write.touches("dev"));
+        assert_eq!(write.gates()[0], (Addr::Schema, GateMode::Shared));
+        let mut apply = intent(0);
+        apply.tables.push(IntentTable {
+            table: TableKey::new("dev", "node:A"),
+            base: 2,
+            txn: "y".into(),
+        });
+        assert!(apply.touches("dev"), "a table on dev");
+        apply.schema_change = Some(SchemaChange {
+            from: "s1".into(),
+            to: "s2".into(),
+            manifest: 1,
+            created: Vec::new(),
+        });
+        assert!(apply.touches("feature"), "a branch it has no table on");
+        assert_eq!(
+            apply.gates(),
+            vec![
+                (Addr::Schema, GateMode::Exclusive),
+                (Addr::Branch("main".into()), GateMode::Exclusive),
+                (
+                    Addr::Table(TableKey::new("dev", "node:A")),
+                    GateMode::Exclusive
+                ),
+            ]
+        );
+        let mut r = Recovery {
+            started: true,
+            ..Recovery::default()
+        };
+        r.intents.insert(
+            apply.op.clone(),
+            Entry {
+                intent: apply,
+                status: Status::Unresolved { attempts: 0 },
+            },
+        );
+        assert_eq!(r.blocking("feature"), Some(None));
+        assert_eq!(r.blocking(EVERY_BRANCH), Some(None));
     }
 
     fn head(c: &str, v: u64) -> Head {
@@ -918,7 +980,29 @@ mod tests {
             head,
             landed: landed.to_vec(),
             latest: latest.to_vec(),
+            manifest: 7,
         }
+    }
+
+    #[test]
+    fn a_schema_apply_rolls_forward_only_over_the_manifest_it_was_validated_against() {
+        let mut i = intent(1);
+        let landed = ins(false, Some(head("c0", 5)), &[Some(4)], &[Some(4)]);
+        i.schema_change = Some(SchemaChange {
+            from: "s1".into(),
+            to: "s2".into(),
+            manifest: 7,
+            created: Vec::new(),
+        });
+        assert_eq!(verdict(&i, &landed), Verdict::RollForward);
+        let moved_elsewhere = Inspection {
+            manifest: 8,
+            ..landed.clone()
+        };
+        assert_eq!(verdict(&i, &moved_elsewhere), Verdict::RollBack);
+        // A data write does not care what happened on other branches.
+        i.schema_change = None;
+        assert_eq!(verdict(&i, &moved_elsewhere), Verdict::RollForward);
     }
 
     #[test]

@@ -187,7 +187,42 @@ pub struct Plan {
     pub tables: Vec<TablePlan>,
     /// A merge's other side, published with the commit.
     pub merge: Option<MergeOf>,
+    /// A schema apply's change, published with the commit.
+    pub schema_change: Option<SchemaChange>,
 }
+
+/// What a schema apply publishes beside its table commits: the schema it
+/// replaces and the one it makes accepted (both identities name catalogs
+/// written before the sidecar), and the tables it created for new types.
+/// Its table commits span every branch (one per branch and changed type),
+/// so it holds the schema gate exclusively: no data write, branch change
+/// or recovery of another intent runs meanwhile. The commit lands on
+/// `main`; every other branch it touched is re-pointed, keeping its head.
+/// Plain data, kept in the sidecar, so a roll-forward publishes the same.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SchemaChange {
+    pub from: String,
+    pub to: String,
+    /// The graph manifest version the apply was validated against. Only
+    /// over exactly this version may it publish: a roll-forward after any
+    /// other change (a branch made, a write by a process that had not seen
+    /// the intent) would accept a schema nobody checked that state against.
+    pub manifest: u64,
+    pub created: Vec<NewTable>,
+}
+
+/// A table a schema apply made for a new type: empty, at `version` on
+/// the main line, shared by every branch until it first writes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewTable {
+    pub table: String,
+    pub dir: String,
+    pub version: u64,
+    pub incarnation: u64,
+}
+
+/// The admission scope of an operation that touches every branch.
+pub const EVERY_BRANCH: &str = "*";
 
 /// What a merge publishes beside its table commits: the source head it
 /// pinned (the merge commit's second parent), the tables the target takes
@@ -216,6 +251,30 @@ pub struct Intent {
     pub commit: CommitId,
     pub tables: Vec<IntentTable>,
     pub merge: Option<MergeOf>,
+    pub schema_change: Option<SchemaChange>,
+}
+
+impl Intent {
+    /// Does this intent keep writers off `branch`? A schema apply's keeps
+    /// them off every branch: until it is resolved, no one knows which
+    /// schema is accepted.
+    pub fn touches(&self, branch: &str) -> bool {
+        branch == EVERY_BRANCH
+            || self.schema_change.is_some()
+            || self.branch == branch
+            || self.tables.iter().any(|t| t.table.branch == branch)
+    }
+
+    /// The gates resolving this intent takes: a write's own, with the
+    /// schema gate exclusive for a schema apply.
+    pub fn gates(&self) -> Vec<(Addr, GateMode)> {
+        let tables: Vec<TableKey> = self.tables.iter().map(|t| t.table.clone()).collect();
+        let mut gates = gate_order(&self.branch, &tables);
+        if self.schema_change.is_some() {
+            gates[0].1 = GateMode::Exclusive;
+        }
+        gates
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -245,6 +304,8 @@ pub struct Inspection {
     pub landed: Vec<Option<u64>>,
     /// Per intent table: the table's latest version.
     pub latest: Vec<Option<u64>>,
+    /// The latest graph manifest version.
+    pub manifest: u64,
 }
 
 /// A change to the graph manifest, published as one compare-and-swap on the
@@ -254,11 +315,13 @@ pub enum Change {
     /// A new commit on `branch`: its tables now point at these versions.
     Commit {
         commit: CommitId,
+        /// Each on its own branch's line: a schema apply's span branches.
         tables: Vec<(TableKey, u64)>,
         merge: Option<MergeOf>,
+        schema_change: Option<SchemaChange>,
     },
-    /// Recovery restored rolled-back tables; the branch keeps its head commit
-    /// and its tables point at the restored versions.
+    /// Recovery restored rolled-back tables; each table's branch keeps its
+    /// head commit and the table points at the restored version.
     Repoint { tables: Vec<(TableKey, u64)> },
     /// Create `branch` at `from`'s state as of `at`.
     CreateBranch { from: String, at: Head },

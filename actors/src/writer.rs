@@ -29,12 +29,17 @@ pub enum OpKind {
     DeleteBranch {
         name: String,
     },
-    /// Accept a new schema: takes the schema gate exclusively, so no data
-    /// write holds it (shared) meanwhile and every later write rechecks.
-    ApplySchema {
-        schema: String,
-    },
+    /// Accept a new schema: a write on `main` whose plan spans every
+    /// branch. It waits until no intent is unresolved anywhere, takes the
+    /// schema gate exclusively (so no data write holds it, shared,
+    /// meanwhile, and every later write rechecks the schema identity),
+    /// and prepares under its gates, so nothing moves between its
+    /// validation and its publish.
+    ApplySchema,
 }
+
+/// The branch a schema apply's commit lands on.
+pub const SCHEMA_BRANCH: &str = "main";
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum State {
@@ -53,7 +58,6 @@ enum State {
     /// Waiting for recovery to acknowledge a stuck intent.
     Stuck,
     DroppingStorage(ReqId),
-    ApplyingSchema(ReqId),
     Done,
 }
 
@@ -116,7 +120,15 @@ impl Writer {
         match &self.kind {
             OpKind::Write { branch } => branch,
             OpKind::CreateBranch { name, .. } | OpKind::DeleteBranch { name } => name,
-            OpKind::ApplySchema { .. } => "",
+            OpKind::ApplySchema => SCHEMA_BRANCH,
+        }
+    }
+
+    /// The branches whose unresolved intents keep this operation waiting.
+    fn scope(&self) -> &str {
+        match &self.kind {
+            OpKind::ApplySchema => EVERY_BRANCH,
+            _ => self.branch(),
         }
     }
 
@@ -163,7 +175,7 @@ impl Writer {
             Addr::Recovery,
             Msg::Admit {
                 op: self.op.clone(),
-                branch: self.branch().to_string(),
+                branch: self.scope().to_string(),
             },
         )]
     }
@@ -194,6 +206,9 @@ impl Writer {
 
     fn start_acquire(&mut self, tables: Vec<TableKey>) -> Vec<Effect> {
         let mut gates = gate_order(self.branch(), &[]);
+        if self.kind == OpKind::ApplySchema && !self.bugs.schema_apply_shared() {
+            gates[0].1 = GateMode::Exclusive;
+        }
         gates.extend(self.table_gates(&tables));
         self.gates = gates;
         self.views.clear();
@@ -280,11 +295,6 @@ impl Writer {
         if let Some(outcome) = self.failed_view() {
             return self.give_up_on_view(outcome);
         }
-        if let OpKind::ApplySchema { schema } = self.kind.clone() {
-            let (req, fx) = self.io(Io::ApplySchema { schema });
-            self.state = State::ApplyingSchema(req);
-            return vec![fx];
-        }
         let branch_view = match &self.views[1] {
             GateView::Branch(h) => h.clone(),
             other => {
@@ -294,7 +304,7 @@ impl Writer {
             }
         };
         match self.kind.clone() {
-            OpKind::Write { .. } => {
+            OpKind::Write { .. } | OpKind::ApplySchema => {
                 let orphans = self.orphaned_tables();
                 if !orphans.is_empty() && !self.bugs.skip_recheck() {
                     return self.suspect(orphans);
@@ -305,7 +315,7 @@ impl Writer {
                         Addr::Recovery,
                         Msg::CheckIntents {
                             op: self.op.clone(),
-                            branch: self.branch().to_string(),
+                            branch: self.scope().to_string(),
                         },
                     )]
                 } else {
@@ -329,7 +339,6 @@ impl Writer {
                 }
                 Some(h) => self.publish(Some(h), Change::DeleteBranch),
             },
-            OpKind::ApplySchema { .. } => unreachable!("handled before the branch view"),
         }
     }
 
@@ -487,6 +496,7 @@ impl Writer {
                 })
                 .collect(),
             merge: plan.merge.clone(),
+            schema_change: plan.schema_change.clone(),
         }
     }
 
@@ -548,6 +558,7 @@ impl Writer {
             commit: plan.commit.clone(),
             tables,
             merge: plan.merge.clone(),
+            schema_change: plan.schema_change.clone(),
         };
         let expected = self.captured.clone();
         let mut fx = Vec::new();
@@ -599,7 +610,9 @@ impl Writer {
     fn release_and_answer_committed(&mut self) -> Vec<Effect> {
         let (version, _) = self.published.clone().expect("published");
         let commit = match &self.kind {
-            OpKind::Write { .. } => self.plan.as_ref().map(|p| p.commit.clone()),
+            OpKind::Write { .. } | OpKind::ApplySchema => {
+                self.plan.as_ref().map(|p| p.commit.clone())
+            }
             _ => None,
         };
         let mut fx = self.release_all();
@@ -648,12 +661,8 @@ impl Machine for Writer {
         info!(op = %self.op, kind = ?self.kind, "operation started");
         match &self.kind {
             OpKind::CreateBranch { .. } => self.start_capture(),
-            OpKind::Write { .. } | OpKind::DeleteBranch { .. } => self.start_admit(),
-            OpKind::ApplySchema { .. } => {
-                self.gates = vec![(Addr::Schema, GateMode::Exclusive)];
-                self.views.clear();
-                self.state = State::Acquiring;
-                self.acquire_next()
+            OpKind::Write { .. } | OpKind::DeleteBranch { .. } | OpKind::ApplySchema => {
+                self.start_admit()
             }
         }
     }
@@ -690,10 +699,13 @@ impl Machine for Writer {
                     self.start_acquire(Vec::new())
                 }
                 OpKind::Write { .. } => self.start_capture(),
-                OpKind::DeleteBranch { .. } => self.start_acquire(Vec::new()),
-                OpKind::CreateBranch { .. } | OpKind::ApplySchema { .. } => {
-                    self.unexpected("admission".into())
+                // Prepared under its gates: validation sees what it publishes over.
+                OpKind::ApplySchema => {
+                    self.early_gates = true;
+                    self.start_acquire(Vec::new())
                 }
+                OpKind::DeleteBranch { .. } => self.start_acquire(Vec::new()),
+                OpKind::CreateBranch { .. } => self.unexpected("admission".into()),
             },
             (State::Capturing, Msg::HeadReply { head, .. }) => match head {
                 Err(e) => self.finish(Outcome::StorageFailed(e)),
@@ -763,14 +775,19 @@ impl Machine for Writer {
             },
             (State::Publishing, Msg::PublishReply { result, .. }) => {
                 match (self.kind.clone(), result) {
-                    (OpKind::Write { .. }, PublishResult::Published { version, head }) => {
+                    (
+                        OpKind::Write { .. } | OpKind::ApplySchema,
+                        PublishResult::Published { version, head },
+                    ) => {
                         self.published = Some((version, head));
                         if self.bugs.publish_before_commit() && self.landed.is_empty() {
                             return self.commit_next(0);
                         }
                         self.after_publish()
                     }
-                    (OpKind::Write { .. }, other) => self.stuck(&format!("{other:?}")),
+                    (OpKind::Write { .. } | OpKind::ApplySchema, other) => {
+                        self.stuck(&format!("{other:?}"))
+                    }
                     (OpKind::CreateBranch { .. }, PublishResult::Published { version, head }) => {
                         self.published = Some((version, head));
                         self.release_and_answer_committed()
@@ -857,18 +874,6 @@ impl Machine for Writer {
                     out
                 }
             },
-            (State::ApplyingSchema(r), IoOut::Done(result)) if r == req => {
-                let outcome = match result {
-                    Ok(()) => Outcome::Committed {
-                        commit: None,
-                        version: 0,
-                    },
-                    Err(e) => Outcome::StorageFailed(e),
-                };
-                let mut fx = self.release_all();
-                fx.extend(self.finish(outcome));
-                fx
-            }
             (State::DroppingStorage(r), IoOut::Done(result)) if r == req => {
                 if let Err(e) = result {
                     warn!(op = %self.op, e, "could not reclaim a deleted branch's storage");
@@ -960,6 +965,7 @@ mod tests {
                 txn: "t".into(),
             }],
             merge: None,
+            schema_change: None,
         };
         let fx = w.on_io(0, *req, IoOut::Prepared(Ok(plan)));
         assert!(
@@ -982,6 +988,61 @@ mod tests {
         );
         assert!(fx.is_empty());
         assert!(w.check().unwrap_err().contains("expected from Schema"));
+    }
+
+    #[test]
+    fn a_schema_apply_waits_for_every_branch_then_prepares_under_the_exclusive_schema_gate() {
+        let mut w = Writer::new(op(), OpKind::ApplySchema, Bugs::default());
+        let fx = w.on_start(0);
+        assert_eq!(
+            fx,
+            vec![Effect::Send(
+                Addr::Recovery,
+                Msg::Admit {
+                    op: op(),
+                    branch: EVERY_BRANCH.into()
+                }
+            )]
+        );
+        let fx = w.on_msg(
+            0,
+            Addr::Recovery,
+            Msg::Admitted {
+                op: op(),
+                blocked_by: None,
+            },
+        );
+        assert_eq!(
+            fx,
+            vec![Effect::Send(
+                Addr::Schema,
+                Msg::Acquire {
+                    op: op(),
+                    mode: GateMode::Exclusive
+                }
+            )]
+        );
+        w.on_msg(
+            0,
+            Addr::Schema,
+            Msg::Granted {
+                op: op(),
+                view: GateView::Schema("s".into()),
+            },
+        );
+        let fx = w.on_msg(
+            0,
+            Addr::Branch(SCHEMA_BRANCH.into()),
+            Msg::Granted {
+                op: op(),
+                view: GateView::Branch(Some(head())),
+            },
+        );
+        assert!(
+            matches!(&fx[..], [Effect::Io(_, Io::Prepare { branch, head: h, .. })] if branch == SCHEMA_BRANCH && *h == head()),
+            "{fx:?}"
+        );
+        assert!(w.check().is_ok());
     }
 
     #[test]

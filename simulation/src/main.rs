@@ -92,6 +92,7 @@ fn main() -> ExitCode {
     let mut digests = BTreeSet::new();
     let (mut runs, mut steps, mut checks, mut crashes, mut committed, mut merges) =
         (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
+    let mut applies = 0u64;
     let mut failures = Vec::new();
     for seed in args.seeds.clone() {
         let report = run_seed(seed, bugs, single && args.trace);
@@ -101,6 +102,7 @@ fn main() -> ExitCode {
         crashes += report.crashes as u64;
         committed += report.committed as u64;
         merges += report.merges as u64;
+        applies += report.schema_applies as u64;
         digests.insert(report.digest);
         if single {
             for line in &report.trace {
@@ -120,7 +122,7 @@ fn main() -> ExitCode {
     }
     let secs = started.elapsed().as_secs_f64();
     println!(
-        "{runs} seeds in {secs:.2} s ({:.0} seeds/s): {steps} steps, {checks} invariant checks, {crashes} crashes, {committed} writes committed ({merges} merges), {} distinct trace digests",
+        "{runs} seeds in {secs:.2} s ({:.0} seeds/s): {steps} steps, {checks} invariant checks, {crashes} crashes, {committed} writes committed ({merges} merges, {applies} schema applies), {} distinct trace digests",
         runs as f64 / secs.max(1e-9),
         digests.len()
     );

@@ -56,6 +56,8 @@ pub struct RunReport {
     pub committed: usize,
     /// Merge commits published (recovered ones included).
     pub merges: usize,
+    /// Graph versions that accepted a new schema.
+    pub schema_applies: usize,
     pub crashes: u32,
     pub checks: u64,
     pub procs: usize,
@@ -720,6 +722,12 @@ impl Sim {
             .values()
             .filter(|c| c.merged.is_some())
             .count();
+        let schema_applies = self
+            .world
+            .manifests
+            .windows(2)
+            .filter(|w| w[0].schema != w[1].schema)
+            .count();
         RunReport {
             seed: self.cfg.seed,
             steps: self.steps,
@@ -728,6 +736,7 @@ impl Sim {
             trace: self.trace,
             committed,
             merges,
+            schema_applies,
             crashes: self.crashes,
             checks: self.checks,
             procs: self.procs.len(),

@@ -91,10 +91,10 @@ pub fn generate(rng: &mut Rng) -> Workload {
         } else if roll == 19 && rng.chance(1, 2) {
             Planned {
                 op,
-                kind: OpKind::ApplySchema {
-                    schema: format!("schema-{}", i + 2),
-                },
-                stmts: Vec::new(),
+                kind: OpKind::ApplySchema,
+                stmts: vec![Stmt::Schema {
+                    id: format!("schema-{}", i + 2),
+                }],
             }
         } else if roll < 18 {
             let name = pick(rng, BRANCHES).to_string();

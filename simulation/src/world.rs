@@ -60,6 +60,8 @@ pub struct ManifestV {
     pub branches: BTreeMap<String, BranchRec>,
     /// The commit this version published, if any.
     pub carries: Option<CommitId>,
+    /// The accepted schema at this version.
+    pub schema: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -105,6 +107,11 @@ pub enum Stmt {
     Merge {
         source: String,
     },
+    /// Schema apply: make `id` the accepted schema, moving every table of
+    /// every branch to its layout (no row changes).
+    Schema {
+        id: String,
+    },
 }
 
 impl Stmt {
@@ -115,7 +122,7 @@ impl Stmt {
             | Stmt::Update { table, .. }
             | Stmt::Delete { table, .. }
             | Stmt::Index { table } => table,
-            Stmt::Merge { .. } => "",
+            Stmt::Merge { .. } | Stmt::Schema { .. } => "",
         }
     }
     pub fn strict(&self) -> bool {
@@ -133,6 +140,8 @@ struct Staged {
     inserts: Vec<String>,
     /// The index an optimize records: the rows it was built from.
     index: Option<Rows>,
+    /// The layout a schema apply moves the table to.
+    layout: Option<String>,
     txn: String,
 }
 
@@ -159,14 +168,15 @@ pub struct World {
     /// The index each table version records (lance line, table, version):
     /// the rows it was built from.
     pub indexes: BTreeMap<(String, String, u64), Rows>,
+    /// The schema each table version is laid out for (lance line, table,
+    /// version); absent: the first schema.
+    pub layouts: BTreeMap<(String, String, u64), String>,
     /// Each sidecar with the incarnation of the process that wrote it.
     pub sidecars: BTreeMap<OpId, (Intent, Proc)>,
     /// Who wrote each sidecar ever written (kept after the delete), for the
     /// check that no intent is resolved while its writer's process lives.
     pub sidecar_owner: BTreeMap<OpId, Proc>,
     pub commits: BTreeMap<CommitId, CommitRec>,
-    /// The accepted schema's identity.
-    pub schema: String,
     // Shared with the operating system: which processes live, and the
     // cross-process gate locks they hold.
     pub alive: std::collections::BTreeSet<Proc>,
@@ -193,10 +203,7 @@ pub const TABLES: &[&str] = &["node:A", "node:B", "edge:E"];
 
 impl World {
     pub fn new() -> Self {
-        let mut w = World {
-            schema: SCHEMA_ID.to_string(),
-            ..World::default()
-        };
+        let mut w = World::default();
         let mut refs = BTreeMap::new();
         for t in TABLES {
             w.tables.insert(
@@ -233,6 +240,7 @@ impl World {
                 },
             )]),
             carries: Some(root),
+            schema: SCHEMA_ID.to_string(),
         });
         w
     }
@@ -317,12 +325,22 @@ impl World {
             .get(&(lance.to_string(), table.to_string(), version))
     }
 
-    /// Carry the index record of `from` to version `to` of a table line.
-    fn carry_index(&mut self, lance: &str, table: &str, from: u64, to: u64) {
+    /// The schema a table version is laid out for.
+    pub fn layout(&self, lance: &str, table: &str, version: u64) -> &str {
+        self.layouts
+            .get(&(lance.to_string(), table.to_string(), version))
+            .map_or(SCHEMA_ID, String::as_str)
+    }
+
+    /// Carry what version `from` of one line records (its index and its
+    /// layout) to version `to` of line `into`.
+    fn carry_records(&mut self, lance: &str, table: &str, from: u64, into: &str, to: u64) {
+        let key = (into.to_string(), table.to_string(), to);
         if let Some(ix) = self.index(lance, table, from).cloned() {
-            self.indexes
-                .insert((lance.to_string(), table.to_string(), to), ix);
+            self.indexes.insert(key.clone(), ix);
         }
+        let layout = self.layout(lance, table, from).to_string();
+        self.layouts.insert(key, layout);
     }
 
     /// The index each table of a branch should record at `commit`: the rows
@@ -398,7 +416,7 @@ impl World {
                 IoOut::Done(fail_unless(fault))
             }
             Io::ReadSchemaId => IoOut::SchemaId(match fault {
-                Fault::None => Ok(self.schema.clone()),
+                Fault::None => Ok(self.latest().schema.clone()),
                 _ => Err("injected read failure".into()),
             }),
             Io::ReadHead { branch } => IoOut::Head(match fault {
@@ -457,12 +475,6 @@ impl World {
                 _ => Err("injected read failure".into()),
             }),
             Io::Publish { req } => IoOut::Published(self.publish(p, req, fault)),
-            Io::ApplySchema { schema } => {
-                if fault != Fault::FailClean {
-                    self.schema = schema.clone();
-                }
-                IoOut::Done(fail_unless(fault))
-            }
             Io::DropBranchStorage { branch } => {
                 if fault == Fault::FailClean {
                     return IoOut::Done(Err("injected failure".into()));
@@ -502,6 +514,12 @@ impl World {
             .cloned()
             .ok_or_else(|| Some(format!("no branch {branch}")))?;
         let stmts = self.work.get(op).cloned().unwrap_or_default();
+        if let [Stmt::Schema { id }] = stmts.as_slice() {
+            // Prepared under the exclusive schema gate: the latest state
+            // is the one it publishes over.
+            let latest = self.latest().clone();
+            return self.prepare_schema(p, op, attempt, &latest, id);
+        }
         // Evaluate against the snapshot plus this write's own pending changes.
         let mut view: BTreeMap<String, Rows> = BTreeMap::new();
         let mut changes: BTreeMap<String, Changes> = BTreeMap::new();
@@ -549,7 +567,9 @@ impl World {
                     }
                     (id.clone(), None)
                 }
-                Stmt::Index { .. } | Stmt::Merge { .. } => unreachable!("handled above"),
+                Stmt::Index { .. } | Stmt::Merge { .. } | Stmt::Schema { .. } => {
+                    unreachable!("handled above")
+                }
             };
             apply(rows, std::slice::from_ref(&change));
             changes.entry(t).or_default().push(change);
@@ -559,26 +579,7 @@ impl World {
         let mut staged = BTreeMap::new();
         let mut tables = Vec::new();
         for (t, ch) in &changes {
-            let r = &rec.tables[t];
-            let base = if r.lance == own {
-                r.version
-            } else {
-                // Fork on first write: invisible until published.
-                let key = (own.clone(), t.clone());
-                if !self.tables.contains_key(&key) {
-                    let rows = self
-                        .content(&r.lance, t, r.version)
-                        .cloned()
-                        .unwrap_or_default();
-                    self.tables
-                        .insert(key.clone(), BTreeMap::from([(r.version, (rows, None))]));
-                    let (from, version) = (r.lance.clone(), r.version);
-                    if let Some(ix) = self.index(&from, t, version).cloned() {
-                        self.indexes.insert((own.clone(), t.clone(), version), ix);
-                    }
-                }
-                self.latest_version(&own, t).expect("fork exists")
-            };
+            let base = self.base_on_own_line(&own, t, &rec.tables[t]);
             let txn = format!("{}-{attempt}-{t}", op.0);
             staged.insert(
                 t.clone(),
@@ -588,6 +589,7 @@ impl World {
                     changes: ch.clone(),
                     inserts: inserts.get(t).cloned().unwrap_or_default(),
                     index: indexed.get(t).cloned(),
+                    layout: None,
                     txn: txn.clone(),
                 },
             );
@@ -608,7 +610,7 @@ impl World {
             .insert(commit.clone(), indexed.into_keys().collect());
         Ok(Plan {
             commit,
-            schema: self.schema.clone(),
+            schema: m.schema.clone(),
             class: if strict {
                 WriteClass::Strict
             } else {
@@ -616,6 +618,88 @@ impl World {
             },
             tables,
             merge,
+            schema_change: None,
+        })
+    }
+
+    /// The version a write to table `t` stages on, on line `own`: the
+    /// named one when the branch owns the table, else the top of a fork
+    /// made from the shared version (invisible until published).
+    fn base_on_own_line(&mut self, own: &str, t: &str, r: &TRef) -> u64 {
+        if r.lance == own {
+            return r.version;
+        }
+        let key = (own.to_string(), t.to_string());
+        if !self.tables.contains_key(&key) {
+            let rows = self
+                .content(&r.lance, t, r.version)
+                .cloned()
+                .unwrap_or_default();
+            self.tables
+                .insert(key, BTreeMap::from([(r.version, (rows, None))]));
+            let (from, version) = (r.lance.clone(), r.version);
+            self.carry_records(&from, t, version, own, version);
+        }
+        self.latest_version(own, t).expect("fork exists")
+    }
+
+    /// A schema apply: every table of every branch moves to the new
+    /// layout, each on its branch's own line, with no row changes.
+    fn prepare_schema(
+        &mut self,
+        p: Proc,
+        op: &OpId,
+        attempt: u32,
+        m: &ManifestV,
+        to: &str,
+    ) -> Result<Plan, Option<String>> {
+        if m.schema == to {
+            return Err(None);
+        }
+        let commit = CommitId(format!("c-{}-{attempt}", op.0));
+        let mut staged = BTreeMap::new();
+        let mut tables = Vec::new();
+        for (branch, rec) in &m.branches {
+            let own = own_lance(branch, rec.incarnation);
+            for (t, r) in &rec.tables {
+                let base = self.base_on_own_line(&own, t, r);
+                let txn = format!("{}-{attempt}-{branch}-{t}", op.0);
+                let name = format!("{branch}/{t}");
+                staged.insert(
+                    name.clone(),
+                    Staged {
+                        lance: own.clone(),
+                        base,
+                        changes: Vec::new(),
+                        inserts: Vec::new(),
+                        index: None,
+                        layout: Some(to.to_string()),
+                        txn: txn.clone(),
+                    },
+                );
+                tables.push(TablePlan {
+                    table: TableKey::new(branch, t.clone()),
+                    base,
+                    staged: StagedRef(name),
+                    txn,
+                });
+            }
+        }
+        self.staged.insert(op.clone(), (p, staged));
+        self.effects.insert(commit.clone(), BTreeMap::new());
+        self.index_effects.insert(commit.clone(), Vec::new());
+        Ok(Plan {
+            commit,
+            schema: m.schema.clone(),
+            class: WriteClass::Retryable,
+            tables,
+            merge: None,
+            schema_change: Some(SchemaChange {
+                from: m.schema.clone(),
+                to: to.to_string(),
+                manifest: m.version,
+                created: Vec::new(),
+            }),
         })
     }
 
@@ -789,12 +873,13 @@ impl World {
             .get_mut(&key)
             .expect("table")
             .insert(v, (rows, Some(st.txn)));
-        match st.index {
-            Some(ix) => {
-                self.indexes
-                    .insert((st.lance.clone(), table.table.clone(), v), ix);
-            }
-            None => self.carry_index(&st.lance, &table.table, latest, v),
+        self.carry_records(&st.lance, &table.table, latest, &st.lance, v);
+        let at = (st.lance.clone(), table.table.clone(), v);
+        if let Some(ix) = st.index {
+            self.indexes.insert(at.clone(), ix);
+        }
+        if let Some(layout) = st.layout {
+            self.layouts.insert(at, layout);
         }
         match fault {
             Fault::FailAfterEffect => {
@@ -814,7 +899,7 @@ impl World {
         let rows = hist.get(&to).ok_or("no such version")?.0.clone();
         let v = hist.keys().next_back().copied().expect("non-empty") + 1;
         hist.insert(v, (rows, None));
-        self.carry_index(&own, &table.table, to, v);
+        self.carry_records(&own, &table.table, to, &own, v);
         match fault {
             Fault::FailAfterEffect => Err("injected failure after the restore".into()),
             _ => Ok(v),
@@ -830,13 +915,12 @@ impl World {
                     .get(c.version as usize - 1)
                     .is_some_and(|m| m.carries.as_ref() == Some(&intent.commit))
             });
-        let own = rec.map(|r| own_lance(&intent.branch, r.incarnation));
         let mut landed = Vec::new();
         let mut latest = Vec::new();
         for t in &intent.tables {
-            let hist = own
-                .as_ref()
-                .and_then(|o| self.tables.get(&(o.clone(), t.table.table.clone())));
+            let hist = self
+                .own(&t.table.branch)
+                .and_then(|o| self.tables.get(&(o, t.table.table.clone())));
             match hist {
                 Some(h) => {
                     let l = h
@@ -857,6 +941,7 @@ impl World {
             head: rec.map(|r| r.head()),
             landed,
             latest,
+            manifest: self.latest().version,
         }
     }
 
@@ -894,18 +979,35 @@ impl World {
                 commit,
                 tables,
                 merge,
+                schema_change,
             } => {
-                let rec = next.branches.get_mut(&req.branch).expect("checked");
-                let own = own_lance(&req.branch, rec.incarnation);
                 for (k, v) in tables {
+                    let Some(rec) = next.branches.get_mut(&k.branch) else {
+                        return PublishResult::Refused(format!("no branch {}", k.branch));
+                    };
+                    let own = own_lance(&k.branch, rec.incarnation);
                     rec.tables.insert(
                         k.table.clone(),
                         TRef {
-                            lance: own.clone(),
+                            lance: own,
                             version: *v,
                         },
                     );
+                    // Another branch's tables move under its unchanged head.
+                    rec.updated_at = version;
                 }
+                if let Some(s) = schema_change {
+                    // The protocol's to guarantee (the exclusive schema gate,
+                    // the roll-forward verdict), so a violation, not a refusal.
+                    if latest.schema != s.from || latest.version != s.manifest {
+                        self.violations.push(format!(
+                            "a schema is accepted only over the graph it was validated against: {} validated {} at graph version {}, published over {} at {}",
+                            s.to, s.from, s.manifest, latest.schema, latest.version
+                        ));
+                    }
+                    next.schema = s.to.clone();
+                }
+                let rec = next.branches.get_mut(&req.branch).expect("checked");
                 let parent = rec.head.clone();
                 rec.head = commit.clone();
                 rec.updated_at = version;
@@ -920,35 +1022,43 @@ impl World {
                 );
             }
             Change::Repoint { tables } => {
-                let rec = next.branches.get_mut(&req.branch).expect("checked");
-                let own = own_lance(&req.branch, rec.incarnation);
-                let before = rec.tables.clone();
+                let mut moved = false;
                 for (k, v) in tables {
+                    let Some(rec) = next.branches.get_mut(&k.branch) else {
+                        continue;
+                    };
+                    let own = own_lance(&k.branch, rec.incarnation);
                     if let Some(r) = rec.tables.get_mut(&k.table)
                         && r.lance == own
+                        && r.version != *v
                     {
                         r.version = *v;
+                        rec.updated_at = version;
+                        moved = true;
                     }
                 }
-                if rec.tables == before {
+                if !moved {
                     return PublishResult::Published {
                         version: latest.version,
                         head: actual,
                     };
                 }
-                rec.updated_at = version;
             }
             Change::CreateBranch { from, at } => {
                 if latest.branches.contains_key(&req.branch) {
                     return PublishResult::Refused("exists".into());
                 }
-                let Some(src) = self
+                // The source's state now if its head is the captured one (a
+                // schema apply may have moved its tables under that head);
+                // else as captured, if no schema apply came between.
+                let now = latest.branches.get(from).filter(|r| r.head == at.commit);
+                let then = self
                     .manifests
                     .get(at.version as usize - 1)
+                    .filter(|m| m.schema == latest.schema)
                     .and_then(|m| m.branches.get(from))
-                    .filter(|r| r.head == at.commit)
-                    .cloned()
-                else {
+                    .filter(|r| r.head == at.commit);
+                let Some(src) = now.or(then).cloned() else {
                     return PublishResult::Refused("source moved".into());
                 };
                 next.branches.insert(
@@ -1017,6 +1127,16 @@ impl World {
                         ),
                     ));
                 }
+                let layout = self.layout(&r.lance, table, r.version);
+                if layout != m.schema {
+                    return Some((
+                        "a schema is published with its tables, all at once",
+                        format!(
+                            "graph version {version} accepts {}, but branch {name}'s table {table} @ {}/{} is laid out for {layout}",
+                            m.schema, r.lance, r.version
+                        ),
+                    ));
+                }
                 let index = self.index(&r.lance, table, r.version);
                 if index != indexes.get(table) {
                     return Some((
@@ -1071,6 +1191,8 @@ impl World {
         self.violations.first().map(|v| {
             let inv = if v.starts_with("no lost update") {
                 "no lost update"
+            } else if v.starts_with("a schema is accepted") {
+                "a schema is accepted only over the graph it was validated against"
             } else {
                 "strict insert never overwrites"
             };
@@ -1089,16 +1211,23 @@ impl World {
                 let Some(top) = self.latest_version(&own, table) else {
                     continue;
                 };
-                let actual = (self.content(&own, table, top), self.index(&own, table, top));
+                let actual = (
+                    self.content(&own, table, top),
+                    self.index(&own, table, top),
+                    self.layout(&own, table, top),
+                );
                 let named = (
                     self.content(&r.lance, table, r.version),
                     self.index(&r.lance, table, r.version),
+                    self.layout(&r.lance, table, r.version),
                 );
                 if actual == named {
                     continue;
                 }
                 let owned = self.sidecars.values().any(|(i, _)| {
-                    &i.branch == name && i.tables.iter().any(|t| &t.table.table == table)
+                    i.tables
+                        .iter()
+                        .any(|t| &t.table.branch == name && &t.table.table == table)
                 });
                 if !owned {
                     return Some((

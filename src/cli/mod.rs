@@ -24,6 +24,7 @@ fn exit_code(e: &OmniError) -> i32 {
         | OmniError::BlobRangeNotSatisfiable { .. }
         | OmniError::ReadOnly(_) => 2,
         OmniError::ReadSetChanged
+        | OmniError::SchemaChanged { .. }
         | OmniError::Contended { .. }
         | OmniError::PreconditionFailed { .. } => 4,
         OmniError::MergeConflicts(_) => 5,

@@ -71,8 +71,8 @@ fn resolve_cell<'c>(catalog: &'c Catalog, cell: &BlobCell) -> Result<(&'c TypeDe
 /// Read `cell` as `target` sees it; the cell is checked against the
 /// catalog before any I/O.
 pub async fn read(graph: &GraphStorage, target: &Target, cell: &BlobCell) -> Result<Blob> {
-    let (t, property_id) = resolve_cell(&graph.catalog, cell)?;
     let snap = graph.snapshot(target).await?;
+    let (t, property_id) = resolve_cell(snap.catalog(), cell)?;
     let table_ref = snap.table(t)?;
     let table = graph.read_table(&snap, t).await?;
     let (row_id, stored) = blob::locate(&table, &cell.property, &cell.id)

@@ -179,7 +179,8 @@ pub async fn export(
 ) -> Result<usize> {
     // Every column is checked before the first line is written, so an
     // export either writes the whole graph or nothing.
-    let types: Vec<&TypeDef> = g.catalog.nodes().chain(g.catalog.edges()).collect();
+    let catalog = snap.catalog();
+    let types: Vec<&TypeDef> = catalog.nodes().chain(catalog.edges()).collect();
     for t in &types {
         let ds = g.read_table(snap, t).await?;
         let schema = ds.schema();

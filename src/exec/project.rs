@@ -45,8 +45,8 @@ impl Ctx<'_> {
                 let props: Vec<&crate::compiler::catalog::PropDef> =
                     match &plan.vars[*var].interface {
                         Some(i) => self
-                            .g
-                            .catalog
+                            .snap
+                            .catalog()
                             .interfaces
                             .iter()
                             .find(|d| &d.name == i)

@@ -82,7 +82,7 @@ impl Frame {
 
 impl Ctx<'_> {
     pub(super) fn def(&self, name: &str) -> &TypeDef {
-        self.g.catalog.get(name).expect("checked types exist")
+        self.snap.catalog().get(name).expect("checked types exist")
     }
 
     pub(super) fn phys(&self, t: &TypeDef) -> Result<Phys> {

@@ -7,7 +7,7 @@
 //! _graph/versions/<n>.json     graph manifest versions (immutable; publish = create-if-absent)
 //! _graph/latest                hint: the newest version number
 //! _graph/commits/<id>.json     commit records
-//! _graph/schema/<id>.pg        accepted schema source, and <id>.catalog.json
+//! _graph/schema/<id>.pg        each accepted schema's source, and <id>.catalog.json (every manifest version names its own)
 //! _graph/recovery/<op>.json    recovery sidecars of in-flight writes
 //! _graph/policy/external-blobs-<n>.json  the external-blob policy, version n (the highest holds)
 //! _graph/locks/<gate>.lock     cross-process gate locks (local paths)
@@ -61,15 +61,31 @@ impl Target {
     }
 }
 
-/// One consistent state of one branch: what a read uses from start to end.
+/// One consistent state of one branch: what a read uses from start to end,
+/// with the schema its manifest version accepted (a read of the past
+/// type-checks against the past's catalog).
 #[derive(Clone, Debug)]
 pub struct Snapshot {
     pub manifest: Arc<Manifest>,
     pub branch: String,
     pub record: BranchRecord,
+    pub schema: Arc<Schema>,
+}
+
+/// One accepted schema: its identity, its normalised source and the
+/// catalog compiled from it (with the stable ids of its history).
+#[derive(Debug)]
+pub struct Schema {
+    pub id: String,
+    pub source: String,
+    pub catalog: Arc<Catalog>,
 }
 
 impl Snapshot {
+    pub fn catalog(&self) -> &Arc<Catalog> {
+        &self.schema.catalog
+    }
+
     pub fn head(&self) -> Head {
         Head {
             commit: CommitId(self.record.head.clone()),
@@ -92,13 +108,65 @@ pub struct GraphStorage {
     pub store: Store,
     pub manifests: Manifests,
     pub tables: Tables,
-    pub catalog: Arc<Catalog>,
-    pub schema_id: String,
-    pub schema_source: String,
+    /// Schemas read so far, by identity (immutable files, so never stale).
+    schemas: parking_lot::Mutex<std::collections::HashMap<String, Arc<Schema>>>,
 }
 
-fn schema_id(source: &str) -> String {
-    crate::util::hash::sha256_hex(source.as_bytes(), 16)
+/// A schema's identity: its source and its catalog, since the same source
+/// accepted after another history compiles to other stable ids. A graph
+/// made before schemas evolved named its first schema by its source alone.
+fn schema_id(source: &str, catalog: &Catalog) -> Result<String> {
+    let mut bytes = source.as_bytes().to_vec();
+    bytes.push(0);
+    bytes.extend(serde_json::to_vec(catalog)?);
+    Ok(crate::util::hash::sha256_hex(&bytes, 16))
+}
+
+fn schema_files(id: &str) -> (String, String) {
+    (
+        format!("_graph/schema/{id}.pg"),
+        format!("_graph/schema/{id}.catalog.json"),
+    )
+}
+
+/// Give a branch record the tables of schema `to`, coming from `from`: a
+/// type's table (and its line) keeps its folder and versions under the
+/// type's new key when it was renamed (matched by stable id, so swapped
+/// names are no puzzle), a dropped type's table leaves the branch (its
+/// data stays for reads of the past), and each new type's empty table is
+/// shared from the main line.
+pub fn retarget(
+    rec: &mut BranchRecord,
+    from: &Catalog,
+    to: &Catalog,
+    created: &[omnigraph_actors::NewTable],
+) {
+    let key_now = |key: &str| {
+        let old = from.by_table_key(key)?;
+        to.types
+            .iter()
+            .find(|t| t.id == old.id)
+            .map(TypeDef::table_key)
+    };
+    rec.tables = std::mem::take(&mut rec.tables)
+        .into_iter()
+        .filter_map(|(k, r)| key_now(&k).map(|k| (k, r)))
+        .collect();
+    rec.lines = std::mem::take(&mut rec.lines)
+        .into_iter()
+        .filter_map(|(k, l)| key_now(&k).map(|k| (k, l)))
+        .collect();
+    for c in created {
+        rec.tables.insert(
+            c.table.clone(),
+            TableRef {
+                dir: c.dir.clone(),
+                lance_branch: None,
+                version: c.version,
+                incarnation: c.incarnation,
+            },
+        );
+    }
 }
 
 /// A new graph's first manifest version and its commit: `main` with every
@@ -163,7 +231,6 @@ impl GraphStorage {
             return Err(OmniError::AlreadyExists(format!("a graph at {uri}")));
         }
         let tables = Tables::new(store.clone(), session.0);
-        let id = schema_id(source);
         let mut refs = BTreeMap::new();
         for t in &catalog.types {
             let version = tables
@@ -179,27 +246,68 @@ impl GraphStorage {
                 },
             );
         }
-        store
-            .put(&format!("_graph/schema/{id}.pg"), source.as_bytes())
-            .await?;
-        store
-            .put(
-                &format!("_graph/schema/{id}.catalog.json"),
-                &serde_json::to_vec_pretty(&catalog)?,
-            )
-            .await?;
-        let (m, record) = first_version(&id, refs, actor, catalog.types.len());
-        if !manifests.publish(&m, Some(&record)).await? {
-            return Err(OmniError::AlreadyExists(format!("a graph at {uri}")));
-        }
-        Ok(Self {
+        let g = Self {
             store,
             manifests,
             tables,
+            schemas: Default::default(),
+        };
+        let types = catalog.types.len();
+        let schema = g.put_schema(source, catalog).await?;
+        let (m, record) = first_version(&schema.id, refs, actor, types);
+        if !g.manifests.publish(&m, Some(&record)).await? {
+            return Err(OmniError::AlreadyExists(format!("a graph at {uri}")));
+        }
+        Ok(g)
+    }
+
+    /// Write a schema's files (create-once, content-addressed: a schema
+    /// nobody publishes is harmless) and return it.
+    pub async fn put_schema(&self, source: &str, catalog: Catalog) -> Result<Arc<Schema>> {
+        let id = schema_id(source, &catalog)?;
+        let (pg, json) = schema_files(&id);
+        self.store.put(&pg, source.as_bytes()).await?;
+        self.store
+            .put(&json, &serde_json::to_vec_pretty(&catalog)?)
+            .await?;
+        let schema = Arc::new(Schema {
+            id: id.clone(),
+            source: source.to_string(),
             catalog: Arc::new(catalog),
-            schema_id: id,
-            schema_source: source.to_string(),
-        })
+        });
+        self.schemas.lock().insert(id, schema.clone());
+        Ok(schema)
+    }
+
+    /// The schema with this identity, as its files hold it.
+    pub async fn schema(&self, id: &str) -> Result<Arc<Schema>> {
+        if let Some(s) = self.schemas.lock().get(id) {
+            return Ok(s.clone());
+        }
+        let (pg, json) = schema_files(id);
+        let source =
+            self.store.read(&pg).await?.ok_or_else(|| {
+                OmniError::Storage(format!("schema {id} is missing from the graph"))
+            })?;
+        let catalog_bytes =
+            self.store.read(&json).await?.ok_or_else(|| {
+                OmniError::Storage(format!("catalog {id} is missing from the graph"))
+            })?;
+        let catalog: Catalog = serde_json::from_slice(&catalog_bytes)
+            .map_err(|e| OmniError::Storage(format!("catalog {id} is corrupt: {e}")))?;
+        let schema = Arc::new(Schema {
+            id: id.to_string(),
+            source: String::from_utf8_lossy(&source).into_owned(),
+            catalog: Arc::new(catalog),
+        });
+        self.schemas.lock().insert(id.to_string(), schema.clone());
+        Ok(schema)
+    }
+
+    /// The schema the graph accepts now (other processes apply too).
+    pub async fn current_schema(&self) -> Result<Arc<Schema>> {
+        let latest = self.manifests.refresh().await?;
+        self.schema(&latest.schema).await
     }
 
     /// Open an existing graph.
@@ -210,27 +318,16 @@ impl GraphStorage {
         if !manifests.exists().await? {
             return Err(OmniError::NotFound(format!("no graph at {uri}")));
         }
-        let latest = manifests.refresh().await?;
-        let id = latest.schema.clone();
-        let source = store
-            .read(&format!("_graph/schema/{id}.pg"))
-            .await?
-            .ok_or_else(|| OmniError::Storage(format!("schema {id} is missing from the graph")))?;
-        let catalog_bytes = store
-            .read(&format!("_graph/schema/{id}.catalog.json"))
-            .await?
-            .ok_or_else(|| OmniError::Storage(format!("catalog {id} is missing from the graph")))?;
-        let catalog: Catalog = serde_json::from_slice(&catalog_bytes)
-            .map_err(|e| OmniError::Storage(format!("catalog {id} is corrupt: {e}")))?;
         let tables = Tables::new(store.clone(), session.0);
-        Ok(Self {
+        let g = Self {
             store,
             manifests,
             tables,
-            catalog: Arc::new(catalog),
-            schema_id: id,
-            schema_source: String::from_utf8_lossy(&source).into_owned(),
-        })
+            schemas: Default::default(),
+        };
+        // A graph whose accepted schema cannot be read is not opened.
+        g.current_schema().await?;
+        Ok(g)
     }
 
     /// Resolve a target to one snapshot.
@@ -261,10 +358,12 @@ impl GraphStorage {
                     manifest.version
                 )),
             })?;
+        let schema = self.schema(&manifest.schema).await?;
         Ok(Snapshot {
             manifest,
             branch,
             record,
+            schema,
         })
     }
 

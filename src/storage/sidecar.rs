@@ -7,7 +7,9 @@ use serde::{Deserialize, Serialize};
 
 use super::objstore::Store;
 use crate::error::Result;
-use omnigraph_actors::{CommitId, Head, Intent, IntentTable, MergeOf, OpId, TableKey};
+use omnigraph_actors::{
+    CommitId, Head, Intent, IntentTable, MergeOf, NewTable, OpId, SchemaChange, TableKey,
+};
 
 const DIR: &str = "_graph/recovery";
 
@@ -26,6 +28,25 @@ struct SidecarFile {
     /// A merge's other side (absent for every other write).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     merge: Option<SidecarMerge>,
+    /// A schema apply's change (absent for every other write).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    schema: Option<SidecarSchema>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct SidecarSchema {
+    from: String,
+    to: String,
+    manifest: u64,
+    created: Vec<SidecarNewTable>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct SidecarNewTable {
+    table: String,
+    dir: String,
+    version: u64,
+    incarnation: u64,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -73,6 +94,21 @@ pub async fn write(store: &Store, intent: &Intent, owner: &str) -> Result<()> {
             source_version: m.head.version,
             adopt: m.adopt.clone(),
             fast_forward: m.fast_forward,
+        }),
+        schema: intent.schema_change.as_ref().map(|s| SidecarSchema {
+            from: s.from.clone(),
+            to: s.to.clone(),
+            manifest: s.manifest,
+            created: s
+                .created
+                .iter()
+                .map(|t| SidecarNewTable {
+                    table: t.table.clone(),
+                    dir: t.dir.clone(),
+                    version: t.version,
+                    incarnation: t.incarnation,
+                })
+                .collect(),
         }),
     };
     store
@@ -132,6 +168,21 @@ pub async fn list(store: &Store) -> Result<Vec<(Intent, String)>> {
                     },
                     adopt: m.adopt,
                     fast_forward: m.fast_forward,
+                }),
+                schema_change: f.schema.map(|s| SchemaChange {
+                    from: s.from,
+                    to: s.to,
+                    manifest: s.manifest,
+                    created: s
+                        .created
+                        .into_iter()
+                        .map(|t| NewTable {
+                            table: t.table,
+                            dir: t.dir,
+                            version: t.version,
+                            incarnation: t.incarnation,
+                        })
+                        .collect(),
                 }),
             },
             f.owner,

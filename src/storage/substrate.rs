@@ -35,6 +35,29 @@ pub trait PrepareWork: Send + Sync + 'static {
     fn prepare<'a>(&'a self, cx: &'a mut PrepareCx) -> BoxFut<'a, Result<Prepared>>;
 }
 
+/// A write compiled against one schema (a mutation's plan, a load's typed
+/// batches): it prepares only over that schema. A schema apply between
+/// its compile and its prepare makes it `SchemaChanged`, before it reads
+/// or stages anything.
+pub struct Pinned {
+    pub schema: String,
+    pub work: Arc<dyn PrepareWork>,
+}
+
+impl PrepareWork for Pinned {
+    fn prepare<'a>(&'a self, cx: &'a mut PrepareCx) -> BoxFut<'a, Result<Prepared>> {
+        Box::pin(async move {
+            if cx.snapshot.schema.id != self.schema {
+                return Err(OmniError::SchemaChanged {
+                    compiled: self.schema.clone(),
+                    accepted: cx.snapshot.schema.id.clone(),
+                });
+            }
+            self.work.prepare(cx).await
+        })
+    }
+}
+
 /// Where one graph branch's table lives (see `physical`).
 struct Physical {
     dir: String,
@@ -48,9 +71,13 @@ pub struct Prepared {
     pub summary: serde_json::Value,
     /// A merge's other side, published with the commit.
     pub merge: Option<MergeOf>,
+    /// A schema apply's change, published with the commit.
+    pub schema_change: Option<SchemaChange>,
 }
 
 struct StagedTable {
+    /// The graph branch whose line it is staged on.
+    branch: String,
     key: String,
     dir: String,
     lance_branch: Option<String>,
@@ -69,8 +96,9 @@ pub struct PrepareCx {
 }
 
 impl PrepareCx {
+    /// The catalog of the schema the snapshot's graph version accepted.
     pub fn catalog(&self) -> &Catalog {
-        &self.graph.catalog
+        self.snapshot.catalog()
     }
 
     pub fn branch(&self) -> &str {
@@ -86,45 +114,70 @@ impl PrepareCx {
     /// shares the table with its parent this forks it first (invisible until
     /// published); the version returned is the base the commit must land on.
     pub async fn target(&self, t: &TypeDef) -> Result<Table> {
-        let r = self.snapshot.table(t)?;
-        let own = self.line(t);
+        self.target_on(&self.snapshot.branch, &self.snapshot.record, t)
+            .await
+    }
+
+    /// [`Self::target`] on another branch of the same manifest version
+    /// (a schema apply stages on every branch).
+    pub async fn target_on(&self, branch: &str, rec: &BranchRecord, t: &TypeDef) -> Result<Table> {
+        let key = t.table_key();
+        let r = rec.tables.get(&key).ok_or_else(|| {
+            OmniError::Storage(format!("branch '{branch}' has no table for {}", t.name))
+        })?;
+        let own = rec.line(branch, &key);
         if r.lance_branch == own {
             return Ok(Table(self.graph.tables.open(r).await?));
         }
         let own = own.ok_or_else(|| {
             OmniError::Storage(format!(
-                "{} on {} names another branch's table but the branch has no line to fork it onto",
-                t.name, self.snapshot.branch
+                "{} on {branch} names another branch's table but the branch has no line to fork it onto",
+                t.name
             ))
         })?;
         Ok(Table(self.graph.tables.ensure_fork(r, &own).await?))
     }
 
-    /// The Lance branch this write's branch writes `t` on.
-    fn line(&self, t: &TypeDef) -> Option<String> {
-        self.snapshot
-            .record
-            .line(&self.snapshot.branch, &t.table_key())
-    }
-
     /// Stage `txn` (built against `base` from [`Self::target`]) as this write's
     /// change to `t`. One transaction per table.
-    pub fn stage(
+    pub fn stage(&mut self, t: &TypeDef, base: Table, change: TableChange) -> Result<()> {
+        let (branch, rec) = (self.snapshot.branch.clone(), self.snapshot.record.clone());
+        self.stage_on(&branch, &rec, t, base, change)
+    }
+
+    /// [`Self::stage`] on another branch (from [`Self::target_on`]).
+    pub fn stage_on(
         &mut self,
+        branch: &str,
+        rec: &BranchRecord,
         t: &TypeDef,
         Table(base): Table,
         TableChange(mut txns): TableChange,
     ) -> Result<()> {
         let key = t.table_key();
-        if self.staged.contains_key(&key) {
+        let slot = format!("{key}@{branch}");
+        if self.staged.contains_key(&slot) {
             return Err(OmniError::Storage(format!(
-                "{} staged twice in one write",
+                "{} staged twice on {branch} in one write",
                 t.name
             )));
         }
+        let dir = rec
+            .tables
+            .get(&key)
+            .ok_or_else(|| {
+                OmniError::Storage(format!("branch '{branch}' has no table for {}", t.name))
+            })?
+            .dir
+            .clone();
         // The last transaction names the change; earlier steps are
-        // `<name>.<step>` (recovery finds a chain by its name).
-        let name = format!("{}-{}-{}", self.op.0, self.attempt, t.id);
+        // `<name>.<step>` (recovery finds a chain by its name). Unique per
+        // branch too: a schema apply changes one type on many lines.
+        let name = if branch == self.snapshot.branch {
+            format!("{}-{}-{}", self.op.0, self.attempt, t.id)
+        } else {
+            format!("{}-{}-{}-{branch}", self.op.0, self.attempt, t.id)
+        };
         let last = txns.len() - 1;
         for (k, txn) in txns.iter_mut().enumerate() {
             txn.uuid = if k == last {
@@ -133,13 +186,13 @@ impl PrepareCx {
                 format!("{name}.{k}")
             };
         }
-        let own = self.line(t);
         self.staged.insert(
-            key.clone(),
+            slot,
             StagedTable {
+                branch: branch.to_string(),
                 key,
-                dir: t.table_dir(),
-                lance_branch: own,
+                dir,
+                lance_branch: rec.line(branch, &t.table_key()),
                 base,
                 txns,
             },
@@ -308,23 +361,45 @@ impl LanceSubstrate {
         self.faults.lock().halted
     }
 
-    fn table_def(&self, key: &str) -> Result<&TypeDef> {
-        self.g
-            .catalog
-            .by_table_key(key)
-            .ok_or_else(|| OmniError::Storage(format!("unknown table {key}")))
-    }
-
     /// A physical table in a manifest already read: its folder and the
-    /// Lance branch the graph branch writes on.
+    /// Lance branch the graph branch writes on (`None`: the branch, or its
+    /// table, is gone).
     fn physical(&self, latest: &Manifest, table: &TableKey) -> Result<Option<Physical>> {
         let Some(rec) = latest.branches.get(&table.branch) else {
             return Ok(None);
         };
-        Ok(Some(Physical {
-            dir: self.table_def(&table.table)?.table_dir(),
+        Ok(rec.tables.get(&table.table).map(|r| Physical {
+            dir: r.dir.clone(),
             lance_branch: rec.line(&table.branch, &table.table),
         }))
+    }
+
+    /// A schema apply's publish. The schema it replaces must still be the
+    /// accepted one, over exactly the graph version it was validated
+    /// against (the exclusive schema gate and the roll-forward verdict see
+    /// to it; this is the last word). Every branch then takes the new
+    /// schema's tables, and its head moves to this version: its state now
+    /// has another schema, so a write that captured it before re-prepares.
+    async fn accept_schema(
+        &self,
+        latest: &Manifest,
+        next: &mut Manifest,
+        s: &SchemaChange,
+    ) -> Result<()> {
+        if latest.schema != s.from || latest.version != s.manifest {
+            return Err(OmniError::Storage(format!(
+                "the graph moved under the schema apply: it was validated against schema {} at graph version {}, the graph is at {} with schema {}",
+                s.from, s.manifest, latest.version, latest.schema
+            )));
+        }
+        let from = self.g.schema(&s.from).await?;
+        let to = self.g.schema(&s.to).await?;
+        for rec in next.branches.values_mut() {
+            super::retarget(rec, &from.catalog, &to.catalog, &s.created);
+            rec.updated_at = next.version;
+        }
+        next.schema = s.to.clone();
+        Ok(())
     }
 
     /// A branch head as storage has it now: other processes publish too.
@@ -427,23 +502,30 @@ impl LanceSubstrate {
             Ok(prepared) => {
                 let tables = cx
                     .staged
-                    .values()
-                    .map(|s| TablePlan {
-                        table: TableKey::new(branch.clone(), s.key.clone()),
+                    .iter()
+                    .map(|(name, s)| TablePlan {
+                        table: TableKey::new(s.branch.clone(), s.key.clone()),
                         base: s.base.version().version,
-                        staged: StagedRef(s.key.clone()),
+                        staged: StagedRef(name.clone()),
                         txn: s.txns.last().expect("a change").uuid.clone(),
                     })
                     .collect();
                 ctx.staged = cx.staged;
                 ctx.summary = prepared.summary.clone();
                 ctx.error = None;
+                // A schema apply was prepared over the latest schema; every
+                // other write over its snapshot's.
+                let schema = match &prepared.schema_change {
+                    Some(s) => s.from.clone(),
+                    None => cx.snapshot.schema.id.clone(),
+                };
                 IoOut::Prepared(Ok(Plan {
                     commit: CommitId(crate::util::ulid::new_ulid()),
-                    schema: self.g.schema_id.clone(),
+                    schema,
                     class: prepared.class,
                     tables,
                     merge: prepared.merge,
+                    schema_change: prepared.schema_change,
                 }))
             }
             Err(e) => {
@@ -516,6 +598,7 @@ impl LanceSubstrate {
             head,
             landed,
             latest: latest_versions,
+            manifest: latest.version,
         })
     }
 
@@ -554,8 +637,10 @@ impl LanceSubstrate {
                 Err(e) => return PublishResult::Refused(e.to_string()),
             };
             if matches!(req.change, Change::Repoint { .. })
-                && next.branches.get(&req.branch).map(|r| &r.tables)
-                    == latest.branches.get(&req.branch).map(|r| &r.tables)
+                && next
+                    .branches
+                    .iter()
+                    .all(|(n, r)| latest.branches.get(n).map(|l| &l.tables) == Some(&r.tables))
             {
                 // Only unpublished forks were restored: nothing to record.
                 return PublishResult::Published {
@@ -631,6 +716,7 @@ impl LanceSubstrate {
                 commit,
                 tables,
                 merge,
+                schema_change,
             } => {
                 // The source's state as the merge pinned it (an immutable
                 // manifest version, so a source that moved or was deleted
@@ -646,22 +732,29 @@ impl LanceSubstrate {
                     ),
                     None => None,
                 };
+                for (key, v) in tables {
+                    let rec = next.branches.get_mut(&key.branch).ok_or_else(|| {
+                        OmniError::Storage(format!("branch '{}' is gone", key.branch))
+                    })?;
+                    let named = rec.tables.get(&key.table).ok_or_else(|| {
+                        OmniError::Storage(format!(
+                            "branch '{}' has no table {}",
+                            key.branch, key.table
+                        ))
+                    })?;
+                    let r = TableRef {
+                        dir: named.dir.clone(),
+                        lance_branch: rec.line(&key.branch, &key.table),
+                        version: *v,
+                        incarnation: named.incarnation,
+                    };
+                    rec.tables.insert(key.table.clone(), r);
+                }
+                if let Some(s) = schema_change {
+                    self.accept_schema(latest, &mut next, s).await?;
+                }
                 let rec = next.branches.get_mut(&req.branch).expect("head checked");
                 let parent = rec.head.clone();
-                for (key, v) in tables {
-                    let dir = self.table_def(&key.table)?.table_dir();
-                    let lance_branch = rec.line(&req.branch, &key.table);
-                    let incarnation = rec.tables.get(&key.table).map_or(0, |r| r.incarnation);
-                    rec.tables.insert(
-                        key.table.clone(),
-                        TableRef {
-                            dir,
-                            lance_branch,
-                            version: *v,
-                            incarnation,
-                        },
-                    );
-                }
                 if let (Some(m), Some(src)) = (merge, &source) {
                     adopt(rec, &req.branch, src, &m.adopt, version)?;
                 }
@@ -695,28 +788,39 @@ impl LanceSubstrate {
                 }
             }
             Change::Repoint { tables } => {
-                let rec = next.branches.get_mut(&req.branch).expect("head checked");
+                // Each table on its own branch (a schema apply's span them).
                 for (key, v) in tables {
-                    let own = rec.line(&req.branch, &key.table);
+                    let Some(rec) = next.branches.get_mut(&key.branch) else {
+                        continue;
+                    };
+                    let own = rec.line(&key.branch, &key.table);
                     if let Some(r) = rec.tables.get_mut(&key.table)
                         && r.lance_branch == own
+                        && r.version != *v
                     {
                         r.version = *v;
+                        rec.updated_at = version;
                     }
                 }
-                rec.updated_at = version;
                 ("repoint", None)
             }
             Change::CreateBranch { from, at } => {
                 super::manifest::validate_branch_name(&req.branch, latest.branches.keys())?;
+                // The source as it is now if its head is the captured one
+                // (recovery or a schema apply may have moved its tables
+                // under that head); else as captured, unless a schema
+                // apply came between (its tables are laid out for another
+                // schema than the one the new branch would accept).
                 let base = self.g.manifests.at(at.version).await?;
-                let src = base
-                    .branches
-                    .get(from)
-                    .filter(|r| r.head == at.commit.0)
-                    .ok_or_else(|| {
-                        OmniError::NotFound(format!("branch '{from}' at {}", at.commit))
-                    })?;
+                let now = latest.branches.get(from).filter(|r| r.head == at.commit.0);
+                let then = if base.schema == latest.schema {
+                    base.branches.get(from).filter(|r| r.head == at.commit.0)
+                } else {
+                    None
+                };
+                let src = now.or(then).ok_or_else(|| {
+                    OmniError::NotFound(format!("branch '{from}' at {}", at.commit))
+                })?;
                 next.branches.insert(
                     req.branch.clone(),
                     BranchRecord {
@@ -830,7 +934,12 @@ impl LanceSubstrate {
             r.map_err(|e| e.to_string())
         }
         match io {
-            Io::ReadSchemaId => IoOut::SchemaId(Ok(self.g.schema_id.clone())),
+            Io::ReadSchemaId => IoOut::SchemaId(s(self
+                .g
+                .manifests
+                .refresh()
+                .await
+                .map(|m| m.schema.clone()))),
             Io::ReadHead { branch } => IoOut::Head(s(self.read_head(&branch).await)),
             Io::TableView { table } => IoOut::TableView(s(self.table_view(&table).await)),
             Io::LockGate { gate, mode } => IoOut::Locked(self.locks.lock(&gate, mode).await),
@@ -870,10 +979,6 @@ impl LanceSubstrate {
             Io::DropBranchStorage { branch } => {
                 IoOut::Done(s(self.drop_branch_storage(&branch).await))
             }
-            // The handle offers no schema change yet, so nothing sends this.
-            Io::ApplySchema { .. } => IoOut::Done(Err(
-                "schema evolution is not available in this version".into(),
-            )),
         }
     }
 
@@ -893,8 +998,7 @@ impl LanceSubstrate {
             Io::Discard { .. }
             | Io::WriteSidecar { .. }
             | Io::DeleteSidecar { .. }
-            | Io::DropBranchStorage { .. }
-            | Io::ApplySchema { .. } => IoOut::Done(Err(e)),
+            | Io::DropBranchStorage { .. } => IoOut::Done(Err(e)),
             Io::ListSidecars => IoOut::Sidecars(Err(e)),
             Io::CommitTable { .. } => IoOut::TableCommit(CommitResult::Unknown(e)),
             Io::RestoreTable { .. } => IoOut::TableRestore(Err(e)),

@@ -35,6 +35,7 @@ impl PrepareWork for CompactWork {
                 class: WriteClass::Retryable,
                 summary: serde_json::json!({ "compacted": compacted }),
                 merge: None,
+                schema_change: None,
             })
         })
     }

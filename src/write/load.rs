@@ -456,6 +456,7 @@ impl PrepareWork for LoadWork {
                     "edges": edges,
                 }),
                 merge: None,
+                schema_change: None,
             })
         })
     }

@@ -763,6 +763,7 @@ impl PrepareWork for MutationWork {
                 class,
                 summary: serde_json::json!({ "mutation": self.plan.name, "nodes": nodes, "edges": edges }),
                 merge: None,
+                schema_change: None,
             })
         })
     }

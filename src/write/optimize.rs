@@ -158,6 +158,7 @@ impl PrepareWork for OptimizeWork {
                 class: WriteClass::Retryable,
                 summary: serde_json::json!({ "indexes": built }),
                 merge: None,
+                schema_change: None,
             })
         })
     }

@@ -8,7 +8,6 @@ use arrow_array::{Array, RecordBatch, StringArray};
 use serde::Serialize;
 
 use super::delta::{Rows, delta};
-use crate::compiler::catalog::Catalog;
 use crate::error::{OmniError, Result};
 use crate::index::coverage::FragmentRows;
 use crate::storage::manifest::CommitRecord;
@@ -119,11 +118,16 @@ pub struct EntityChange {
 /// a merge commit: what it changed on the target), optionally for one type.
 pub async fn commit_changes(
     g: &GraphStorage,
-    catalog: &Catalog,
     rec: &CommitRecord,
     only: Option<&str>,
 ) -> Result<Vec<EntityChange>> {
     let after = snapshot_of(g, rec).await?;
+    let catalog = after.catalog().clone();
+    if let Some(t) = only
+        && catalog.get(t).is_none()
+    {
+        return Err(OmniError::NotFound(format!("type {t}")));
+    }
     // The graph's first commit only creates the empty tables.
     let Some(parent) = rec.parents.first() else {
         return Ok(Vec::new());
@@ -134,6 +138,11 @@ pub async fn commit_changes(
         .await?
         .ok_or_else(|| OmniError::Storage(format!("commit {parent} is missing its record")))?;
     let before = snapshot_of(g, &prec).await?;
+    if before.schema.id != after.schema.id {
+        // A schema apply: it changes the shape of entities, not which
+        // entities there are or what they say.
+        return Ok(Vec::new());
+    }
     let mut out = Vec::new();
     for def in &catalog.types {
         if only.is_some_and(|t| t != def.name) || before.table(def)? == after.table(def)? {

@@ -20,7 +20,7 @@ use serde::Serialize;
 use crate::compiler::catalog::{DST, ID, PropType, SRC, TypeDef, TypeKind};
 use crate::compiler::value::{self, Value};
 use crate::error::{OmniError, Result};
-use crate::storage::manifest::Manifests;
+use crate::storage::manifest::{Manifests, TableRef};
 use crate::storage::substrate::{BoxFut, PrepareCx, PrepareWork, Prepared};
 use crate::storage::tables::Table;
 use crate::storage::{Snapshot, Target, scan, stage};
@@ -165,13 +165,13 @@ impl MergeWork {
         }
         let fast_forward = base_id == target_head;
         let base = g.snapshot(&Target::Commit(base_id.clone())).await?;
-        let catalog = g.catalog.clone();
+        let catalog = cx.snapshot.catalog().clone();
         let mut adopt = Vec::new();
         let mut both = Vec::new();
         for def in &catalog.types {
             let key = def.table_key();
             let (b, s, t) = (
-                base.table(def)?,
+                at_base(&base, def),
                 self.source.table(def)?,
                 cx.snapshot.table(def)?,
             );
@@ -179,11 +179,17 @@ impl MergeWork {
                 if s != t {
                     adopt.push(key);
                 }
-            } else if s == b {
-                // The source did not change it.
-            } else if t == b {
+            } else if b == Some(s) || s == t {
+                // The source did not change it (or both sides name one version).
+            } else if b == Some(t) {
                 adopt.push(key);
             } else {
+                if base.catalog().types.iter().find(|d| d.id == def.id) != Some(def) {
+                    return Err(OmniError::BadRequest(format!(
+                        "{} changed on both branches, and its schema changed since their merge base {base_id}: a three-way merge across a schema change is not supported",
+                        def.name
+                    )));
+                }
                 both.push(def);
             }
         }
@@ -213,10 +219,16 @@ impl MergeWork {
                     continue;
                 }
                 let (b, s, t) = (
-                    base.table(def)?,
+                    at_base(&base, def),
                     self.source.table(def)?,
                     cx.snapshot.table(def)?,
                 );
+                if b.is_none() {
+                    // Made after the base (by a schema apply): nothing of it
+                    // was there to delete.
+                    continue;
+                }
+                let (b, s, t) = (b.expect("checked"), s, t);
                 let (changed, into) = if t != b {
                     (cx.read(def).await?, &mut one_sided.on_target)
                 } else if s != b {
@@ -274,8 +286,16 @@ impl MergeWork {
                 adopt,
                 fast_forward,
             }),
+            schema_change: None,
         })
     }
+}
+
+/// The base's table of `def`, found by the type's stable id (a rename since
+/// the base moved its key); `None`: the type is newer than the base.
+fn at_base<'s>(base: &'s Snapshot, def: &TypeDef) -> Option<&'s TableRef> {
+    let then = base.catalog().types.iter().find(|d| d.id == def.id)?;
+    base.record.tables.get(&then.table_key())
 }
 
 /// The cells of a row, as values.
