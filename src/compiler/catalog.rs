@@ -246,6 +246,11 @@ pub struct TypeDef {
     pub ranges: Vec<RangeConstraint>,
     pub checks: Vec<CheckConstraint>,
     pub annotations: Vec<Annotation>,
+    /// The next property id to hand out: ids of dropped properties are
+    /// never reused (0 in catalogs written before schemas evolved: then
+    /// one past the highest id).
+    #[serde(default)]
+    pub next_prop_id: u32,
 }
 
 impl TypeDef {
@@ -291,6 +296,9 @@ pub struct InterfaceDef {
 pub struct Catalog {
     pub types: Vec<TypeDef>,
     pub interfaces: Vec<InterfaceDef>,
+    /// The next type id to hand out (as [`TypeDef::next_prop_id`]).
+    #[serde(default)]
+    pub next_type_id: u32,
 }
 
 impl Catalog {

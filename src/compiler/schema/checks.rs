@@ -228,7 +228,9 @@ pub(super) fn check(decls: Vec<RawDecl>) -> Result<Catalog> {
             ranges: Vec::new(),
             checks: Vec::new(),
             annotations: Vec::new(),
+            next_prop_id: 0,
         };
+        t.next_prop_id = t.properties.len() as u32 + 1;
         next_id += 1;
 
         declaration_annotations(&mut t, d)?;
@@ -238,7 +240,11 @@ pub(super) fn check(decls: Vec<RawDecl>) -> Result<Catalog> {
         types.push(t);
     }
 
-    Ok(Catalog { types, interfaces })
+    Ok(Catalog {
+        types,
+        interfaces,
+        next_type_id: next_id,
+    })
 }
 
 /// Declaration annotations: @card on edges, the rest are kept.

@@ -5,6 +5,7 @@
 
 mod checks;
 mod constraints;
+pub mod evolve;
 mod syntax;
 
 use super::catalog::Catalog;
