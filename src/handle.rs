@@ -30,8 +30,21 @@ use crate::write::load::{LoadMode, prepare_input};
 use crate::write::merge::{self, MergeOutcome, MergeWork, changes::EntityChange};
 use crate::write::mutate::{self, MutationResult, MutationWork};
 use crate::write::optimize;
+use crate::write::schema_apply::{self, PlannedStep, SchemaApplyWork, SchemaPlan};
 use omnigraph_actors::host::Host;
 use omnigraph_actors::{Bugs, OpId, OpKind, Outcome, RecoveryReport};
+
+/// A schema apply's result.
+#[derive(Clone, Debug, Serialize)]
+pub struct SchemaCommit {
+    /// The commit on `main` (`None`: the schema was already this one).
+    pub commit: Option<String>,
+    pub manifest_version: u64,
+    /// The accepted schema's identity now.
+    pub schema: String,
+    pub changed: bool,
+    pub steps: Vec<PlannedStep>,
+}
 
 /// How many times a mutation is checked against the accepted schema when
 /// schema applies keep landing between its check and its prepare.
@@ -204,6 +217,7 @@ impl Omnigraph {
     }
 
     pub async fn init_with(uri: &str, schema_source: &str, opts: Options) -> Result<Self> {
+        let schema_source = &schema_apply::normalise(schema_source);
         let catalog = schema::compile(schema_source)?;
         let (session, requests) = session_of(&opts);
         let graph = GraphStorage::init(session, uri, schema_source, catalog, &opts.actor).await?;
@@ -315,6 +329,55 @@ impl Omnigraph {
     /// The catalog of the schema the graph accepts now.
     pub async fn catalog(&self) -> Result<Arc<Catalog>> {
         Ok(self.inner.graph.current_schema().await?.catalog.clone())
+    }
+
+    /// What applying schema `source` would do: each step and the rows it
+    /// reads or writes, after checking every new rule on every branch's
+    /// rows. Nothing is written. A change the data cannot follow is the
+    /// error the apply would give.
+    pub async fn plan_schema(&self, source: &str) -> Result<SchemaPlan> {
+        Ok(schema_apply::plan(&self.inner.graph, source).await?.3)
+    }
+
+    /// Make `source` the graph's schema, for every branch, as one commit
+    /// on `main`. It waits for every write in flight (the schema gate is
+    /// exclusive) and fails `SchemaChanged` if another apply lands first.
+    pub async fn apply_schema(&self, source: &str) -> Result<SchemaCommit> {
+        self.writes("apply a schema")?;
+        let (latest, from, evo, plan) = schema_apply::plan(&self.inner.graph, source).await?;
+        let unchanged = |version| SchemaCommit {
+            commit: None,
+            manifest_version: version,
+            schema: from.id.clone(),
+            changed: false,
+            steps: Vec::new(),
+        };
+        if evo.is_empty() {
+            return Ok(unchanged(latest.version));
+        }
+        let work = Arc::new(Pinned {
+            schema: from.id.clone(),
+            work: Arc::new(SchemaApplyWork {
+                source: source.to_string(),
+            }),
+        });
+        match self
+            .run(OpKind::ApplySchema, "schema_apply", Some(work))
+            .await
+        {
+            Ok((commit, version, summary)) => Ok(SchemaCommit {
+                commit,
+                manifest_version: version,
+                schema: summary["schema"]["to"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                changed: true,
+                steps: plan.steps,
+            }),
+            Err(OmniError::AlreadyCurrent) => Ok(unchanged(latest.version)),
+            Err(e) => Err(e),
+        }
     }
 
     /// The accepted schema's source now, or at a target's graph version.

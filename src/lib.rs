@@ -21,11 +21,15 @@ pub mod util;
 pub mod write;
 
 pub use compiler::blob_policy::BlobPolicy;
+pub use compiler::schema::evolve::{
+    Step as SchemaStep, StepKind as SchemaStepKind, Work as StepWork,
+};
 pub use error::{OmniError, Result};
 pub use exec::blob::{Blob, BlobCell, BlobReader};
 pub use exec::run::QueryResult;
 pub use handle::{
-    BranchInfo, LoadReport, Omnigraph, OptimizeReport, Options, SnapshotInfo, TableInfo,
+    BranchInfo, LoadReport, Omnigraph, OptimizeReport, Options, SchemaCommit, SnapshotInfo,
+    TableInfo,
 };
 pub use storage::Target;
 pub use storage::manifest::CommitRecord;
@@ -33,3 +37,4 @@ pub use write::load::LoadMode;
 pub use write::merge::changes::EntityChange;
 pub use write::merge::{MergeConflict, MergeOutcome};
 pub use write::mutate::MutationResult;
+pub use write::schema_apply::{PlannedStep, SchemaPlan};

@@ -72,6 +72,11 @@ pub enum Cmd {
         #[command(subcommand)]
         cmd: BlobCmd,
     },
+    /// Show, plan or apply the graph's schema.
+    Schema {
+        #[command(subcommand)]
+        cmd: SchemaCmd,
+    },
     /// Build or refresh every declared search index of a branch, as one commit.
     Optimize(Optimize),
     /// Test harness: append write after write and print `ACK <n>` after each
@@ -246,6 +251,37 @@ pub struct Merge {
     pub graph: Graph,
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Subcommand)]
+pub enum SchemaCmd {
+    /// Print the accepted schema's source (as of a graph version with --version).
+    Show {
+        #[command(flatten)]
+        graph: Graph,
+        #[arg(long, value_name = "N")]
+        version: Option<u64>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The steps a new schema takes and what each does to the data; changes nothing.
+    Plan {
+        #[arg(long, value_name = "FILE")]
+        schema: PathBuf,
+        #[command(flatten)]
+        graph: Graph,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Make a new schema the graph's, for every branch, as one commit.
+    Apply {
+        #[arg(long, value_name = "FILE")]
+        schema: PathBuf,
+        #[command(flatten)]
+        graph: Graph,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand)]

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::args::{
     BlobCellArgs, BlobCmd, BranchCmd, Cmd, CommitCmd, Export, Graph, Init, Load, Merge, Mutate,
-    Optimize, Query, Snapshot, StressWriter, query_inputs, target,
+    Optimize, Query, SchemaCmd, Snapshot, StressWriter, query_inputs, target,
 };
 use super::progress::Progress;
 use super::{demo, table};
@@ -77,11 +77,111 @@ pub async fn run(cmd: Cmd) -> Result<()> {
                 json,
             } => Box::pin(async move { blob_policy(&graph, allow, revoke, json).await }),
         },
+        Cmd::Schema { cmd } => Box::pin(schema(cmd)),
         Cmd::Optimize(a) => Box::pin(optimize(a)),
         Cmd::StressWriter(a) => Box::pin(stress_writer(a)),
         Cmd::Demo { dir } => Box::pin(demo::run(dir)),
     };
     fut.await
+}
+
+fn read_schema(path: &std::path::Path) -> Result<String> {
+    std::fs::read_to_string(path)
+        .map_err(|e| OmniError::BadRequest(format!("cannot read schema {}: {e}", path.display())))
+}
+
+fn print_steps(steps: &[omnigraph::PlannedStep]) {
+    for s in steps {
+        let what = match &s.step.property {
+            Some(p) => format!("{}.{p}", s.step.type_name),
+            None => s.step.type_name.clone(),
+        };
+        let cost = match (s.step.work, s.rows) {
+            (omnigraph::StepWork::Metadata, _) => "metadata only".to_string(),
+            (omnigraph::StepWork::Create, _) => "creates an empty table".to_string(),
+            (omnigraph::StepWork::Scan, n) => format!("scans {} rows", n.unwrap_or(0)),
+            (omnigraph::StepWork::Rewrite, n) => {
+                format!("writes the column for {} rows", n.unwrap_or(0))
+            }
+        };
+        let kind = serde_json::to_value(s.step.kind).expect("serialisable");
+        println!(
+            "  {:<18} {what}: {} ({cost})",
+            kind.as_str().unwrap_or_default(),
+            s.step.detail
+        );
+    }
+}
+
+async fn schema(cmd: SchemaCmd) -> Result<()> {
+    match cmd {
+        SchemaCmd::Show {
+            graph,
+            version,
+            json,
+        } => {
+            let g = Omnigraph::open_read_only(graph.uri()?).await?;
+            let target = version.map(|v| Target::Version {
+                version: v,
+                branch: "main".into(),
+            });
+            let source = g.schema_source(target.as_ref()).await?;
+            if json {
+                print_json(&serde_json::json!({ "version": version, "source": source }));
+            } else {
+                print!("{source}");
+            }
+            Ok(())
+        }
+        SchemaCmd::Plan {
+            schema,
+            graph,
+            json,
+        } => {
+            let src = read_schema(&schema)?;
+            let g = Omnigraph::open_read_only(graph.uri()?).await?;
+            let plan = g.plan_schema(&src).await?;
+            if json {
+                print_json(&plan);
+            } else if !plan.changes {
+                println!("no change: the graph already has this schema");
+            } else {
+                println!(
+                    "{} steps, {} table commits:",
+                    plan.steps.len(),
+                    plan.table_commits
+                );
+                print_steps(&plan.steps);
+            }
+            Ok(())
+        }
+        SchemaCmd::Apply {
+            schema,
+            graph,
+            json,
+        } => {
+            let src = read_schema(&schema)?;
+            let g = Omnigraph::open(graph.uri()?).await?;
+            let r = g.apply_schema(&src).await;
+            g.close().await;
+            let r = r?;
+            if json {
+                print_json(&r);
+            } else if !r.changed {
+                println!("no change: the graph already has this schema");
+            } else {
+                println!(
+                    "applied schema {} in {} steps (commit {}, graph version {})",
+                    r.schema,
+                    r.steps.len(),
+                    r.commit.as_deref().unwrap_or("-"),
+                    r.manifest_version
+                );
+                print_steps(&r.steps);
+            }
+            Ok(())
+        }
+    }
 }
 
 async fn init(a: Init) -> Result<()> {

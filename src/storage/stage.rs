@@ -323,3 +323,135 @@ pub fn string_column<'b>(batch: &'b RecordBatch, name: &str) -> Result<&'b Strin
         .and_then(|c| c.as_any().downcast_ref::<StringArray>())
         .ok_or_else(|| OmniError::Storage(format!("column {name} is missing or not a string")))
 }
+
+/// A column a schema change adds: its field, and the value every existing
+/// row gets (`None`: null, which Lance records in the schema alone).
+pub struct NewColumn {
+    pub field: arrow_schema::Field,
+    pub fill: Option<ColumnFill>,
+}
+
+/// Builds `n` rows of a new column's value.
+pub type ColumnFill = Arc<dyn Fn(usize) -> Result<arrow_array::ArrayRef> + Send + Sync>;
+
+/// A schema change to one table, staged: columns added (all-null ones in
+/// the schema only; filled ones written beside each fragment's files),
+/// renamed and dropped, then the search-index records moved with their
+/// columns. Rows are neither read (but for the `id` column that paces a
+/// fill) nor rewritten.
+pub async fn evolve_columns(
+    Table(ds): Table,
+    added: Vec<NewColumn>,
+    renamed: &[(String, String)],
+    dropped: &[String],
+) -> Result<TableChange> {
+    use lance::dataset::transaction::Operation;
+    use lance::dataset::{BatchUDF, NewColumnTransform};
+    let base = ds.version().version;
+    let mut schema = ds.schema().clone();
+    let mut fragments = None;
+    if !added.is_empty() {
+        let out = Arc::new(arrow_schema::Schema::new(
+            added.iter().map(|c| c.field.clone()).collect::<Vec<_>>(),
+        ));
+        schema = schema.merge(out.as_ref())?;
+        schema.try_set_field_id(Some(ds.manifest().max_field_id()))?;
+        if added.iter().all(|c| c.fill.is_none()) {
+            fragments = Some(ds.manifest().fragments.as_ref().clone());
+        } else {
+            let fills: Vec<Option<ColumnFill>> = added.iter().map(|c| c.fill.clone()).collect();
+            let fields: Vec<arrow_schema::Field> = added.iter().map(|c| c.field.clone()).collect();
+            let mut out_frags = Vec::new();
+            for frag in ds.get_fragments() {
+                let (fills, fields, shape) = (fills.clone(), fields.clone(), out.clone());
+                let mapper = move |b: &RecordBatch| -> lance::Result<RecordBatch> {
+                    let n = b.num_rows();
+                    let cols = fills
+                        .iter()
+                        .zip(&fields)
+                        .map(|(fill, field)| match fill {
+                            Some(f) => f(n).map_err(|e| lance::Error::invalid_input(e.to_string())),
+                            None => Ok(arrow_array::new_null_array(field.data_type(), n)),
+                        })
+                        .collect::<lance::Result<Vec<_>>>()?;
+                    Ok(RecordBatch::try_new(shape.clone(), cols)?)
+                };
+                let udf = BatchUDF {
+                    mapper: Box::new(mapper),
+                    output_schema: out.clone(),
+                    result_checkpoint: None,
+                };
+                let (f, s) = frag
+                    .add_columns(
+                        NewColumnTransform::BatchUDF(udf),
+                        Some(vec![ID.to_string()]),
+                        None,
+                    )
+                    .await?;
+                out_frags.push(f);
+                schema = s;
+            }
+            fragments = Some(out_frags);
+        }
+    }
+    for (from, to) in renamed {
+        let f = schema
+            .fields
+            .iter_mut()
+            .find(|f| &f.name == from)
+            .ok_or_else(|| {
+                OmniError::Storage(format!("the table has no column {from} to rename"))
+            })?;
+        f.name = to.clone();
+    }
+    schema.fields.retain(|f| !dropped.contains(&f.name));
+    let op = match fragments {
+        Some(fragments) => Operation::Merge {
+            fragments,
+            schema,
+            preserves_nullability: true,
+        },
+        None => Operation::Project {
+            schema,
+            preserves_nullability: true,
+        },
+    };
+    let change = TableChange::one(Transaction::new(base, op, None));
+    // A search index is recorded under its column's name: it follows a
+    // rename, and leaves with a dropped column (or a stale one under the
+    // name of a column added now).
+    let meta = ds.metadata();
+    let mut entries = Vec::new();
+    for (from, to) in renamed {
+        if let Some(v) = meta.get(&index_key(from)) {
+            entries.push((index_key(from), None));
+            entries.push((index_key(to), Some(v.clone())));
+        }
+    }
+    let gone = dropped
+        .iter()
+        .chain(added.iter().map(|c| c.field.name()))
+        .filter(|c| !renamed.iter().any(|(_, to)| to == *c));
+    for c in gone {
+        if meta.contains_key(&index_key(c)) {
+            entries.push((index_key(c), None));
+        }
+    }
+    if entries.is_empty() {
+        return Ok(change);
+    }
+    use lance::dataset::transaction::{UpdateMap, UpdateMapEntry};
+    let op = Operation::UpdateConfig {
+        config_updates: None,
+        table_metadata_updates: Some(UpdateMap {
+            update_entries: entries
+                .into_iter()
+                .map(|(key, value)| UpdateMapEntry { key, value })
+                .collect(),
+            replace: false,
+        }),
+        schema_metadata_updates: None,
+        field_metadata_updates: Default::default(),
+    };
+    Ok(change.then_index_records(TableChange::one(Transaction::new(base, op, None))))
+}

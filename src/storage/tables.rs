@@ -17,7 +17,7 @@ use parking_lot::Mutex;
 
 use super::manifest::TableRef;
 use super::objstore::Store;
-use crate::compiler::catalog::{DST, ID, PropType, SRC, TypeDef};
+use crate::compiler::catalog::{DST, ID, PropDef, PropType, SRC, TypeDef};
 use crate::error::{OmniError, Result};
 use crate::index::IndexRef;
 use crate::index::coverage::{FragmentRows, Layout};
@@ -190,13 +190,27 @@ pub fn table_schema(def: &TypeDef) -> SchemaRef {
         fields.push(Field::new(DST, DataType::Utf8, false));
     }
     for p in &def.properties {
-        let field = match p.ty {
-            PropType::Blob => lance::blob_field(&p.name, true),
-            _ => Field::new(&p.name, p.ty.arrow(), true),
-        };
-        fields.push(field);
+        fields.push(prop_field(p));
     }
     Arc::new(Schema::new(fields))
+}
+
+/// The field metadata key naming the property a column stores: storage is
+/// matched to the catalog by name at each version, and this says which
+/// property's values a column holds whatever it is called.
+pub const PROPERTY_ID: &str = "omnigraph:property-id";
+
+/// A property's column (always nullable in storage: the catalog, not the
+/// file format, says what may be null, so a schema change never rewrites
+/// a column to relax or tighten it).
+pub fn prop_field(p: &PropDef) -> Field {
+    let field = match p.ty {
+        PropType::Blob => lance::blob_field(&p.name, true),
+        _ => Field::new(&p.name, p.ty.arrow(), true),
+    };
+    let mut meta = field.metadata().clone();
+    meta.insert(PROPERTY_ID.to_string(), p.id.to_string());
+    field.with_metadata(meta)
 }
 
 /// One Blob cell as a write gives it.

@@ -420,6 +420,15 @@ impl TableBuilder {
     }
 }
 
+/// `n` rows of one value of a property (a default filling existing rows).
+pub fn constant_column(p: &PropDef, v: &Value<'static>, n: usize) -> Result<ArrayRef> {
+    let mut col = Col::new(&p.ty, n);
+    for _ in 0..n {
+        col.push(v.clone());
+    }
+    col.finish(&crate::storage::tables::prop_field(p))
+}
+
 /// An all-null column of the right type (for properties a batch lacks).
 pub fn null_column(field: &Field, len: usize) -> ArrayRef {
     new_null_array(field.data_type(), len)

@@ -9,4 +9,5 @@ pub mod load;
 pub mod merge;
 pub mod mutate;
 pub mod optimize;
+pub mod schema_apply;
 mod staged_rules;
