@@ -19,4 +19,5 @@ mod processes;
 mod query;
 mod recovery;
 mod s3;
+mod schema;
 mod search;

@@ -1,0 +1,577 @@
+//! Schema evolution end to end: plans that change nothing, applies that
+//! reach every branch (shared tables included) in one commit, reads of
+//! the past under the past's schema, refusals that leave every file as it
+//! was, a concurrent apply, and crashes at every step of an apply.
+
+use omnigraph::storage::substrate::CrashPoint;
+use omnigraph::{OmniError, Omnigraph, SchemaStepKind, StepWork, Target};
+use serde_json::{Value, json};
+
+use crate::common::*;
+
+async fn rows(g: &Omnigraph, at: &Target, q: &str) -> omnigraph::Result<Vec<Value>> {
+    let r = g.query(at, q, "q", &Value::Null).await?;
+    Ok(omnigraph::exec::output::rows(&r)
+        .unwrap()
+        .into_iter()
+        .map(Value::Object)
+        .collect())
+}
+
+/// The reference schema with a rename of a property and of a type, two
+/// new properties (one filled), a dropped property and a new edge type.
+fn evolved() -> String {
+    let s = SCHEMA
+        .replace(
+            "    age: I32?\n",
+            "    years: I32? @rename_from(\"age\")\n    nick: String?\n    level: I64 @default(3)\n",
+        )
+        .replace("    tags: [String]?\n", "")
+        .replace("@range(age, 0..150)", "@range(years, 0..150)")
+        .replace("node Company {", "node Firm @rename_from(\"Company\") {")
+        .replace("Person -> Company", "Person -> Firm");
+    format!("{s}edge Mentors: Person -> Person\n")
+}
+
+const PEOPLE_NOW: &str = "query q() { match { $p: Person } return { $p.name, $p.years, $p.nick, $p.level } order { $p.name } }";
+const PEOPLE_THEN: &str =
+    "query q() { match { $p: Person } return { $p.name, $p.age, $p.tags } order { $p.name } }";
+
+#[tokio::test]
+async fn an_apply_reaches_every_branch_in_one_commit_and_the_past_keeps_its_schema() {
+    let t = loaded_graph().await;
+    t.g.branch_create("dev", "main").await.unwrap();
+    let before = t.g.snapshot(&Target::main()).await.unwrap();
+    let then = Target::Version {
+        version: before.manifest_version,
+        branch: "main".into(),
+    };
+    let old_source = t.g.schema_source(None).await.unwrap();
+    let old_catalog = t.g.catalog().await.unwrap();
+
+    // A plan reports each step and what it costs, and writes nothing.
+    let untouched = Untouched::of(&t).await;
+    let plan = t.g.plan_schema(&evolved()).await.unwrap();
+    untouched.check(&t, &"a plan").await;
+    type Seen<'a> = (
+        SchemaStepKind,
+        &'a str,
+        Option<&'a str>,
+        StepWork,
+        Option<u64>,
+    );
+    let kinds: Vec<Seen> = plan
+        .steps
+        .iter()
+        .map(|s| {
+            (
+                s.step.kind,
+                s.step.type_name.as_str(),
+                s.step.property.as_deref(),
+                s.step.work,
+                s.rows,
+            )
+        })
+        .collect();
+    use SchemaStepKind as K;
+    for want in [
+        (
+            K::RenameProperty,
+            "Person",
+            Some("years"),
+            StepWork::Metadata,
+            None,
+        ),
+        (
+            K::AddProperty,
+            "Person",
+            Some("nick"),
+            StepWork::Metadata,
+            None,
+        ),
+        // Three people, counted once although main and dev share the table.
+        (
+            K::AddProperty,
+            "Person",
+            Some("level"),
+            StepWork::Rewrite,
+            Some(3),
+        ),
+        (
+            K::DropProperty,
+            "Person",
+            Some("tags"),
+            StepWork::Metadata,
+            None,
+        ),
+        (K::RenameType, "Firm", None, StepWork::Metadata, None),
+        (K::AddType, "Mentors", None, StepWork::Create, None),
+    ] {
+        assert!(kinds.contains(&want), "{want:?} not in {kinds:?}");
+    }
+    assert_eq!(plan.table_commits, 2, "Person, on main and on dev");
+
+    let applied = t.g.apply_schema(&evolved()).await.unwrap();
+    assert!(applied.changed);
+    let commit = applied.commit.clone().unwrap();
+    assert_eq!(t.g.commits("main", Some(1)).await.unwrap()[0].id, commit);
+    assert_eq!(
+        t.g.commits("main", Some(1)).await.unwrap()[0].kind,
+        "schema_apply"
+    );
+
+    // Every branch reads the new schema, the shared table included.
+    let want = json!([
+        {"p.name": "Alice", "p.years": 34, "p.nick": null, "p.level": 3},
+        {"p.name": "Bob", "p.years": 41, "p.nick": null, "p.level": 3},
+        {"p.name": "Carol", "p.years": null, "p.nick": null, "p.level": 3},
+    ]);
+    for b in ["main", "dev"] {
+        let at = Target::Branch(b.into());
+        assert_eq!(
+            Value::Array(rows(&t.g, &at, PEOPLE_NOW).await.unwrap()),
+            want,
+            "{b}"
+        );
+        let firms = rows(
+            &t.g,
+            &at,
+            "query q() { match { $c: Firm\n $p worksAt $c } return { $p.name, $c.name } }",
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            firms,
+            vec![json!({"p.name": "Alice", "c.name": "Acme"})],
+            "{b}"
+        );
+        // The old names are gone from the head.
+        match rows(&t.g, &at, PEOPLE_THEN).await {
+            Err(OmniError::Type { code, message, .. }) => {
+                assert_eq!(code, "Q002");
+                assert!(message.contains("age"), "{message}");
+            }
+            other => panic!("expected a type error, got {other:?}"),
+        }
+    }
+
+    // The past type-checks against, and reads with, the past's schema.
+    let past = rows(&t.g, &then, PEOPLE_THEN).await.unwrap();
+    assert_eq!(
+        past[0],
+        json!({"p.name": "Alice", "p.age": 34, "p.tags": ["a", "b"]})
+    );
+    assert!(matches!(
+        rows(&t.g, &then, PEOPLE_NOW).await,
+        Err(OmniError::Type { .. })
+    ));
+    let by_commit = Target::Commit(before.head_commit.clone());
+    assert_eq!(rows(&t.g, &by_commit, PEOPLE_THEN).await.unwrap(), past);
+    assert_eq!(t.g.schema_source(Some(&then)).await.unwrap(), old_source);
+    assert!(t.g.schema_source(None).await.unwrap().contains("node Firm"));
+    let mut old_export = Vec::new();
+    t.g.export(&then, &mut old_export).await.unwrap();
+    let old_export = String::from_utf8(old_export).unwrap();
+    assert!(old_export.contains("\"age\":34") && old_export.contains("\"type\":\"Company\""));
+    let mut new_export = Vec::new();
+    t.g.export(&Target::main(), &mut new_export).await.unwrap();
+    let new_export = String::from_utf8(new_export).unwrap();
+    assert!(new_export.contains("\"years\":34") && new_export.contains("\"type\":\"Firm\""));
+    assert!(!new_export.contains("\"tags\""));
+    let snap_then = t.g.snapshot(&then).await.unwrap();
+    assert!(snap_then.types.iter().any(|x| x.name == "Company"));
+    let snap_now = t.g.snapshot(&Target::main()).await.unwrap();
+    let names: Vec<&str> = snap_now.types.iter().map(|x| x.name.as_str()).collect();
+    assert!(names.contains(&"Firm") && names.contains(&"Mentors") && !names.contains(&"Company"));
+
+    // Identity is stable through the renames.
+    let new_catalog = t.g.catalog().await.unwrap();
+    let (p0, p1) = (
+        old_catalog.node("Person").unwrap(),
+        new_catalog.node("Person").unwrap(),
+    );
+    assert_eq!(p0.id, p1.id);
+    assert_eq!(
+        p0.property("age").unwrap().id,
+        p1.property("years").unwrap().id
+    );
+    assert_eq!(
+        old_catalog.node("Company").unwrap().id,
+        new_catalog.node("Firm").unwrap().id
+    );
+    let fresh = p1.property("level").unwrap().id;
+    assert!(p0.properties.iter().all(|p| p.id < fresh));
+
+    // Both branches take writes under the new schema, each on its own.
+    let m = "query add($n: String) { insert Person { name: $n, years: 5, level: 9 } }";
+    t.g.mutate("main", m, "add", &json!({"n": "Dan"}))
+        .await
+        .unwrap();
+    let e = "query e() { insert Mentors { from: \"Alice\", to: \"Dan\" } }";
+    t.g.mutate("main", e, "e", &Value::Null).await.unwrap();
+    let u = "query u() { update Person set { level: 4, nick: \"al\" } where name = \"Alice\" }";
+    t.g.mutate("dev", u, "u", &Value::Null).await.unwrap();
+    assert_eq!(count(&t.g, "main", "Person").await, 4);
+    assert_eq!(count(&t.g, "dev", "Person").await, 3);
+    assert_eq!(count(&t.g, "main", "Mentors").await, 1);
+    let alice = |b: &str| {
+        let at = Target::Branch(b.into());
+        let g = &t.g;
+        async move { rows(g, &at, PEOPLE_NOW).await.unwrap()[0].clone() }
+    };
+    assert_eq!(alice("dev").await["p.level"], 4);
+    assert_eq!(alice("main").await["p.level"], 3);
+    // A required property is required of new rows: its default filled the old ones only.
+    match t
+        .g
+        .mutate(
+            "main",
+            "query a() { insert Person { name: \"Eve\" } }",
+            "a",
+            &Value::Null,
+        )
+        .await
+    {
+        Err(OmniError::Invalid { at, message }) => {
+            assert_eq!(at.property.as_deref(), Some("level"));
+            assert!(message.contains("required"), "{message}");
+        }
+        other => panic!("expected a missing required property, got {other:?}"),
+    }
+    // The same schema again is no change.
+    let again = t.g.apply_schema(&evolved()).await.unwrap();
+    assert!(!again.changed && again.commit.is_none());
+}
+
+#[tokio::test]
+async fn a_dropped_then_added_property_is_a_new_property() {
+    let t = loaded_graph().await;
+    let without = SCHEMA
+        .replace("    age: I32?\n", "")
+        .replace("    @range(age, 0..150)\n", "");
+    t.g.apply_schema(&without).await.unwrap();
+    let with = SCHEMA.replace("@range(age, 0..150)", "");
+    t.g.apply_schema(&with).await.unwrap();
+    let r = rows(
+        &t.g,
+        &Target::main(),
+        "query q() { match { $p: Person } return { $p.name, $p.age } order { $p.name } }",
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        r[0],
+        json!({"p.name": "Alice", "p.age": null}),
+        "the old column's values must not come back"
+    );
+    let c = t.g.catalog().await.unwrap();
+    // Person had ids 1..=5 (age was 2): the new age is the sixth.
+    assert_eq!(c.node("Person").unwrap().property("age").unwrap().id, 6);
+}
+
+/// Each change the data cannot follow is a typed error naming what is
+/// wrong, with every file of the graph as it was.
+#[tokio::test]
+async fn refused_changes_say_why_and_write_nothing() {
+    let t = loaded_graph().await;
+    let cases: Vec<(String, &str, &str)> = vec![
+        (
+            SCHEMA.replace("node Company {", "node Company {{"),
+            "ParseError",
+            "line",
+        ),
+        (
+            SCHEMA.replace("age: I32?", "age: I32?\n    rank: I32"),
+            "SchemaError",
+            "Person.rank is a new required property",
+        ),
+        (
+            SCHEMA.replace("enum(active, retired)?", "enum(retired)?"),
+            "InvalidData",
+            "the existing Person \"Alice\"",
+        ),
+        (
+            SCHEMA.replace("@range(age, 0..150)", "@range(age, 0..40)"),
+            "InvalidData",
+            "the existing Person \"Bob\"",
+        ),
+        (
+            SCHEMA.replace("age: I32?", "age: I32"),
+            "InvalidData",
+            "the existing Person \"Carol\" (branch main): required property is missing",
+        ),
+        (
+            SCHEMA.replace("node Company { name: String @key }", ""),
+            "SchemaError",
+            "node type Company cannot be dropped: edge type WorksAt still references it",
+        ),
+        (
+            SCHEMA
+                .replace("node Company {", "node Firm @rename_from(\"Corp\") {")
+                .replace("-> Company", "-> Firm"),
+            "SchemaError",
+            "the schema has no type Corp",
+        ),
+        (
+            SCHEMA.replace(
+                "age: I32?",
+                "age: I32?\n    years: I32? @rename_from(\"age\")",
+            ),
+            "SchemaError",
+            "the new schema still declares Person.age",
+        ),
+        (
+            SCHEMA.replace("age: I32?", "age: I64?"),
+            "SchemaError",
+            "Person.age cannot change type from I32 to I64",
+        ),
+        (
+            SCHEMA.replace("Person -> Company", "Company -> Person"),
+            "SchemaError",
+            "cannot change its endpoints",
+        ),
+    ];
+    // Two more that need data to break them: a duplicate for @unique, a
+    // source with two edges for @card.
+    t.g.mutate(
+        "main",
+        "query m() { update Person set { status: \"active\" } where name = \"Bob\" }",
+        "m",
+        &Value::Null,
+    )
+    .await
+    .unwrap();
+    t.g.mutate(
+        "main",
+        "query m() { insert Knows { from: \"Alice\", to: \"Carol\" } }",
+        "m",
+        &Value::Null,
+    )
+    .await
+    .unwrap();
+    let mut cases = cases;
+    cases.push((
+        SCHEMA.replace(
+            "    status: enum(active, retired)?\n",
+            "    status: enum(active, retired)? @unique\n",
+        ),
+        "InvalidData",
+        "has the same value as \"Alice\", so @unique(status) does not hold",
+    ));
+    cases.push((
+        SCHEMA.replace(
+            "edge Knows: Person -> Person {",
+            "edge Knows: Person -> Person @card(0..1) {",
+        ),
+        "InvalidData",
+        "the source \"Alice\" (branch main) has 2 Knows edges, outside @card(0..1)",
+    ));
+    let untouched = Untouched::of(&t).await;
+    for (src, kind, says) in &cases {
+        for what in ["plan", "apply"] {
+            let r = match what {
+                "plan" => t.g.plan_schema(src).await.map(|_| ()),
+                _ => t.g.apply_schema(src).await.map(|_| ()),
+            };
+            let e = r.expect_err(&format!("{what} should refuse: {says}"));
+            assert_eq!(e.kind(), *kind, "{what} {says}: {e}");
+            assert!(
+                e.to_string().contains(says),
+                "{what}: {e}\nshould say: {says}"
+            );
+            untouched.check(&t, &format!("{what} {says}")).await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_apply_planned_against_a_schema_that_moved_on_is_refused() {
+    let t = loaded_graph().await;
+    let uri = t.uri();
+    let other = Omnigraph::open(&uri).await.unwrap();
+    let a = SCHEMA.replace("age: I32?", "age: I32?\n    a: String?");
+    let b = SCHEMA.replace("age: I32?", "age: I32?\n    b: String?");
+    // The first apply holds the exclusive schema gate, stalled before its
+    // publish, while the second plans against the schema both started from.
+    t.g.substrate()
+        .stall_before_publish(std::time::Duration::from_secs(2));
+    let first = tokio::spawn({
+        let g = t.g.clone();
+        let a = a.clone();
+        async move { g.apply_schema(&a).await }
+    });
+    while stored(&uri, "_graph/recovery").await.is_empty() {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let second = other.apply_schema(&b).await;
+    let first = first.await.unwrap().unwrap();
+    assert!(first.changed);
+    match second {
+        Err(OmniError::SchemaChanged { compiled, accepted }) => {
+            assert_ne!(compiled, accepted);
+            assert_eq!(accepted, first.schema);
+        }
+        other => panic!("expected SchemaChanged, got {other:?}"),
+    }
+    let c = t.g.catalog().await.unwrap();
+    let p = c.node("Person").unwrap();
+    assert!(p.property("a").is_some() && p.property("b").is_none());
+    other.close().await;
+}
+
+/// Crash an apply that changes Person on main and on a branch (two table
+/// commits) at `point`, reopen, and return the schema and state before,
+/// after the apply would have finished, and after recovery.
+async fn crash_an_apply(
+    point: CrashPoint,
+) -> (String, String, String, Omnigraph, tempfile::TempDir) {
+    let t = loaded_graph().await;
+    t.g.branch_create("dev", "main").await.unwrap();
+    let uri = t.uri();
+    let old = format!(
+        "{}{}",
+        t.g.schema_source(None).await.unwrap(),
+        state(&t.g).await
+    );
+    t.g.substrate().crash_at(point);
+    let r = t.g.apply_schema(&evolved()).await;
+    assert!(t.g.substrate().halted(), "the crash point was reached");
+    drop(r);
+    let dir = t.dir;
+    drop(t.g);
+    let g = Omnigraph::open(&uri).await.unwrap();
+    let now = format!(
+        "{}{}",
+        g.schema_source(None).await.unwrap(),
+        state(&g).await
+    );
+    let left = stored(&uri, "_graph/recovery").await;
+    assert!(left.is_empty(), "sidecars left: {left:?}");
+    (old, now, uri, g, dir)
+}
+
+async fn assert_new_schema_works(g: &Omnigraph) {
+    for b in ["main", "dev"] {
+        let r = rows(g, &Target::Branch(b.into()), PEOPLE_NOW)
+            .await
+            .unwrap();
+        assert_eq!(
+            r[0],
+            json!({"p.name": "Alice", "p.years": 34, "p.nick": null, "p.level": 3})
+        );
+    }
+    let m = "query add() { insert Person { name: \"Dan\", years: 5, level: 9 } }";
+    g.mutate("dev", m, "add", &Value::Null).await.unwrap();
+}
+
+async fn assert_old_schema_works(g: &Omnigraph) {
+    for b in ["main", "dev"] {
+        rows(g, &Target::Branch(b.into()), PEOPLE_THEN)
+            .await
+            .unwrap();
+    }
+    let m = "query add() { insert Person { name: \"Dan\", age: 5 } }";
+    g.mutate("dev", m, "add", &Value::Null).await.unwrap();
+    // And the apply can be made again.
+    assert!(g.apply_schema(&evolved()).await.unwrap().changed);
+    assert_new_schema_works(g).await;
+}
+
+#[tokio::test]
+async fn an_apply_that_crashes_before_any_table_commit_rolls_back() {
+    let (old, now, _, g, _dir) = crash_an_apply(CrashPoint::AfterSidecarWrite).await;
+    assert_eq!(old, now);
+    assert_eq!(g.recovery_report().rolled_back.len(), 1);
+    assert_old_schema_works(&g).await;
+}
+
+#[tokio::test]
+async fn an_apply_that_crashes_between_its_table_commits_rolls_back() {
+    let (old, now, _, g, _dir) = crash_an_apply(CrashPoint::AfterTableCommit(1)).await;
+    assert_eq!(old, now, "half an apply must not be visible");
+    assert_eq!(g.recovery_report().rolled_back.len(), 1);
+    assert_old_schema_works(&g).await;
+}
+
+#[tokio::test]
+async fn an_apply_that_crashes_after_its_table_commits_rolls_forward() {
+    let (old, now, _, g, _dir) = crash_an_apply(CrashPoint::AfterTableCommit(2)).await;
+    assert_ne!(old, now);
+    assert!(now.starts_with(&omnigraph_normalised(&evolved())), "{now}");
+    assert_eq!(g.recovery_report().rolled_forward.len(), 1);
+    assert_new_schema_works(&g).await;
+}
+
+#[tokio::test]
+async fn an_apply_that_crashes_after_its_publish_stands() {
+    let (_, now, _, g, _dir) = crash_an_apply(CrashPoint::AfterPublish).await;
+    assert!(now.starts_with(&omnigraph_normalised(&evolved())), "{now}");
+    assert_eq!(g.recovery_report().already_published.len(), 1);
+    assert_new_schema_works(&g).await;
+}
+
+fn omnigraph_normalised(s: &str) -> String {
+    omnigraph::write::schema_apply::normalise(s)
+}
+
+#[tokio::test]
+async fn the_schema_commands_print_plan_and_apply() {
+    let t = loaded_graph().await;
+    let uri = t.uri();
+    t.g.clone().close().await;
+    let file = t.dir.path().join("v2.pg");
+    std::fs::write(&file, evolved()).unwrap();
+    let bad = t.dir.path().join("bad.pg");
+    std::fs::write(&bad, SCHEMA.replace("age: I32?", "age: I64?")).unwrap();
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_omnigraph"))
+            .arg("schema")
+            .args(args)
+            .args(["--store", &uri])
+            .output()
+            .unwrap()
+    };
+    let ok = |out: &std::process::Output| {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout.clone()).unwrap()
+    };
+    let shown = ok(&run(&["show"]));
+    assert_eq!(shown, omnigraph_normalised(SCHEMA));
+    let plan: Value = serde_json::from_str(&ok(&run(&[
+        "plan",
+        "--schema",
+        file.to_str().unwrap(),
+        "--json",
+    ])))
+    .unwrap();
+    assert_eq!(plan["changes"], true);
+    assert!(plan["steps"].as_array().unwrap().iter().any(|s| s
+        == &json!({
+            "kind": "add_property", "type": "Person", "property": "level",
+            "detail": "a new property; existing rows get 3", "work": "rewrite", "rows": 3
+        })));
+    let refused = run(&["apply", "--schema", bad.to_str().unwrap()]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("error[SchemaError]"));
+    let applied: Value = serde_json::from_str(&ok(&run(&[
+        "apply",
+        "--schema",
+        file.to_str().unwrap(),
+        "--json",
+    ])))
+    .unwrap();
+    assert_eq!(applied["changed"], true);
+    assert!(applied["commit"].is_string());
+    assert_eq!(ok(&run(&["show"])), omnigraph_normalised(&evolved()));
+    let version = (applied["manifest_version"].as_u64().unwrap() - 1).to_string();
+    assert_eq!(
+        ok(&run(&["show", "--version", &version])),
+        omnigraph_normalised(SCHEMA)
+    );
+    let again = ok(&run(&["apply", "--schema", file.to_str().unwrap()]));
+    assert!(again.contains("no change"), "{again}");
+}
