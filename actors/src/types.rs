@@ -204,9 +204,9 @@ pub struct SchemaChange {
     pub from: String,
     pub to: String,
     /// The graph manifest version the apply was validated against. Only
-    /// over exactly this version may it publish: a roll-forward after any
-    /// other change (a branch made, a write by a process that had not seen
-    /// the intent) would accept a schema nobody checked that state against.
+    /// over this graph state may it publish: a roll-forward after any other
+    /// change (a branch made, a write by a process that had not seen the
+    /// intent) would accept a schema nobody checked that state against.
     pub manifest: u64,
     pub created: Vec<NewTable>,
 }
@@ -304,8 +304,11 @@ pub struct Inspection {
     pub landed: Vec<Option<u64>>,
     /// Per intent table: the table's latest version.
     pub latest: Vec<Option<u64>>,
-    /// The latest graph manifest version.
-    pub manifest: u64,
+    /// For a schema apply's intent: the graph is still as it was at the
+    /// version the apply was validated against (versions that changed no
+    /// branch and no schema, such as a lease takeover's fence, do not
+    /// count). True for every other intent.
+    pub validated_graph_current: bool,
 }
 
 /// A change to the graph manifest, published as one compare-and-swap on the

@@ -941,7 +941,11 @@ impl World {
             head: rec.map(|r| r.head()),
             landed,
             latest,
-            manifest: self.latest().version,
+            // The model has no versions that change nothing.
+            validated_graph_current: intent
+                .schema_change
+                .as_ref()
+                .is_none_or(|s| s.manifest == self.latest().version),
         }
     }
 

@@ -386,7 +386,7 @@ impl LanceSubstrate {
         next: &mut Manifest,
         s: &SchemaChange,
     ) -> Result<()> {
-        if latest.schema != s.from || latest.version != s.manifest {
+        if latest.schema != s.from || !self.graph_as_at(latest, s.manifest).await? {
             return Err(OmniError::Storage(format!(
                 "the graph moved under the schema apply: it was validated against schema {} at graph version {}, the graph is at {} with schema {}",
                 s.from, s.manifest, latest.version, latest.schema
@@ -400,6 +400,17 @@ impl LanceSubstrate {
         }
         next.schema = s.to.clone();
         Ok(())
+    }
+
+    /// Is the graph at `latest` in the state it had at version `v`? Later
+    /// versions that changed no branch and no schema (a lease takeover's
+    /// fence) leave it so.
+    async fn graph_as_at(&self, latest: &Manifest, v: u64) -> Result<bool> {
+        if latest.version == v {
+            return Ok(true);
+        }
+        let then = self.g.manifests.at(v).await?;
+        Ok(then.schema == latest.schema && then.branches == latest.branches)
     }
 
     /// A branch head as storage has it now: other processes publish too.
@@ -598,7 +609,10 @@ impl LanceSubstrate {
             head,
             landed,
             latest: latest_versions,
-            manifest: latest.version,
+            validated_graph_current: match &intent.schema_change {
+                Some(s) => self.graph_as_at(&latest, s.manifest).await?,
+                None => true,
+            },
         })
     }
 

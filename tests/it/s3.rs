@@ -336,3 +336,45 @@ async fn blobs_and_external_references_on_s3() {
     );
     g.close().await;
 }
+
+#[tokio::test]
+async fn schema_applies_on_s3() {
+    crate::schema::an_apply_that_crashes_after_its_table_commits_rolls_forward_in(Place::s3())
+        .await;
+    let place = Place::s3();
+    let g = Omnigraph::init(&place.uri("g.omni"), SCHEMA).await.unwrap();
+    g.load("main", PEOPLE, LoadMode::Overwrite).await.unwrap();
+    g.branch_create("dev", "main").await.unwrap();
+    let before = g.snapshot(&Target::main()).await.unwrap().manifest_version;
+    let v2 = SCHEMA
+        .replace(
+            "    age: I32?\n",
+            "    years: I32? @rename_from(\"age\")\n    level: I64 @default(3)\n",
+        )
+        .replace("@range(age, 0..150)", "@range(years, 0..150)");
+    assert!(g.apply_schema(&v2).await.unwrap().changed);
+    let years = "query q() { match { $p: Person } return { $p.years } order { $p.name } }";
+    let level = "query q() { match { $p: Person } return { $p.level } order { $p.name } }";
+    for b in ["main", "dev"] {
+        let at = Target::Branch(b.into());
+        let r = g.query(&at, years, "q", &Value::Null).await.unwrap();
+        assert_eq!(names(&r), vec![json!(34), json!(41), Value::Null], "{b}");
+        let r = g.query(&at, level, "q", &Value::Null).await.unwrap();
+        assert_eq!(names(&r), vec![json!(3); 3], "{b}");
+    }
+    let then = Target::Version {
+        version: before,
+        branch: "main".into(),
+    };
+    let r = g
+        .query(
+            &then,
+            "query q() { match { $p: Person } return { $p.age } order { $p.name } }",
+            "q",
+            &Value::Null,
+        )
+        .await
+        .unwrap();
+    assert_eq!(names(&r), vec![json!(34), json!(41), Value::Null]);
+    g.close().await;
+}

@@ -420,26 +420,32 @@ async fn an_apply_planned_against_a_schema_that_moved_on_is_refused() {
 }
 
 /// Crash an apply that changes Person on main and on a branch (two table
-/// commits) at `point`, reopen, and return the schema and state before,
-/// after the apply would have finished, and after recovery.
-async fn crash_an_apply(
-    point: CrashPoint,
-) -> (String, String, String, Omnigraph, tempfile::TempDir) {
-    let t = loaded_graph().await;
-    t.g.branch_create("dev", "main").await.unwrap();
-    let uri = t.uri();
+/// commits) at `point`, reopen (once the crashed process's lease would
+/// have lapsed, on S3), and return the schema and state before and after.
+pub async fn crash_an_apply(place: Place, point: CrashPoint) -> (String, String, Omnigraph, Place) {
+    let uri = place.uri("g.omni");
+    let g = Omnigraph::init_with(&uri, SCHEMA, crate::recovery::test_options())
+        .await
+        .unwrap();
+    g.load("main", PEOPLE, omnigraph::LoadMode::Overwrite)
+        .await
+        .unwrap();
+    g.branch_create("dev", "main").await.unwrap();
     let old = format!(
         "{}{}",
-        t.g.schema_source(None).await.unwrap(),
-        state(&t.g).await
+        g.schema_source(None).await.unwrap(),
+        state(&g).await
     );
-    t.g.substrate().crash_at(point);
-    let r = t.g.apply_schema(&evolved()).await;
-    assert!(t.g.substrate().halted(), "the crash point was reached");
-    drop(r);
-    let dir = t.dir;
-    drop(t.g);
-    let g = Omnigraph::open(&uri).await.unwrap();
+    g.substrate().crash_at(point);
+    let r = g.apply_schema(&evolved()).await;
+    assert!(g.substrate().halted(), "the crash point was reached: {r:?}");
+    drop(g);
+    if matches!(place, Place::S3 { .. }) {
+        tokio::time::sleep(crate::recovery::TEST_LEASE * 2).await;
+    }
+    let g = Omnigraph::open_with(&uri, crate::recovery::test_options())
+        .await
+        .unwrap();
     let now = format!(
         "{}{}",
         g.schema_source(None).await.unwrap(),
@@ -447,7 +453,7 @@ async fn crash_an_apply(
     );
     let left = stored(&uri, "_graph/recovery").await;
     assert!(left.is_empty(), "sidecars left: {left:?}");
-    (old, now, uri, g, dir)
+    (old, now, g, place)
 }
 
 async fn assert_new_schema_works(g: &Omnigraph) {
@@ -478,8 +484,17 @@ async fn assert_old_schema_works(g: &Omnigraph) {
 }
 
 #[tokio::test]
+async fn an_apply_that_crashes_before_its_sidecar_leaves_the_old_schema() {
+    // Its forks and the new type's table exist; nothing names them.
+    let (old, now, g, _place) =
+        crash_an_apply(Place::local(), CrashPoint::BeforeSidecarWrite).await;
+    assert_eq!(old, now);
+    assert_old_schema_works(&g).await;
+}
+
+#[tokio::test]
 async fn an_apply_that_crashes_before_any_table_commit_rolls_back() {
-    let (old, now, _, g, _dir) = crash_an_apply(CrashPoint::AfterSidecarWrite).await;
+    let (old, now, g, _place) = crash_an_apply(Place::local(), CrashPoint::AfterSidecarWrite).await;
     assert_eq!(old, now);
     assert_eq!(g.recovery_report().rolled_back.len(), 1);
     assert_old_schema_works(&g).await;
@@ -487,7 +502,8 @@ async fn an_apply_that_crashes_before_any_table_commit_rolls_back() {
 
 #[tokio::test]
 async fn an_apply_that_crashes_between_its_table_commits_rolls_back() {
-    let (old, now, _, g, _dir) = crash_an_apply(CrashPoint::AfterTableCommit(1)).await;
+    let (old, now, g, _place) =
+        crash_an_apply(Place::local(), CrashPoint::AfterTableCommit(1)).await;
     assert_eq!(old, now, "half an apply must not be visible");
     assert_eq!(g.recovery_report().rolled_back.len(), 1);
     assert_old_schema_works(&g).await;
@@ -495,7 +511,11 @@ async fn an_apply_that_crashes_between_its_table_commits_rolls_back() {
 
 #[tokio::test]
 async fn an_apply_that_crashes_after_its_table_commits_rolls_forward() {
-    let (old, now, _, g, _dir) = crash_an_apply(CrashPoint::AfterTableCommit(2)).await;
+    an_apply_that_crashes_after_its_table_commits_rolls_forward_in(Place::local()).await;
+}
+
+pub async fn an_apply_that_crashes_after_its_table_commits_rolls_forward_in(place: Place) {
+    let (old, now, g, _place) = crash_an_apply(place, CrashPoint::AfterTableCommit(2)).await;
     assert_ne!(old, now);
     assert!(now.starts_with(&omnigraph_normalised(&evolved())), "{now}");
     assert_eq!(g.recovery_report().rolled_forward.len(), 1);
@@ -504,13 +524,13 @@ async fn an_apply_that_crashes_after_its_table_commits_rolls_forward() {
 
 #[tokio::test]
 async fn an_apply_that_crashes_after_its_publish_stands() {
-    let (_, now, _, g, _dir) = crash_an_apply(CrashPoint::AfterPublish).await;
+    let (_, now, g, _place) = crash_an_apply(Place::local(), CrashPoint::AfterPublish).await;
     assert!(now.starts_with(&omnigraph_normalised(&evolved())), "{now}");
     assert_eq!(g.recovery_report().already_published.len(), 1);
     assert_new_schema_works(&g).await;
 }
 
-fn omnigraph_normalised(s: &str) -> String {
+pub fn omnigraph_normalised(s: &str) -> String {
     omnigraph::write::schema_apply::normalise(s)
 }
 

@@ -14,6 +14,7 @@
 //!                                             # branch merges on DIR's graph (loaded into URI if empty)
 //! omnigraph-bench search DIR --graph URI [--repeats 3]
 //!                                             # the search workload (gen_docs.py), see search.rs
+//! omnigraph-bench schema DIR [--repeats 2]    # schema applies on DIR's graph, then 1-row inserts
 //! ```
 
 use std::time::Instant;
@@ -22,6 +23,7 @@ use omnigraph::{LoadMode, Omnigraph};
 
 mod blob;
 mod merge;
+mod schema;
 mod search;
 
 fn peak_rss_mib() -> f64 {
@@ -715,6 +717,12 @@ fn main() {
                 .expect("usage: omnigraph-bench blob DIR [--mib N] [--repeats N]");
             rt.block_on(blob::run(dir, flag("--mib", 64), flag("--repeats", 5)));
         }
+        Some("schema") => {
+            let dir = args
+                .get(2)
+                .expect("usage: omnigraph-bench schema DIR [--repeats N]");
+            rt.block_on(schema::run(dir, flag("--repeats", 2)));
+        }
         Some("search") => {
             let dir = args
                 .get(2)
@@ -724,7 +732,7 @@ fn main() {
         }
         _ => {
             eprintln!(
-                "usage: omnigraph-bench (load DIR [--repeats N] | append [--n N] | processes [--writes N] | locks [--n N] | object-store URI [--n N] | queries DIR --graph URI [--repeats N] [--reference FILE] | merge DIR --graph URI [--sizes N,..] | search DIR --graph URI [--repeats N] | blob DIR [--mib N] [--repeats N])"
+                "usage: omnigraph-bench (load DIR [--repeats N] | append [--n N] | processes [--writes N] | locks [--n N] | object-store URI [--n N] | queries DIR --graph URI [--repeats N] [--reference FILE] | merge DIR --graph URI [--sizes N,..] | search DIR --graph URI [--repeats N] | blob DIR [--mib N] [--repeats N] | schema DIR [--repeats N])"
             );
             std::process::exit(2);
         }
