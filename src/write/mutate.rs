@@ -17,6 +17,7 @@ use super::columns::{TableBuilder, TypeRules, unique_key};
 use super::ids;
 use super::load::{MAX_KEYED_BYTES, MAX_KEYED_ROWS};
 use crate::compiler::catalog::{DST, ID, PropType, SRC, TypeDef, TypeKind};
+use crate::compiler::query::ast::CmpOp;
 use crate::compiler::query::ir::{MutStmt, MutationPlan, Pred, ValExpr};
 use crate::compiler::value::holds;
 use crate::compiler::value::{self, Value};
@@ -67,6 +68,10 @@ struct TypeChanges {
     strict: BTreeSet<String>,
     deleted: BTreeSet<String>,
 }
+
+/// Up to how many written rows `@unique` is checked by one exact probe
+/// each rather than by reading the type whole.
+const UNIQUE_PROBES: usize = 64;
 
 pub struct MutationWork {
     plan: MutationPlan,
@@ -547,23 +552,73 @@ impl MutationWork {
         Ok(())
     }
 
+    /// `@unique` over committed + pending. The committed rows already hold
+    /// it, so only the keys this mutation writes can clash: few written
+    /// rows probe storage for their exact keys; many read the type whole.
     async fn check_unique(&self, s: &mut Staging<'_>, ty: &str, cols: &[String]) -> Result<()> {
         let rules = s.rules(ty)?;
         let idx: Vec<usize> = cols.iter().filter_map(|c| rules.prop_index(c)).collect();
         let key = |r: &Row| unique_key(idx.iter().map(|&i| &r.vals[i]));
-        if s.changes[ty].upserts.is_empty() {
+        let clash = |a: &str, r: &Row| {
+            let shown: Vec<String> = idx.iter().map(|&i| format!("{:?}", r.vals[i])).collect();
+            OmniError::invalid(
+                loc(ty, Some(&cols.join(", ")), Some(shown.join(", "))),
+                format!("violates @unique: rows {a:?} and {:?} share it", r.id),
+            )
+        };
+        let written: Vec<Row> = s.changes[ty].upserts.values().cloned().collect();
+        if written.is_empty() {
             return Ok(());
         }
+        // Exact probes, one per written key, when storage can evaluate them.
+        let probes: Option<Vec<(Row, Filter)>> = (written.len() <= UNIQUE_PROBES)
+            .then(|| {
+                written
+                    .iter()
+                    .filter(|r| key(r).is_some())
+                    .map(|r| {
+                        let parts: Option<Vec<Filter>> = idx
+                            .iter()
+                            .map(|&i| {
+                                let p = &rules.props[i].def;
+                                Filter::compare(&p.name, &p.ty, CmpOp::Eq, &r.vals[i])
+                            })
+                            .collect();
+                        parts.and_then(Filter::all).map(|f| (r.clone(), f))
+                    })
+                    .collect()
+            })
+            .flatten();
         let mut seen: BTreeMap<String, String> = BTreeMap::new();
-        for r in s.visible(ty, None).await? {
-            if let Some(k) = key(&r)
+        let Some(probes) = probes else {
+            for r in s.visible(ty, None).await? {
+                if let Some(k) = key(&r)
+                    && let Some(other) = seen.insert(k, r.id.clone())
+                {
+                    return Err(clash(&other, &r));
+                }
+            }
+            return Ok(());
+        };
+        for r in &written {
+            if let Some(k) = key(r)
                 && let Some(other) = seen.insert(k, r.id.clone())
             {
-                let shown: Vec<String> = idx.iter().map(|&i| format!("{:?}", r.vals[i])).collect();
-                return Err(OmniError::invalid(
-                    loc(ty, Some(&cols.join(", ")), Some(shown.join(", "))),
-                    format!("violates @unique: rows {other:?} and {:?} share it", r.id),
-                ));
+                return Err(clash(&other, r));
+            }
+        }
+        let gone = |id: &str| {
+            let c = &s.changes[ty];
+            c.upserts.contains_key(id) || c.deleted.contains(id)
+        };
+        for (r, filter) in &probes {
+            let def = s.def(ty);
+            let ds = s.cx.read(def).await?;
+            for b in scan::scan(&ds, &[ID], Some(filter)).await? {
+                let ids = stage::string_column(&b, ID)?;
+                if let Some(other) = (0..b.num_rows()).map(|i| ids.value(i)).find(|id| !gone(id)) {
+                    return Err(clash(other, r));
+                }
             }
         }
         Ok(())

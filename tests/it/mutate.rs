@@ -164,10 +164,26 @@ async fn constraint_violations_are_refused_and_change_nothing() {
         .await
         .unwrap_err()
     {
-        OmniError::Invalid { message, .. } => assert!(message.contains("@unique"), "{message}"),
+        OmniError::Invalid { message, .. } => {
+            assert!(message.contains("@unique"), "{message}");
+            // It names the committed row and the written one.
+            assert!(
+                message.contains("\"Alice\"") && message.contains("\"Zed\""),
+                "{message}"
+            );
+        }
         other => panic!("{other:?}"),
     }
     assert_eq!(before, fingerprint(&t.g).await);
+    // A row that keeps its own value does not clash with itself.
+    t.g.mutate(
+        "main",
+        "query q() { update Person set { email: \"alice@x.org\", age: 35 } where name = \"Alice\" }",
+        "q",
+        &Value::Null,
+    )
+    .await
+    .unwrap();
     // Strict insert of an existing generated-id row: KeyConflict.
     t.g.mutate("main", MUTATIONS, "doc", &json!({"t": "a", "id": "D1"}))
         .await
