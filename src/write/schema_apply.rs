@@ -6,10 +6,11 @@
 //! the new schema with them, all at once. The same checks, without the
 //! writes, make the plan a user reads first.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
+use futures::TryStreamExt;
 use serde::Serialize;
 
 use super::columns::{self, TypeRules};
@@ -21,6 +22,7 @@ use crate::storage::manifest::{BranchRecord, Manifest};
 use crate::storage::stage::{self, NewColumn};
 use crate::storage::substrate::{BoxFut, PrepareCx, PrepareWork, Prepared};
 use crate::storage::{GraphStorage, Schema, Snapshot, scan, tables};
+use crate::util::hash::FxHashMap;
 use omnigraph_actors::{NewTable, SchemaChange, WriteClass};
 
 /// A schema's source as the graph keeps it: newlines as `\n`, no trailing
@@ -220,7 +222,8 @@ async fn check_rule(
             let mut cols = vec![ID.to_string()];
             cols.extend(stored(v, props));
             let wanted: Vec<&str> = cols.iter().map(String::as_str).collect();
-            for b in scan::scan(table, &wanted, None).await? {
+            let mut batches = scan::stream(table, &wanted, None, None, false).await?;
+            while let Some(b) = batches.try_next().await? {
                 let ids = stage::string_column(&b, ID)?;
                 for i in 0..b.num_rows() {
                     for p in props {
@@ -247,8 +250,9 @@ async fn check_rule(
             let mut cols = vec![ID.to_string()];
             cols.extend(stored(v, props));
             let wanted: Vec<&str> = cols.iter().map(String::as_str).collect();
-            let mut seen: BTreeMap<String, String> = BTreeMap::new();
-            for b in scan::scan(table, &wanted, None).await? {
+            let mut seen: FxHashMap<String, String> = FxHashMap::default();
+            let mut batches = scan::stream(table, &wanted, None, None, false).await?;
+            while let Some(b) = batches.try_next().await? {
                 let ids = stage::string_column(&b, ID)?;
                 for i in 0..b.num_rows() {
                     let vals = props
@@ -276,16 +280,19 @@ async fn check_rule(
             }
         }
         Rule::Card(card) => {
-            let mut per: BTreeMap<String, u64> = BTreeMap::new();
-            for b in scan::scan(table, &[SRC], None).await? {
+            let mut per: FxHashMap<String, u64> = FxHashMap::default();
+            let mut batches = scan::stream(table, &[SRC], None, None, false).await?;
+            while let Some(b) = batches.try_next().await? {
                 let src = stage::string_column(&b, SRC)?;
                 for i in 0..b.num_rows() {
                     *per.entry(src.value(i).to_string()).or_default() += 1;
                 }
             }
+            // The first source in id order, so the answer does not depend on hashing.
             if let Some((s, n)) = per
                 .iter()
-                .find(|(_, n)| **n < card.min || card.max.is_some_and(|m| **n > m))
+                .filter(|(_, n)| **n < card.min || card.max.is_some_and(|m| **n > m))
+                .min_by(|a, b| a.0.cmp(b.0))
             {
                 let max = card.max.map_or("*".to_string(), |m| m.to_string());
                 return Err(violation(
