@@ -344,7 +344,9 @@ impl Omnigraph {
     /// exclusive) and fails `SchemaChanged` if another apply lands first.
     pub async fn apply_schema(&self, source: &str) -> Result<SchemaCommit> {
         self.writes("apply a schema")?;
-        let (latest, from, evo, plan) = schema_apply::plan(&self.inner.graph, source).await?;
+        // Planned here without reading rows (bad input fails before any
+        // gate); the rows are checked once, under the gates.
+        let (latest, from, evo) = schema_apply::evolution(&self.inner.graph, source).await?;
         let unchanged = |version| SchemaCommit {
             commit: None,
             manifest_version: version,
@@ -373,7 +375,7 @@ impl Omnigraph {
                     .unwrap_or_default()
                     .to_string(),
                 changed: true,
-                steps: plan.steps,
+                steps: serde_json::from_value(summary["plan"]["steps"].clone())?,
             }),
             Err(OmniError::AlreadyCurrent) => Ok(unchanged(latest.version)),
             Err(e) => Err(e),

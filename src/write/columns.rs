@@ -18,14 +18,18 @@ use crate::storage::tables::BlobInput;
 /// A row's `@unique` key over some of its values, or `None` when one of
 /// them is null: nulls never collide. Loads and mutations compare with it.
 pub fn unique_key<'v, 'a: 'v>(vals: impl IntoIterator<Item = &'v Value<'a>>) -> Option<String> {
-    let mut parts = Vec::new();
-    for v in vals {
+    use std::fmt::Write;
+    let mut key = String::new();
+    for (i, v) in vals.into_iter().enumerate() {
         if *v == Value::Null {
             return None;
         }
-        parts.push(format!("{v:?}"));
+        if i > 0 {
+            key.push('\u{1}');
+        }
+        write!(key, "{v:?}").expect("a String takes any write");
     }
-    Some(parts.join("\u{1}"))
+    Some(key)
 }
 
 /// The checks of one property, compiled once per load.

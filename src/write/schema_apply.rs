@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use arrow_array::RecordBatch;
 use futures::TryStreamExt;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::columns::{self, TypeRules};
 use crate::compiler::catalog::{Catalog, ID, SRC, TypeDef};
@@ -44,11 +44,11 @@ pub fn normalise(source: &str) -> String {
 
 /// One step of a plan, with the rows it reads or writes (every branch's
 /// tables, each physical version once).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct PlannedStep {
     #[serde(flatten)]
     pub step: Step,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rows: Option<u64>,
 }
 
@@ -64,14 +64,24 @@ pub struct SchemaPlan {
 }
 
 /// The latest graph version, its schema and the evolution to `source`,
-/// with every rule checked on every branch's rows.
+/// planned without reading any row.
+pub async fn evolution(
+    g: &GraphStorage,
+    source: &str,
+) -> Result<(Arc<Manifest>, Arc<Schema>, Evolution)> {
+    let latest = g.manifests.refresh().await?;
+    let from = g.schema(&latest.schema).await?;
+    let evo = evolve::evolve(&from.catalog, &normalise(source))?;
+    Ok((latest, from, evo))
+}
+
+/// [`evolution`], with every rule checked on every branch's rows and the
+/// rows of each step counted.
 pub async fn plan(
     g: &GraphStorage,
     source: &str,
 ) -> Result<(Arc<Manifest>, Arc<Schema>, Evolution, SchemaPlan)> {
-    let latest = g.manifests.refresh().await?;
-    let from = g.schema(&latest.schema).await?;
-    let evo = evolve::evolve(&from.catalog, &normalise(source))?;
+    let (latest, from, evo) = evolution(g, source).await?;
     validate(g, &latest, &from, &evo).await?;
     let mut steps = Vec::new();
     for s in &evo.steps {

@@ -595,3 +595,68 @@ async fn the_schema_commands_print_plan_and_apply() {
     let again = ok(&run(&["apply", "--schema", file.to_str().unwrap()]));
     assert!(again.contains("no change"), "{again}");
 }
+
+/// A search index is recorded under its column's name: it must follow a
+/// rename, and a new column under the old name must not inherit it.
+#[tokio::test]
+async fn a_search_index_follows_its_column_through_a_rename() {
+    let dir = tempfile::tempdir().unwrap();
+    let uri = dir.path().join("g.omni").to_string_lossy().to_string();
+    let v1 = "node Doc {\n    slug: String @key\n    body: String? @index\n}\n";
+    let g = Omnigraph::init(&uri, v1).await.unwrap();
+    g.load(
+        "main",
+        "{\"type\":\"Doc\",\"data\":{\"slug\":\"a\",\"body\":\"graph search\"}}\n{\"type\":\"Doc\",\"data\":{\"slug\":\"b\",\"body\":\"vector lance\"}}\n",
+        omnigraph::LoadMode::Overwrite,
+    )
+    .await
+    .unwrap();
+    g.optimize("main").await.unwrap();
+    // A name a property has now is that property: the rename, then a new
+    // property under the old name, are two applies.
+    let v2 =
+        "node Doc {\n    slug: String @key\n    text: String? @index @rename_from(\"body\")\n}\n";
+    assert!(g.apply_schema(v2).await.unwrap().changed);
+    let v3 = "node Doc {\n    slug: String @key\n    text: String? @index\n    body: String?\n}\n";
+    assert!(g.apply_schema(v3).await.unwrap().changed);
+    let search = |prop: &str| {
+        format!(
+            "query q($t: String) {{ match {{ $d: Doc }} return {{ $d.slug, bm25($d.{prop}, $t) as s }} order {{ s desc }} limit 5 }}"
+        )
+    };
+    let found =
+        |rows: Vec<Value>| -> Vec<Value> { rows.iter().map(|r| r["d.slug"].clone()).collect() };
+    let r = g
+        .query(
+            &Target::main(),
+            &search("text"),
+            "q",
+            &json!({"t": "graph"}),
+        )
+        .await
+        .unwrap();
+    let r = omnigraph::exec::output::rows(&r)
+        .unwrap()
+        .into_iter()
+        .map(Value::Object)
+        .collect();
+    assert_eq!(found(r), vec![json!("a")]);
+    let r = g
+        .query(
+            &Target::main(),
+            &search("body"),
+            "q",
+            &json!({"t": "graph"}),
+        )
+        .await
+        .unwrap();
+    let r: Vec<Value> = omnigraph::exec::output::rows(&r)
+        .unwrap()
+        .into_iter()
+        .map(Value::Object)
+        .collect();
+    assert!(
+        found(r).is_empty(),
+        "the new body column is empty; an old index answered"
+    );
+}

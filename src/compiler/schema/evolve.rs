@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::super::catalog::*;
 use super::super::value::{self, Value};
@@ -20,7 +20,7 @@ pub const RENAME_FROM: &str = "rename_from";
 pub const DEFAULT: &str = "default";
 
 /// What one step does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StepKind {
     AddType,
@@ -41,7 +41,7 @@ pub enum StepKind {
 }
 
 /// What a step asks of the data, before the storage side counts rows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Work {
     /// The catalog (and at most each table's schema) changes; no row is read or written.
@@ -54,7 +54,7 @@ pub enum Work {
     Create,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Step {
     pub kind: StepKind,
     /// The type's name in the new schema (its old name for a drop).
