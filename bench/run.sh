@@ -33,6 +33,8 @@ for tag in ${*:-s100k}; do
   "$BIN/omnigraph-bench" queries "$D" --graph "$OUT/$tag.omni" --repeats 10 --reference "$OUT/ref_$tag.json"
   echo "## $tag: queries, cold (one CLI process per query; median of 3)"
   python3 bench/cold.py "$BIN/omnigraph" "$OUT/$tag.omni" "$D/meta.json"
+  echo "## $tag: schema applies, then one-row inserts"
+  "$BIN/omnigraph-bench" schema "$D" --repeats 2
 done
 echo "## blobs: 64 MiB in 4 MiB ranges vs a plain file and pylance; stat; first byte of blob get"
 "$BIN/omnigraph-bench" blob "$OUT/blob" --mib 64 --repeats 5
