@@ -144,6 +144,8 @@ pub struct SnapshotInfo {
     pub branch: String,
     pub manifest_version: u64,
     pub head_commit: String,
+    /// The identity of the schema this graph version accepts.
+    pub schema_id: String,
     pub types: Vec<TableInfo>,
 }
 
@@ -708,6 +710,7 @@ impl Omnigraph {
             branch: snap.branch.clone(),
             manifest_version: snap.manifest.version,
             head_commit: snap.record.head.clone(),
+            schema_id: snap.schema.id.clone(),
             types,
         })
     }

@@ -117,8 +117,8 @@ pub fn print_blob_stat(v: &serde_json::Value) {
 
 pub fn print_snapshot(s: &SnapshotInfo) {
     println!(
-        "branch {} at graph version {}, head commit {}",
-        s.branch, s.manifest_version, s.head_commit
+        "branch {} at graph version {}, head commit {}, schema {}",
+        s.branch, s.manifest_version, s.head_commit, s.schema_id
     );
     let rows: Vec<Vec<String>> = s
         .types

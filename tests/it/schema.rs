@@ -660,3 +660,37 @@ async fn a_search_index_follows_its_column_through_a_rename() {
         "the new body column is empty; an old index answered"
     );
 }
+
+/// A graph made before schemas evolved has a catalog without the next-id
+/// counters: its ids continue from the highest one.
+#[tokio::test]
+async fn a_catalog_written_before_evolution_continues_its_ids() {
+    let t = loaded_graph().await;
+    let uri = t.uri();
+    let id = t.g.snapshot(&Target::main()).await.unwrap().schema_id;
+    t.g.clone().close().await;
+    let path = std::path::Path::new(&uri).join(format!("_graph/schema/{id}.catalog.json"));
+    let mut catalog: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    catalog.as_object_mut().unwrap().remove("next_type_id");
+    for t in catalog["types"].as_array_mut().unwrap() {
+        t.as_object_mut().unwrap().remove("next_prop_id");
+    }
+    std::fs::write(&path, serde_json::to_vec(&catalog).unwrap()).unwrap();
+    let g = Omnigraph::open(&uri).await.unwrap();
+    let src = format!(
+        "{}edge Likes: Person -> Person\n",
+        SCHEMA.replace("age: I32?", "age: I32?\n    nick: String?")
+    );
+    assert!(g.apply_schema(&src).await.unwrap().changed);
+    let c = g.catalog().await.unwrap();
+    assert_eq!(c.node("Person").unwrap().property("nick").unwrap().id, 6);
+    let max_type = c
+        .types
+        .iter()
+        .filter(|t| t.name != "Likes")
+        .map(|t| t.id)
+        .max()
+        .unwrap();
+    assert_eq!(c.edge("Likes").unwrap().id, max_type + 1);
+    assert_eq!(count(&g, "main", "Person").await, 3);
+}
