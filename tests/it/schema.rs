@@ -694,3 +694,80 @@ async fn a_catalog_written_before_evolution_continues_its_ids() {
     assert_eq!(c.edge("Likes").unwrap().id, max_type + 1);
     assert_eq!(count(&g, "main", "Person").await, 3);
 }
+
+/// A branch made before an apply merges after it: the apply re-versions
+/// the tables of both lines without moving a row, so a type whose rows
+/// changed on one side only is taken from that side.
+#[tokio::test]
+async fn a_branch_made_before_an_apply_merges_after_it() {
+    let t = loaded_graph().await;
+    t.g.branch_create("dev", "main").await.unwrap();
+    let m = |q: &'static str| q;
+    t.g.mutate(
+        "dev",
+        m("query m() { insert Person { name: \"Dan\" } }"),
+        "m",
+        &Value::Null,
+    )
+    .await
+    .unwrap();
+    t.g.mutate(
+        "dev",
+        m("query m() { insert Company { name: \"Beta\" } }"),
+        "m",
+        &Value::Null,
+    )
+    .await
+    .unwrap();
+    let v2 = SCHEMA
+        .replace("age: I32?", "age: I32?\n    nick: String?")
+        .replace(
+            "node Company { name: String @key }",
+            "node Company { name: String @key\n    size: I32? }",
+        );
+    t.g.apply_schema(&v2).await.unwrap();
+    t.g.mutate(
+        "dev",
+        m("query m() { update Person set { nick: \"d\" } where name = \"Dan\" }"),
+        "m",
+        &Value::Null,
+    )
+    .await
+    .unwrap();
+    let merged = t.g.merge("dev", "main").await.unwrap();
+    assert_eq!(merged.name(), "merged");
+    let nick = "query q() { match { $p: Person { name: \"Dan\" } } return { $p.nick } }";
+    assert_eq!(
+        rows(&t.g, &Target::main(), nick).await.unwrap(),
+        vec![json!({"p.nick": "d"})]
+    );
+    assert_eq!(count(&t.g, "main", "Company").await, 2);
+    // Rows changed on both sides since a base under another schema: refused.
+    t.g.branch_create("two", "main").await.unwrap();
+    t.g.mutate(
+        "two",
+        m("query m() { insert Person { name: \"Eve\" } }"),
+        "m",
+        &Value::Null,
+    )
+    .await
+    .unwrap();
+    // (An apply that leaves Person's table alone, a new edge type, keeps
+    // it an ordinary three-way merge; one that changes its layout does not.)
+    let v3 = v2.replace("nick: String?", "nick: String?\n    mood: String?");
+    t.g.apply_schema(&v3).await.unwrap();
+    t.g.mutate(
+        "main",
+        m("query m() { insert Person { name: \"Fay\" } }"),
+        "m",
+        &Value::Null,
+    )
+    .await
+    .unwrap();
+    match t.g.merge("two", "main").await {
+        Err(OmniError::BadRequest(msg)) => {
+            assert!(msg.contains("Person changed on both branches"), "{msg}")
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}

@@ -183,14 +183,24 @@ impl MergeWork {
                 // The source did not change it (or both sides name one version).
             } else if b == Some(t) {
                 adopt.push(key);
-            } else {
-                if base.catalog().types.iter().find(|d| d.id == def.id) != Some(def) {
-                    return Err(OmniError::BadRequest(format!(
-                        "{} changed on both branches, and its schema changed since their merge base {base_id}: a three-way merge across a schema change is not supported",
-                        def.name
-                    )));
-                }
+            } else if base.catalog().types.iter().find(|d| d.id == def.id) == Some(def) {
                 both.push(def);
+            } else {
+                // A schema apply since the base re-versioned the table on
+                // both lines; its rows may have changed on one side only.
+                match (
+                    rows_changed(&g, &base, &self.source, def).await?,
+                    rows_changed(&g, &base, &cx.snapshot, def).await?,
+                ) {
+                    (false, _) => {}
+                    (true, false) => adopt.push(key),
+                    (true, true) => {
+                        return Err(OmniError::BadRequest(format!(
+                            "{} changed on both branches, and its schema changed since their merge base {base_id}: a three-way merge across a schema change is not supported",
+                            def.name
+                        )));
+                    }
+                }
             }
         }
         // Nodes first: the orphan check of edges needs the nodes' deletions.
@@ -289,6 +299,24 @@ impl MergeWork {
             schema_change: None,
         })
     }
+}
+
+/// Whether `side` holds other rows of `def` than the base did, when a
+/// schema apply came between (the type is new since the base: whether the
+/// side wrote any). Only an apply that added no filled column leaves the
+/// fragments as they were, so one that did counts as a change.
+async fn rows_changed(
+    g: &crate::storage::GraphStorage,
+    base: &Snapshot,
+    side_snap: &Snapshot,
+    def: &TypeDef,
+) -> Result<bool> {
+    let now = g.read_table(side_snap, def).await?;
+    let Some(then) = base.catalog().types.iter().find(|d| d.id == def.id) else {
+        return Ok(now.rows().await? > 0);
+    };
+    let s = side(&g.read_table(base, then).await?, &now).await?;
+    Ok(!s.left.is_empty() || !s.arrived.is_empty())
 }
 
 /// The base's table of `def`, found by the type's stable id (a rename since
