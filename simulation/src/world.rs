@@ -325,6 +325,16 @@ impl World {
             .get(&(lance.to_string(), table.to_string(), version))
     }
 
+    /// Remove a Lance line's table (or every table on it) with what its
+    /// versions record: a line made again starts from nothing, as a
+    /// re-created Lance branch does.
+    fn drop_line(&mut self, lance: &str, table: Option<&str>) {
+        let gone = |l: &String, t: &String| l == lance && table.is_none_or(|x| x == t);
+        self.tables.retain(|(l, t), _| !gone(l, t));
+        self.indexes.retain(|(l, t, _), _| !gone(l, t));
+        self.layouts.retain(|(l, t, _), _| !gone(l, t));
+    }
+
     /// The schema a table version is laid out for.
     pub fn layout(&self, lance: &str, table: &str, version: u64) -> &str {
         self.layouts
@@ -411,7 +421,7 @@ impl World {
                 if !view.published
                     && let Some(own) = self.own(&table.branch)
                 {
-                    self.tables.remove(&(own, table.table.clone()));
+                    self.drop_line(&own, Some(&table.table));
                 }
                 IoOut::Done(fail_unless(fault))
             }
@@ -487,7 +497,7 @@ impl World {
                         .values()
                         .any(|r| r.tables.values().any(|t| t.lance == own));
                     if !referenced {
-                        self.tables.retain(|(l, _), _| *l != own);
+                        self.drop_line(&own, None);
                     }
                 }
                 IoOut::Done(fail_unless(fault))
