@@ -894,6 +894,7 @@ impl Omnigraph {
             now_ms: chrono::Utc::now().timestamp_millis(),
             embed: &self.inner.embed,
             search: Default::default(),
+            point: Default::default(),
         };
         run::run(&ctx, &plan).await
     }

@@ -12,6 +12,7 @@ pub mod graph;
 mod order;
 pub mod output;
 pub mod params;
+mod point;
 mod project;
 pub mod run;
 mod scan;

@@ -58,6 +58,8 @@ pub struct Ctx<'a> {
     pub embed: &'a super::embed::EmbedConfig,
     /// What the search functions did (reported with the result).
     pub search: parking_lot::Mutex<Vec<super::search::SearchStep>>,
+    /// The one node type a point read fetched just its matching rows of.
+    pub point: std::sync::OnceLock<super::point::PointView>,
 }
 
 #[derive(Clone)]
@@ -89,7 +91,18 @@ impl Ctx<'_> {
         Ok(Phys::of(self.g.store.uri(), self.snap.table(t)?))
     }
 
+    /// Does this process hold the type's ids already (the type is warm)?
+    pub(super) fn ids_cached(&self, t: &TypeDef) -> Result<bool> {
+        Ok(self
+            .cache
+            .get::<IdIndex>(&Key::Ids(self.phys(t)?))
+            .is_some())
+    }
+
     pub async fn node_ids(&self, type_name: &str) -> Result<Arc<IdIndex>> {
+        if let Some(p) = self.point.get().filter(|p| p.type_name == type_name) {
+            return Ok(p.ids.clone());
+        }
         let t = self.def(type_name);
         let key = Key::Ids(self.phys(t)?);
         if let Some(v) = self.cache.get::<IdIndex>(&key) {
@@ -107,6 +120,11 @@ impl Ctx<'_> {
 
     /// A whole column of a type's table at this snapshot, in scan order.
     pub async fn column(&self, type_name: &str, column: &str) -> Result<ArrayRef> {
+        if let Some(p) = self.point.get().filter(|p| p.type_name == type_name) {
+            return p.rows.column_by_name(column).cloned().ok_or_else(|| {
+                crate::error::OmniError::Storage(format!("a point read has no column {column}"))
+            });
+        }
         let t = self.def(type_name);
         let key = Key::Column(self.phys(t)?, column.to_string());
         if let Some(v) = self.cache.get::<ArrayRef>(&key) {
@@ -280,6 +298,9 @@ fn concat_all(parts: Vec<ArrayRef>) -> Result<ArrayRef> {
 }
 
 pub async fn run(ctx: &Ctx<'_>, plan: &Plan) -> Result<QueryResult> {
+    if let Some(view) = super::point::view(ctx, plan).await? {
+        let _ = ctx.point.set(view);
+    }
     let ties = !plan.aggregate && (!plan.order.is_empty() || plan.limit.is_some());
     let mut arms = Vec::with_capacity(1 + plan.union.len());
     for arm in std::iter::once(plan).chain(&plan.union) {

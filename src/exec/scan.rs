@@ -41,25 +41,8 @@ impl Ctx<'_> {
         let ids = self.node_ids(type_name).await?;
         let active: Vec<&Pred> = filters.iter().filter(|p| self.active(p)).collect();
         // A key (or id) equality is a lookup, not a scan.
-        let key_eq = active.iter().position(|p| {
-            p.op == CmpOp::Eq
-                && match (&p.left, &p.right) {
-                    (ValExpr::Prop { prop, .. }, other) | (other, ValExpr::Prop { prop, .. }) => {
-                        t.key.len() == 1 && t.key[0] == *prop && self.const_of(other).is_some()
-                    }
-                    (ValExpr::Id { .. }, other) | (other, ValExpr::Id { .. }) => {
-                        self.const_of(other).is_some()
-                    }
-                    _ => false,
-                }
-        });
-        let (mut cands, rest): (Vec<u32>, Vec<Pred>) = if let Some(i) = key_eq {
-            let p = active[i];
-            let c = match (&p.left, &p.right) {
-                (ValExpr::Prop { .. } | ValExpr::Id { .. }, o) => self.const_of(o),
-                (o, _) => self.const_of(o),
-            };
-            let key = c.and_then(|v| v.key_part());
+        let key_eq = super::point::key_lookup(self, t, &active);
+        let (mut cands, rest): (Vec<u32>, Vec<Pred>) = if let Some((i, key)) = key_eq {
             let found = key.and_then(|k| ids.get(&k)).into_iter().collect();
             let rest = active
                 .iter()

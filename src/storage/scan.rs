@@ -167,6 +167,18 @@ pub async fn stream(
         .boxed())
 }
 
+/// No rows of these columns, in the table's types.
+pub fn empty(table: &Table, columns: &[&str]) -> Result<RecordBatch> {
+    let schema = table.schema();
+    let fields: Vec<arrow_schema::Field> = columns
+        .iter()
+        .map(|c| schema.field_with_name(c).cloned())
+        .collect::<std::result::Result<_, _>>()?;
+    Ok(RecordBatch::new_empty(std::sync::Arc::new(
+        arrow_schema::Schema::new(fields),
+    )))
+}
+
 /// One whole column, in scan order (an empty table gives an empty array of
 /// the column's type).
 pub async fn column(table: &Table, column: &str) -> Result<ArrayRef> {

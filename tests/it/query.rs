@@ -684,3 +684,70 @@ async fn filters_on_a_warm_table_agree_with_the_pushed_down_scan_and_a_naive_che
     }
     assert_eq!(checked, 44);
 }
+
+/// A key lookup on a cold type reads just its matching rows: nothing of
+/// the type's columns is loaded or cached, and every answer equals the one
+/// the whole-column path gives once the type is warm.
+#[tokio::test]
+async fn a_cold_key_lookup_reads_only_its_rows_and_answers_as_the_warm_path() {
+    let t = graph().await;
+    let uri = t.uri();
+    t.g.clone().close().await;
+    let queries: [(&str, Value); 6] = [
+        (
+            "query q($n: String) { match { $p: Person { name: $n } } return { $p.name, $p.age } }",
+            json!({"n": "b"}),
+        ),
+        (
+            "query q($n: String) { match { $p: Person { name: $n } } return { $p } }",
+            json!({"n": "a"}),
+        ),
+        (
+            "query q($n: String) { match { $p: Person { name: $n }\n $p.age > 35 } return { $p.name } }",
+            json!({"n": "a"}),
+        ),
+        (
+            "query q($n: String) { match { $p: Person { name: $n } } return { count($p) as n, avg($p.age) as a } }",
+            json!({"n": "d"}),
+        ),
+        (
+            "query q($n: String) { match { $p: Person { name: $n } } return { $p.name } }",
+            json!({"n": "nobody"}),
+        ),
+        (
+            "query q($i: String) { match { $p: Person\n $p.id = $i } return { $p.name, $p.id } }",
+            json!({"i": "c"}),
+        ),
+    ];
+    let mut cold = Vec::new();
+    for (q, params) in &queries {
+        // A fresh process's view: a new read-only handle per query.
+        let g = Omnigraph::open_read_only(&uri).await.unwrap();
+        cold.push(rows(&g, &Target::main(), q, params.clone()).await);
+        let stats = g.cache_stats();
+        assert_eq!(stats["column_loads"], 0, "{q}: {stats}");
+        assert_eq!(
+            stats["bytes"], 0,
+            "{q}: nothing of the view is cached: {stats}"
+        );
+    }
+    let g = Omnigraph::open_read_only(&uri).await.unwrap();
+    // Warm the type: a scan loads its ids.
+    rows(
+        &g,
+        &Target::main(),
+        "query w() { match { $p: Person } return { count($p) } }",
+        Value::Null,
+    )
+    .await;
+    for ((q, params), want) in queries.iter().zip(&cold) {
+        assert_eq!(
+            &rows(&g, &Target::main(), q, params.clone()).await,
+            want,
+            "{q}"
+        );
+    }
+    assert_eq!(col(&cold[0], "p.age"), vec![json!(40)]);
+    assert!(cold[4].is_empty() && cold[2].is_empty());
+    assert_eq!(cold[3][0]["n"], json!(1));
+}

@@ -1,0 +1,122 @@
+//! Point reads. A query that reaches a node type only through one key (or
+//! id) equality, and whose type is cold in this process, reads just the
+//! matching rows from storage (through the `id` BTREE when `optimize`
+//! built one) instead of the type's whole id column and every property
+//! column it returns. The executor then runs unchanged over a view of the
+//! type that holds only those rows; nothing of the view enters the cache.
+
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+
+use super::run::Ctx;
+use crate::compiler::catalog::{ID, PropType, TypeDef};
+use crate::compiler::query::ast::CmpOp;
+use crate::compiler::query::ir::{Op, Plan, Pred, RetExpr, ValExpr};
+use crate::error::Result;
+use crate::storage::scan::{self, Filter};
+use crate::storage::stage;
+use crate::util::idindex::IdIndex;
+
+/// One node type as a point read sees it: the rows its key matched.
+pub struct PointView {
+    pub type_name: String,
+    pub ids: Arc<IdIndex>,
+    pub rows: RecordBatch,
+}
+
+/// The position in `filters` of a key (or id) equality with a constant,
+/// and the id it names: a lookup, not a scan.
+pub(super) fn key_lookup(
+    ctx: &Ctx<'_>,
+    t: &TypeDef,
+    filters: &[&Pred],
+) -> Option<(usize, Option<String>)> {
+    filters.iter().enumerate().find_map(|(i, p)| {
+        if p.op != CmpOp::Eq {
+            return None;
+        }
+        let other = match (&p.left, &p.right) {
+            (ValExpr::Prop { prop, .. }, o) | (o, ValExpr::Prop { prop, .. })
+                if t.key.len() == 1 && t.key[0] == *prop =>
+            {
+                o
+            }
+            (ValExpr::Id { .. }, o) | (o, ValExpr::Id { .. }) => o,
+            _ => return None,
+        };
+        let c = ctx.const_of(other)?;
+        Some((i, c.key_part()))
+    })
+}
+
+fn reads_only(e: &ValExpr, var: usize) -> bool {
+    e.var().is_none_or(|v| v == var)
+}
+
+/// The view a plan of this shape runs on: one arm that scans one node
+/// variable by its key, filters it, and returns only its own values.
+pub(super) async fn view(ctx: &Ctx<'_>, plan: &Plan) -> Result<Option<PointView>> {
+    let [
+        Op::NodeScan {
+            var,
+            type_name,
+            filters,
+        },
+        rest @ ..,
+    ] = plan.ops.as_slice()
+    else {
+        return Ok(None);
+    };
+    let var = *var;
+    let only_filters = rest.iter().all(
+        |op| matches!(op, Op::Filter(p) if reads_only(&p.left, var) && reads_only(&p.right, var)),
+    );
+    let own_returns = plan.returns.iter().all(|r| match &r.expr {
+        RetExpr::Val(v) => reads_only(v, var),
+        RetExpr::Node { var: v } => *v == var,
+        RetExpr::Agg { arg, node_var, .. } => {
+            arg.as_ref().is_none_or(|a| reads_only(a, var)) && node_var.is_none_or(|v| v == var)
+        }
+        RetExpr::Score(_) | RetExpr::Fused { .. } => false,
+    });
+    if !plan.union.is_empty() || !only_filters || !own_returns {
+        return Ok(None);
+    }
+    let t = ctx.def(type_name);
+    if t.is_edge() || ctx.ids_cached(t)? {
+        return Ok(None);
+    }
+    let active: Vec<&Pred> = filters.iter().filter(|p| ctx.active(p)).collect();
+    let Some((_, id)) = key_lookup(ctx, t, &active) else {
+        return Ok(None);
+    };
+    let mut cols = vec![ID];
+    cols.extend(
+        t.properties
+            .iter()
+            .filter(|p| p.ty != PropType::Blob)
+            .map(|p| p.name.as_str()),
+    );
+    let table = ctx.g.read_table(ctx.snap, t).await?;
+    let batches = match id {
+        Some(id) => {
+            let only = Filter::AnyOf {
+                column: ID.to_string(),
+                values: vec![id],
+            };
+            scan::scan(&table, &cols, Some(&only)).await?
+        }
+        None => Vec::new(),
+    };
+    let rows = match batches.first() {
+        Some(b) => arrow::compute::concat_batches(&b.schema(), &batches)?,
+        None => scan::empty(&table, &cols)?,
+    };
+    let ids = IdIndex::from_parts(&[stage::string_column(&rows, ID)?.clone()])?;
+    Ok(Some(PointView {
+        type_name: type_name.clone(),
+        ids: Arc::new(ids),
+        rows,
+    }))
+}
