@@ -174,18 +174,8 @@ async fn validate(
     evo: &Evolution,
 ) -> Result<()> {
     for v in &evo.validations {
-        let old = from
-            .catalog
-            .types
-            .iter()
-            .find(|t| t.id == v.type_id)
-            .ok_or_else(|| OmniError::Storage(format!("no type {}", v.type_id)))?;
-        let new = evo
-            .catalog
-            .types
-            .iter()
-            .find(|t| t.id == v.type_id)
-            .ok_or_else(|| OmniError::Storage(format!("no type {}", v.type_id)))?;
+        let old = def_by_id(&from.catalog, v.type_id)?;
+        let new = def_by_id(&evo.catalog, v.type_id)?;
         for snap in versions_of(latest, from, old) {
             let table = g.read_table(&snap, old).await?;
             check_rule(&table, &snap.branch, new, v).await?;

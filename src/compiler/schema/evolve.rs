@@ -160,6 +160,14 @@ fn rename_source(anns: &[Annotation], what: &str) -> Result<Option<String>> {
     }
 }
 
+/// Annotations that say what a change is (`@rename_from`, `@default`)
+/// left out: a difference in the others is a change of annotations.
+fn plain(anns: &[Annotation]) -> Vec<&Annotation> {
+    anns.iter()
+        .filter(|a| a.name != RENAME_FROM && a.name != DEFAULT)
+        .collect()
+}
+
 /// The new schema's `@default` of a property, as a value of its type.
 fn default_of(t: &str, p: &PropDef) -> Result<Option<Value<'static>>> {
     let Some(a) = annotation(&p.annotations, DEFAULT) else {
@@ -605,12 +613,6 @@ impl<'o> Planner<'o> {
                 Work::Metadata,
             );
         }
-        let plain = |anns: &[Annotation]| -> Vec<Annotation> {
-            anns.iter()
-                .filter(|a| a.name != RENAME_FROM && a.name != DEFAULT)
-                .cloned()
-                .collect()
-        };
         if op.embed != p.embed || plain(&op.annotations) != plain(&p.annotations) {
             self.step(
                 StepKind::ChangeAnnotations,
@@ -659,6 +661,15 @@ impl<'o> Planner<'o> {
         let was = |n: &str| props.get(n).map(|p| p.name.clone());
         let as_old =
             |names: &[String]| -> Option<Vec<String>> { names.iter().map(|n| was(n)).collect() };
+        // New name of an (old-named) property, if it is kept.
+        let now_of = |n: &str| {
+            props
+                .iter()
+                .find(|(_, p)| p.name == n)
+                .map(|(k, _)| k.clone())
+        };
+        let as_new =
+            |names: &[String]| -> Option<Vec<String>> { names.iter().map(|n| now_of(n)).collect() };
         if as_old(&t.key) != Some(o.key.clone()) {
             return Err(refuse(format!(
                 "the @key of {} cannot change (from ({}) to ({})): ids are derived from it",
@@ -685,15 +696,7 @@ impl<'o> Planner<'o> {
             }
         }
         for u in &o.uniques {
-            let now: Option<Vec<String>> = u
-                .iter()
-                .map(|n| {
-                    props
-                        .iter()
-                        .find(|(_, p)| &p.name == n)
-                        .map(|(k, _)| k.clone())
-                })
-                .collect();
+            let now = as_new(u);
             if now.is_none_or(|now| !t.uniques.contains(&now)) {
                 self.step(
                     StepKind::DropConstraint,
@@ -716,15 +719,7 @@ impl<'o> Planner<'o> {
             }
         }
         for ix in &o.indexes {
-            let now: Option<Vec<String>> = ix
-                .iter()
-                .map(|n| {
-                    props
-                        .iter()
-                        .find(|(_, p)| &p.name == n)
-                        .map(|(k, _)| k.clone())
-                })
-                .collect();
+            let now = as_new(ix);
             if now.is_none_or(|now| !t.indexes.contains(&now)) {
                 self.step(
                     StepKind::DropIndex,
@@ -770,35 +765,27 @@ impl<'o> Planner<'o> {
                 self.values_rule(o, &c.property);
             }
         }
-        let dropped_rule =
-            |prop: &str, kept: bool| -> Option<String> { (!kept).then(|| prop.to_string()) };
         for r in &o.ranges {
-            let now = props
-                .iter()
-                .find(|(_, p)| p.name == r.property)
-                .map(|(k, _)| k);
-            let kept = now.is_some_and(|n| t.ranges.iter().any(|x| &x.property == n));
-            if let Some(p) = dropped_rule(&r.property, kept) {
+            let kept =
+                now_of(&r.property).is_some_and(|n| t.ranges.iter().any(|x| x.property == n));
+            if !kept {
                 self.step(
                     StepKind::DropConstraint,
                     &t.name,
-                    Some(&p),
+                    Some(&r.property),
                     "@range no longer holds".into(),
                     Work::Metadata,
                 );
             }
         }
         for c in &o.checks {
-            let now = props
-                .iter()
-                .find(|(_, p)| p.name == c.property)
-                .map(|(k, _)| k);
-            let kept = now.is_some_and(|n| t.checks.iter().any(|x| &x.property == n));
-            if let Some(p) = dropped_rule(&c.property, kept) {
+            let kept =
+                now_of(&c.property).is_some_and(|n| t.checks.iter().any(|x| x.property == n));
+            if !kept {
                 self.step(
                     StepKind::DropConstraint,
                     &t.name,
-                    Some(&p),
+                    Some(&c.property),
                     "@check no longer holds".into(),
                     Work::Metadata,
                 );
@@ -841,12 +828,6 @@ impl<'o> Planner<'o> {
                 });
             }
         }
-        let plain = |anns: &[Annotation]| -> Vec<Annotation> {
-            anns.iter()
-                .filter(|a| a.name != RENAME_FROM && a.name != DEFAULT)
-                .cloned()
-                .collect()
-        };
         if plain(&o.annotations) != plain(&t.annotations) || o.implements != t.implements {
             self.step(
                 StepKind::ChangeAnnotations,
