@@ -895,6 +895,7 @@ impl Omnigraph {
             embed: &self.inner.embed,
             search: Default::default(),
             point: Default::default(),
+            graphs: Default::default(),
         };
         run::run(&ctx, &plan).await
     }

@@ -55,6 +55,15 @@ pub fn print_result(r: &omnigraph::QueryResult) -> omnigraph::Result<()> {
 /// An optimize: each index built, and its commit (if any).
 pub fn print_optimize(r: &omnigraph::OptimizeReport) {
     for ix in &r.indexes {
+        if ix["kind"] == "graph" {
+            println!(
+                "built graph index of {} over {} edges ({} bytes)",
+                ix["type"].as_str().unwrap_or("?"),
+                ix["rows"],
+                ix["bytes"]
+            );
+            continue;
+        }
         println!(
             "built {} index of {}.{} over {} rows",
             ix["kind"].as_str().unwrap_or("?"),

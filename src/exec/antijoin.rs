@@ -4,6 +4,7 @@
 use super::run::{Ctx, Frame};
 use crate::compiler::query::ir::{Dir, Op, Plan, VarKind};
 use crate::error::Result;
+use crate::index::adjacency::Side;
 
 impl Ctx<'_> {
     /// `not { $p edge $_ }`: a row survives iff $p has no neighbour.
@@ -22,10 +23,10 @@ impl Ctx<'_> {
                 let n = froms[r];
                 min > 0
                     && match dir {
-                        Dir::Out => !has_neighbour(&g.out, n, same),
-                        Dir::In => !has_neighbour(&g.inn, n, same),
+                        Dir::Out => !has_neighbour(g.out(), n, same),
+                        Dir::In => !has_neighbour(g.inn(), n, same),
                         Dir::Both => {
-                            !has_neighbour(&g.out, n, same) && !has_neighbour(&g.inn, n, same)
+                            !has_neighbour(g.out(), n, same) && !has_neighbour(g.inn(), n, same)
                         }
                     }
             })
@@ -91,6 +92,6 @@ pub(super) fn anti_degree_test(inner: &[Op]) -> Option<(usize, &str, Dir, u32)> 
 }
 
 /// Has `n` a neighbour (other than itself, when both ends share a type)?
-pub(super) fn has_neighbour(adj: &super::graph::Adjacency, n: u32, same_type: bool) -> bool {
-    adj.range(n).any(|i| !same_type || adj.targets[i] != n)
+pub(super) fn has_neighbour(side: Side<'_>, n: u32, same_type: bool) -> bool {
+    side.targets(n).any(|t| !same_type || t != n)
 }

@@ -44,6 +44,12 @@ pub enum Key {
         from: Phys,
         to: Phys,
     },
+    /// The latest adjacency this process built of an edge table (folder),
+    /// with the rows it was built from: what later versions carry forward.
+    GraphBase {
+        graph: String,
+        dir: String,
+    },
     /// Marks an edge table version whose edges were once read by probing a
     /// few sources instead of building its index; the next traversal of it
     /// builds the index, since a repeated workload pays for it quickly.
@@ -83,6 +89,10 @@ pub struct CacheStats {
     pub graph_builds: AtomicU64,
     pub graph_hits: AtomicU64,
     pub edge_probes: AtomicU64,
+    pub graph_opens: AtomicU64,
+    pub graph_persisted: AtomicU64,
+    pub graph_overlays: AtomicU64,
+    pub graph_merges: AtomicU64,
     pub graph_build_edges: AtomicU64,
     pub graph_build_micros: AtomicU64,
     pub column_loads: AtomicU64,
@@ -97,6 +107,10 @@ impl CacheStats {
             "graph_index_builds": g(&self.graph_builds),
             "graph_index_hits": g(&self.graph_hits),
             "edge_probes": g(&self.edge_probes),
+            "graph_index_opens": g(&self.graph_opens),
+            "graph_index_persisted": g(&self.graph_persisted),
+            "graph_index_overlays": g(&self.graph_overlays),
+            "graph_index_merges": g(&self.graph_merges),
             "graph_index_edges_built": g(&self.graph_build_edges),
             "graph_index_build_ms": g(&self.graph_build_micros) as f64 / 1000.0,
             "column_loads": g(&self.column_loads),

@@ -1,165 +1,410 @@
-//! An edge type's adjacency in both directions ([`GraphIndex`]: CSR out, CSC
-//! in, with the edge row of every entry), over the dense numbering of its
-//! endpoint tables ([`IdIndex`]). Built from one table version; never changes.
+//! Which adjacency a traversal reads, cheapest first: the runtime cache's
+//! for these exact table versions; one carried forward from a base (this
+//! process's latest of the edge table, or the persisted file its version
+//! records) by the rows changed since; for a first one-hop traversal from
+//! a few sources, a probe of just their edges; else a build from a full
+//! edge scan. A base is reused only for the rows it provably shares with
+//! today's tables (same fragment, same files, same offset; see
+//! `index::coverage`), so a stale or foreign base costs a rebuild, never a
+//! wrong answer.
 
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::Ordering as AtomicOrdering;
+use std::time::Instant;
 
-use arrow_array::{Array, StringArray};
+use arrow_array::Array;
 
+use super::cache::Key;
+use super::run::Ctx;
+use crate::compiler::catalog::ID;
+use crate::compiler::query::ir::Dir;
+use crate::error::{OmniError, Result};
+use crate::index::adjacency::{self, Graph, GraphIndex, MOVED_NODES_MAX, OVERLAY_EDGES_MAX};
+use crate::index::adjacency_file::{self, Basis};
+use crate::index::coverage::{self, Coverage, Layout};
+use crate::storage::manifest::TableRef;
+use crate::storage::stage;
 use crate::util::idindex::{ABSENT, IdIndex};
 
-/// One direction of adjacency: for node `n`, entries `offsets[n]..offsets[n+1]`
-/// of `targets` (dense node index) and `edges` (edge row).
-pub struct Adjacency {
-    pub offsets: Vec<u32>,
-    pub targets: Vec<u32>,
-    pub edges: Vec<u32>,
+/// A traversal from at most this many distinct sources may probe the edge
+/// table instead of building its index (see [`Ctx::one_hop_graph`]).
+const PROBE_SOURCES_MAX: usize = 64;
+
+/// An adjacency and the rows it was built from: what later versions carry
+/// forward.
+pub struct Based {
+    pub graph: Arc<GraphIndex>,
+    pub basis: Basis,
 }
 
-impl Adjacency {
-    /// From `(source, destination)` per edge row, over `nodes` nodes;
-    /// `reverse` indexes by destination instead. A dangling edge (an
-    /// [`ABSENT`] end) goes into one extra bucket past the last node, which
-    /// no lookup reads, so it can never be followed.
-    fn build(nodes: usize, pairs: &[(u32, u32)], reverse: bool) -> Self {
-        let aim = |&(a, b): &(u32, u32)| match (a == ABSENT || b == ABSENT, reverse) {
-            (true, _) => (nodes as u32, 0),
-            (false, false) => (a, b),
-            (false, true) => (b, a),
+/// How a traversal got its adjacency (`query --stats`, and the plan).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    Cached,
+    Persisted,
+    /// A base with the edges added since beside it.
+    Overlay,
+    /// A base merged with the rows changed since into a new base.
+    Merged,
+    Probed,
+    Built,
+}
+
+impl Ctx<'_> {
+    pub(super) fn graph_key(&self, edge: &str) -> Result<Key> {
+        let e = self.def(edge);
+        let (from, to) = e.endpoints().expect("edge");
+        Ok(Key::Graph {
+            edge: self.phys(e)?,
+            from: self.phys(self.def(from))?,
+            to: self.phys(self.def(to))?,
+        })
+    }
+
+    /// The adjacency one hop from `sources` needs. Until an edge type has
+    /// an index, a first traversal from a few sources reads only the edges
+    /// that touch them (a filtered scan), which is far cheaper than building
+    /// the whole index in a one-shot process; the result is exact for those
+    /// sources in `dir` and is not cached.
+    pub(super) async fn one_hop_graph(
+        &self,
+        edge: &str,
+        dir: Dir,
+        sources: &[u32],
+    ) -> Result<Arc<Graph>> {
+        let key = self.graph_key(edge)?;
+        if let Some(g) = self.cached_graph(edge, &key) {
+            return Ok(g);
+        }
+        if let Some(g) = self.carried(edge, &key).await? {
+            return Ok(g);
+        }
+        let probe = Key::Probed(self.phys(self.def(edge))?);
+        let mut distinct = sources.to_vec();
+        distinct.sort_unstable();
+        distinct.dedup();
+        if distinct.len() > PROBE_SOURCES_MAX || self.cache.get::<()>(&probe).is_some() {
+            return self.graph(edge).await;
+        }
+        self.cache.put(probe, Arc::new(()), 64);
+        let e = self.def(edge);
+        let (from, to) = e.endpoints().expect("edge");
+        let from_ids = self.node_ids(from).await?;
+        let to_ids = self.node_ids(to).await?;
+        let (by_src, by_dst) = match dir {
+            Dir::Out => (true, false),
+            Dir::In => (false, true),
+            Dir::Both => (true, true),
         };
-        let n = nodes + 1;
-        let mut offsets = vec![0u32; n + 1];
-        for p in pairs {
-            offsets[aim(p).0 as usize + 1] += 1;
+        let mut names: Vec<&str> = Vec::new();
+        if by_src {
+            names.extend(distinct.iter().map(|&n| from_ids.ids.value(n as usize)));
         }
-        for i in 0..n {
-            offsets[i + 1] += offsets[i];
+        if by_dst {
+            names.extend(distinct.iter().map(|&n| to_ids.ids.value(n as usize)));
         }
-        let mut fill = offsets.clone();
-        let mut targets = vec![0u32; pairs.len()];
-        let mut edges = vec![0u32; pairs.len()];
-        // `pairs` is indexed by edge row, so entries stay in edge-row order.
-        for (row, p) in pairs.iter().enumerate() {
-            let (from, to) = aim(p);
-            let at = fill[from as usize] as usize;
-            targets[at] = to;
-            edges[at] = row as u32;
-            fill[from as usize] += 1;
+        names.sort_unstable();
+        names.dedup();
+        let ds = self.g.read_table(self.snap, e).await?;
+        let (src, dst) = stage::edges_touching(&ds, &names, by_src, by_dst).await?;
+        self.note(edge, Source::Probed);
+        tracing::debug!(
+            edge,
+            sources = distinct.len(),
+            "edges read by probing sources"
+        );
+        let g = GraphIndex::build(&src, &dst, &from_ids, &to_ids);
+        Ok(Arc::new(Graph::whole(Arc::new(g))))
+    }
+
+    /// The edge type's adjacency if the runtime cache holds it.
+    fn cached_graph(&self, edge: &str, key: &Key) -> Option<Arc<Graph>> {
+        let g = self.cache.get::<Graph>(key)?;
+        self.note(edge, Source::Cached);
+        Some(g)
+    }
+
+    fn note(&self, edge: &str, how: Source) {
+        let s = &self.cache.stats;
+        let counter = match how {
+            Source::Cached => &s.graph_hits,
+            Source::Persisted => &s.graph_persisted,
+            Source::Overlay => &s.graph_overlays,
+            Source::Merged => &s.graph_merges,
+            Source::Probed => &s.edge_probes,
+            Source::Built => &s.graph_builds,
+        };
+        counter.fetch_add(1, AtomicOrdering::Relaxed);
+        self.graphs.lock().push((edge.to_string(), how));
+    }
+
+    pub(super) async fn graph(&self, edge: &str) -> Result<Arc<Graph>> {
+        let key = self.graph_key(edge)?;
+        if let Some(g) = self.cached_graph(edge, &key) {
+            return Ok(g);
         }
-        Self {
-            offsets,
-            targets,
-            edges,
+        if let Some(g) = self.carried(edge, &key).await? {
+            return Ok(g);
+        }
+        let e = self.def(edge);
+        let (from, to) = e.endpoints().expect("edge");
+        let from_ids = self.node_ids(from).await?;
+        let to_ids = self.node_ids(to).await?;
+        let basis = self.basis(edge).await?;
+        let t0 = Instant::now();
+        let src = self.scan_strings(e, "src").await?;
+        let dst = self.scan_strings(e, "dst").await?;
+        let g =
+            tokio::task::spawn_blocking(move || GraphIndex::build(&src, &dst, &from_ids, &to_ids))
+                .await
+                .map_err(|e| OmniError::Storage(format!("graph index build failed: {e}")))?;
+        let micros = t0.elapsed().as_micros() as u64;
+        let s = &self.cache.stats;
+        s.graph_build_edges
+            .fetch_add(g.edges as u64, AtomicOrdering::Relaxed);
+        s.graph_build_micros
+            .fetch_add(micros, AtomicOrdering::Relaxed);
+        self.note(edge, Source::Built);
+        tracing::info!(
+            edge,
+            edges = g.edges,
+            ms = micros / 1000,
+            "graph index built"
+        );
+        let g = Arc::new(g);
+        self.remember_base(edge, g.clone(), basis)?;
+        let g = Arc::new(Graph::whole(g));
+        self.cache.put(key, g.clone(), g.bytes());
+        Ok(g)
+    }
+
+    /// What an adjacency built now is built from.
+    async fn basis(&self, edge: &str) -> Result<Basis> {
+        let e = self.def(edge);
+        let (from, to) = e.endpoints().expect("edge");
+        let mut tables: [String; 3] = Default::default();
+        let mut layouts: [Layout; 3] = Default::default();
+        for (i, name) in [edge, from, to].into_iter().enumerate() {
+            tables[i] = serde_json::to_string(self.snap.table(self.def(name))?)?;
+            layouts[i] = (*self.layout(name).await?).clone();
+        }
+        Ok(Basis { tables, layouts })
+    }
+
+    /// Keep `g` as the base later versions of the edge table carry forward.
+    fn remember_base(&self, edge: &str, graph: Arc<GraphIndex>, basis: Basis) -> Result<()> {
+        let bytes = graph.bytes();
+        let key = self.base_key(edge)?;
+        self.cache.put(key, Arc::new(Based { graph, basis }), bytes);
+        Ok(())
+    }
+
+    fn base_key(&self, edge: &str) -> Result<Key> {
+        let p = self.phys(self.def(edge))?;
+        Ok(Key::GraphBase {
+            graph: p.graph,
+            dir: p.dir,
+        })
+    }
+
+    /// The adjacency of today's rows carried from a base: this process's
+    /// latest, else the persisted one this edge table version records.
+    /// `None` when neither exists or shares too little with today.
+    async fn carried(&self, edge: &str, key: &Key) -> Result<Option<Arc<Graph>>> {
+        let mut bases = Vec::new();
+        if let Some(b) = self.cache.get::<Based>(&self.base_key(edge)?) {
+            bases.push((b, Source::Cached));
+        }
+        if let Some(b) = self.persisted_graph(edge).await? {
+            bases.push((b, Source::Persisted));
+        }
+        for (base, how) in bases {
+            let t0 = Instant::now();
+            if let Some((g, how)) = self.carry(edge, &base, how).await? {
+                tracing::info!(
+                    edge,
+                    ?how,
+                    edges = g.edges(),
+                    ms = t0.elapsed().as_millis() as u64,
+                    "graph index carried from a base"
+                );
+                self.note(edge, how);
+                let g = Arc::new(g);
+                self.cache.put(key.clone(), g.clone(), g.bytes());
+                return Ok(Some(g));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The persisted graph index this edge table version records, opened
+    /// once per process. A missing or unreadable file is no base (logged).
+    async fn persisted_graph(&self, edge: &str) -> Result<Option<Arc<Based>>> {
+        let table = self.g.read_table(self.snap, self.def(edge)).await?;
+        let Some(r) = table.graph_index()? else {
+            return Ok(None);
+        };
+        let key = Key::IndexFile {
+            graph: self.g.store.uri().to_string(),
+            file: r.file.clone(),
+        };
+        if let Some(b) = self.cache.get::<Based>(&key) {
+            return Ok(Some(b));
+        }
+        let Some(map) = self.g.store.map(&r.file).await? else {
+            tracing::warn!(edge, file = r.file, "the recorded graph index is missing");
+            return Ok(None);
+        };
+        let bytes = map.len();
+        let file = r.file.clone();
+        let decoded = tokio::task::spawn_blocking(move || adjacency_file::decode(map, &file)).await;
+        match decoded {
+            Ok(Ok((graph, basis))) => {
+                self.cache
+                    .stats
+                    .graph_opens
+                    .fetch_add(1, AtomicOrdering::Relaxed);
+                let b = Arc::new(Based {
+                    graph: Arc::new(graph),
+                    basis,
+                });
+                self.cache.put(key, b.clone(), bytes);
+                Ok(Some(b))
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(edge, error = %e, "a graph index file is refused");
+                Ok(None)
+            }
+            Err(e) => Err(OmniError::Storage(format!("graph index open failed: {e}"))),
         }
     }
 
-    #[inline]
-    pub fn range(&self, n: u32) -> std::ops::Range<usize> {
-        self.offsets[n as usize] as usize..self.offsets[n as usize + 1] as usize
-    }
-
-    #[inline]
-    pub fn degree(&self, n: u32) -> usize {
-        self.range(n).len()
-    }
-
-    fn bytes(&self) -> usize {
-        (self.offsets.len() + self.targets.len() + self.edges.len()) * 4
-    }
-}
-
-/// CSR (out) and CSC (in) adjacency of one edge type.
-pub struct GraphIndex {
-    pub out: Adjacency,
-    pub inn: Adjacency,
-    /// Edge rows whose endpoint is missing from the node tables (dangling).
-    pub skipped: usize,
-    pub edges: usize,
-}
-
-impl GraphIndex {
-    /// Build from the edge table's `src`/`dst` columns (in scan order) and
-    /// the endpoint node tables. Lookups run on two cores.
-    pub fn build(
-        src: &[StringArray],
-        dst: &[StringArray],
-        from: &Arc<IdIndex>,
-        to: &Arc<IdIndex>,
-    ) -> Self {
-        let total: usize = src.iter().map(|a| a.len()).sum();
-        let mut starts = Vec::with_capacity(src.len());
-        let mut acc = 0;
-        for a in src {
-            starts.push(acc);
-            acc += a.len();
+    /// Today's adjacency from `base` and the rows changed since it, or
+    /// `None` when a rebuild is as cheap (most edges changed) or the only
+    /// exact answer (dangling edges whose ends may exist now).
+    async fn carry(
+        &self,
+        edge: &str,
+        base: &Based,
+        how: Source,
+    ) -> Result<Option<(Graph, Source)>> {
+        let e = self.def(edge);
+        let (from, to) = e.endpoints().expect("edge");
+        let b = &base.basis.layouts;
+        let now = [
+            self.layout(edge).await?,
+            self.layout(from).await?,
+            self.layout(to).await?,
+        ];
+        let cov: Vec<Coverage> = (0..3).map(|i| coverage::cover(&b[i], &now[i])).collect();
+        let (ce, cf, ct) = (&cov[0], &cov[1], &cov[2]);
+        if ce.covered() * 2 < ce.rows.max(1) && ce.rows > 0 {
+            return Ok(None);
         }
-        let mut pairs = vec![(ABSENT, ABSENT); total];
-        let work = |range: std::ops::Range<usize>, out: &mut [(u32, u32)], base: usize| {
-            let (mut s_at, mut d_at) = (Vec::new(), Vec::new());
-            for b in range {
-                s_at.clear();
-                d_at.clear();
-                from.lookup_all(&src[b], &mut s_at);
-                to.lookup_all(&dst[b], &mut d_at);
-                let at = starts[b] - base;
-                for (i, pair) in s_at.iter().zip(&d_at).enumerate() {
-                    out[at + i] = (*pair.0, *pair.1);
+        let nodes_grew = !cf.fresh.is_empty() || !ct.fresh.is_empty();
+        if base.graph.skipped > 0 && nodes_grew {
+            return Ok(None);
+        }
+        let same = cov.iter().all(Coverage::is_identity);
+        if same {
+            return Ok(Some((Graph::whole(base.graph.clone()), how)));
+        }
+        let moved = |c: &Coverage| c.doc_row.iter().filter(|r| r.is_none()).count();
+        if moved(cf) + moved(ct) > MOVED_NODES_MAX {
+            return Ok(None);
+        }
+        let from_ids = self.node_ids(from).await?;
+        let to_ids = self.node_ids(to).await?;
+        // The edge rows no base row stands for: the fragments it never saw.
+        let seen: HashMap<u64, &str> = b[0].iter().map(|f| (f.id, f.files.as_str())).collect();
+        let unseen: Vec<u64> = now[0]
+            .iter()
+            .filter(|f| seen.get(&f.id) != Some(&f.files.as_str()))
+            .map(|f| f.id)
+            .collect();
+        let edges_now = self.g.read_table(self.snap, e).await?;
+        let src = edges_now.strings_of("src", &unseen).await?;
+        let dst = edges_now.strings_of("dst", &unseen).await?;
+        let fresh = adjacency::resolve(&src, &dst, &from_ids, &to_ids);
+        if fresh.len() != ce.fresh.len() {
+            return Err(OmniError::Storage(format!(
+                "edge table {edge}: {} fresh rows read where its layout has {}",
+                fresh.len(),
+                ce.fresh.len()
+            )));
+        }
+        let appended = cov.iter().all(adjacency::extends);
+        if appended && fresh.len() <= OVERLAY_EDGES_MAX {
+            let g = Graph::overlay(base.graph.clone(), cf.rows, ct.rows, &fresh);
+            return Ok(Some((g, Source::Overlay)));
+        }
+        let to_map = if from == to {
+            None
+        } else {
+            Some(self.node_positions(&base.basis, 2, ct, &to_ids).await?)
+        };
+        let from_map = self.node_positions(&base.basis, 1, cf, &from_ids).await?;
+        let to_map = to_map.as_ref().unwrap_or(&from_map);
+        let edge_map = adjacency::positions(ce, |_| ABSENT);
+        let (g, fresh_rows) = (base.graph.clone(), ce.fresh.clone());
+        let sizes = (cf.rows, ct.rows, ce.rows);
+        let from_map = from_map.clone();
+        let to_map = to_map.clone();
+        let merged = tokio::task::spawn_blocking(move || {
+            adjacency::merge(
+                &g,
+                (&from_map, &to_map, &edge_map),
+                (&fresh_rows, &fresh),
+                sizes,
+            )
+        })
+        .await
+        .map_err(|e| OmniError::Storage(format!("graph index merge failed: {e}")))?;
+        let merged = Arc::new(merged);
+        self.remember_base(edge, merged.clone(), self.basis(edge).await?)?;
+        Ok(Some((Graph::whole(merged), Source::Merged)))
+    }
+
+    /// Where each node of the base's table `i` (1: from, 2: to) is today;
+    /// a node whose row moved (an update rewrote it) is found again by id,
+    /// read from the base's version of the table.
+    async fn node_positions(
+        &self,
+        basis: &Basis,
+        i: usize,
+        c: &Coverage,
+        today: &IdIndex,
+    ) -> Result<Vec<u32>> {
+        let moved: Vec<usize> = (0..c.doc_row.len())
+            .filter(|&d| c.doc_row[d].is_none())
+            .collect();
+        let mut found: HashMap<usize, u32> = HashMap::new();
+        if !moved.is_empty() {
+            let t: TableRef = serde_json::from_str(&basis.tables[i])?;
+            let then = self.g.open_table(&t).await?;
+            let layout = &basis.layouts[i];
+            let at = coverage::locate(layout, &moved);
+            let mut d = moved.iter();
+            for f in layout {
+                let offsets: Vec<u32> = at
+                    .iter()
+                    .filter(|(id, _)| *id == f.id)
+                    .map(|(_, o)| *o)
+                    .collect();
+                if offsets.is_empty() {
+                    continue;
+                }
+                let rows = then.rows_at(f.id as u32, &offsets, &f.deleted).await?;
+                let ids = stage::string_column(&rows, ID)?;
+                for k in 0..ids.len() {
+                    let doc = *d.next().expect("one document per located row");
+                    found.insert(doc, today.get(ids.value(k)).unwrap_or(ABSENT));
                 }
             }
-        };
-        let nb = src.len();
-        if nb > 1 {
-            let half = nb / 2;
-            let split = starts[half];
-            let (left, right) = pairs.split_at_mut(split);
-            std::thread::scope(|s| {
-                s.spawn(|| work(0..half, left, 0));
-                work(half..nb, right, split);
-            });
-        } else {
-            work(0..nb, &mut pairs, 0);
         }
-        let skipped = pairs
-            .iter()
-            .filter(|(a, b)| *a == ABSENT || *b == ABSENT)
-            .count();
-        Self {
-            out: Adjacency::build(from.len(), &pairs, false),
-            inn: Adjacency::build(to.len(), &pairs, true),
-            skipped,
-            edges: total,
-        }
-    }
-
-    pub fn bytes(&self) -> usize {
-        self.out.bytes() + self.inn.bytes()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ids_and_adjacency() {
-        let nodes = Arc::new(IdIndex::new(StringArray::from(vec!["a", "b", "c"])));
-        assert_eq!(nodes.get("c"), Some(2));
-        assert_eq!(nodes.get("z"), None);
-        let src = vec![
-            StringArray::from(vec!["a", "a"]),
-            StringArray::from(vec!["b", "x"]),
-        ];
-        let dst = vec![
-            StringArray::from(vec!["b", "c"]),
-            StringArray::from(vec!["c", "a"]),
-        ];
-        let g = GraphIndex::build(&src, &dst, &nodes, &nodes);
-        assert_eq!(g.skipped, 1);
-        let out: Vec<u32> = g.out.range(0).map(|i| g.out.targets[i]).collect();
-        assert_eq!(out, vec![1, 2]);
-        let into_c: Vec<u32> = g.inn.range(2).map(|i| g.inn.targets[i]).collect();
-        assert_eq!(into_c, vec![0, 1]);
-        let edge_rows: Vec<u32> = g.inn.range(2).map(|i| g.inn.edges[i]).collect();
-        assert_eq!(edge_rows, vec![1, 2]);
+        Ok(adjacency::positions(c, |d| {
+            found.get(&d).copied().unwrap_or(ABSENT)
+        }))
     }
 }

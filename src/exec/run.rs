@@ -60,6 +60,8 @@ pub struct Ctx<'a> {
     pub search: parking_lot::Mutex<Vec<super::search::SearchStep>>,
     /// The one node type a point read fetched just its matching rows of.
     pub point: std::sync::OnceLock<super::point::PointView>,
+    /// Which adjacency each traversal read, in order (edge type, source).
+    pub graphs: parking_lot::Mutex<Vec<(String, super::graph::Source)>>,
 }
 
 #[derive(Clone)]

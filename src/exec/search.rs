@@ -74,7 +74,7 @@ impl Ctx<'_> {
     }
 
     /// The fragments of a type's table at this snapshot.
-    async fn layout(&self, type_name: &str) -> Result<Arc<Layout>> {
+    pub(super) async fn layout(&self, type_name: &str) -> Result<Arc<Layout>> {
         let t = self.def(type_name);
         let key = Key::Layout(self.phys(t)?);
         if let Some(l) = self.cache.get::<Layout>(&key) {

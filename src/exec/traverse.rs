@@ -1,134 +1,14 @@
-//! Traversals: one hop or variable length over an edge type's cached
-//! CSR/CSC index (a small one-hop adjacency when only a few sources need
-//! it), and edge bindings (one row per edge).
+//! Traversals: one hop or variable length over an edge type's adjacency
+//! (see `graph` for which one), and edge bindings (one row per edge).
 
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::sync::atomic::Ordering as AtomicOrdering;
-use std::time::Instant;
 
-use super::cache::Key;
-use super::graph::GraphIndex;
 use super::run::{Ctx, Frame, var_type};
 use crate::compiler::query::ir::{Dir, Op, Plan};
-use crate::error::{OmniError, Result};
-use crate::storage::stage;
-
-/// A traversal from at most this many distinct sources may probe the edge
-/// table instead of building its index (see [`Ctx::one_hop_graph`]).
-const PROBE_SOURCES_MAX: usize = 64;
+use crate::error::Result;
+use crate::index::adjacency::{Graph, Side};
 
 impl Ctx<'_> {
-    pub(super) fn graph_key(&self, edge: &str) -> Result<Key> {
-        let e = self.def(edge);
-        let (from, to) = e.endpoints().expect("edge");
-        Ok(Key::Graph {
-            edge: self.phys(e)?,
-            from: self.phys(self.def(from))?,
-            to: self.phys(self.def(to))?,
-        })
-    }
-
-    /// The adjacency one hop from `sources` needs. Until an edge type has
-    /// an index, a first traversal from a few sources reads only the edges
-    /// that touch them (a filtered scan), which is far cheaper than building
-    /// the whole index in a one-shot process; the result is exact for those
-    /// sources in `dir` and is not cached.
-    pub(super) async fn one_hop_graph(
-        &self,
-        edge: &str,
-        dir: Dir,
-        sources: &[u32],
-    ) -> Result<Arc<GraphIndex>> {
-        let key = self.graph_key(edge)?;
-        if let Some(g) = self.cached_graph(edge, &key) {
-            return Ok(g);
-        }
-        let probe = Key::Probed(self.phys(self.def(edge))?);
-        let mut distinct = sources.to_vec();
-        distinct.sort_unstable();
-        distinct.dedup();
-        if distinct.len() > PROBE_SOURCES_MAX || self.cache.get::<()>(&probe).is_some() {
-            return self.graph(edge).await;
-        }
-        self.cache.put(probe, Arc::new(()), 64);
-        let e = self.def(edge);
-        let (from, to) = e.endpoints().expect("edge");
-        let from_ids = self.node_ids(from).await?;
-        let to_ids = self.node_ids(to).await?;
-        let (by_src, by_dst) = match dir {
-            Dir::Out => (true, false),
-            Dir::In => (false, true),
-            Dir::Both => (true, true),
-        };
-        let mut names: Vec<&str> = Vec::new();
-        if by_src {
-            names.extend(distinct.iter().map(|&n| from_ids.ids.value(n as usize)));
-        }
-        if by_dst {
-            names.extend(distinct.iter().map(|&n| to_ids.ids.value(n as usize)));
-        }
-        names.sort_unstable();
-        names.dedup();
-        let ds = self.g.read_table(self.snap, e).await?;
-        let (src, dst) = stage::edges_touching(&ds, &names, by_src, by_dst).await?;
-        self.cache
-            .stats
-            .edge_probes
-            .fetch_add(1, AtomicOrdering::Relaxed);
-        tracing::debug!(
-            edge,
-            sources = distinct.len(),
-            "edges read by probing sources"
-        );
-        Ok(Arc::new(GraphIndex::build(&src, &dst, &from_ids, &to_ids)))
-    }
-
-    /// The edge type's index if the runtime cache holds it (counted as a hit).
-    pub(super) fn cached_graph(&self, edge: &str, key: &Key) -> Option<Arc<GraphIndex>> {
-        let g = self.cache.get::<GraphIndex>(key)?;
-        self.cache
-            .stats
-            .graph_hits
-            .fetch_add(1, AtomicOrdering::Relaxed);
-        tracing::debug!(edge, "graph index reused from the runtime cache");
-        Some(g)
-    }
-
-    pub(super) async fn graph(&self, edge: &str) -> Result<Arc<GraphIndex>> {
-        let e = self.def(edge);
-        let (from, to) = e.endpoints().expect("edge");
-        let key = self.graph_key(edge)?;
-        if let Some(g) = self.cached_graph(edge, &key) {
-            return Ok(g);
-        }
-        let from_ids = self.node_ids(from).await?;
-        let to_ids = self.node_ids(to).await?;
-        let t0 = Instant::now();
-        let src = self.scan_strings(e, "src").await?;
-        let dst = self.scan_strings(e, "dst").await?;
-        let g =
-            tokio::task::spawn_blocking(move || GraphIndex::build(&src, &dst, &from_ids, &to_ids))
-                .await
-                .map_err(|e| OmniError::Storage(format!("graph index build failed: {e}")))?;
-        let micros = t0.elapsed().as_micros() as u64;
-        let s = &self.cache.stats;
-        s.graph_builds.fetch_add(1, AtomicOrdering::Relaxed);
-        s.graph_build_edges
-            .fetch_add(g.edges as u64, AtomicOrdering::Relaxed);
-        s.graph_build_micros
-            .fetch_add(micros, AtomicOrdering::Relaxed);
-        tracing::info!(
-            edge,
-            edges = g.edges,
-            ms = micros / 1000,
-            "graph index built"
-        );
-        let g = Arc::new(g);
-        self.cache.put(key, g.clone(), g.bytes());
-        Ok(g)
-    }
-
     /// `$a edge{min,max} $b`: each row to every node reached.
     pub(super) async fn expand(&self, plan: &Plan, op: &Op, frame: Frame) -> Result<Frame> {
         let Op::Expand {
@@ -179,8 +59,8 @@ impl Ctx<'_> {
                     } else if *min <= 1 && max.is_none_or(|m| m >= 1) {
                         // Between two node types only one hop exists,
                         // and the ends live in different id spaces.
-                        let adj = if *dir == Dir::In { &g.inn } else { &g.out };
-                        reached.extend(adj.range(src).map(|i| adj.targets[i]));
+                        let side = if *dir == Dir::In { g.inn() } else { g.out() };
+                        reached.extend(side.targets(src));
                         reached.sort_unstable();
                         reached.dedup();
                     }
@@ -235,10 +115,10 @@ impl Ctx<'_> {
         for (r, &src) in froms.iter().enumerate() {
             let mut hits: Vec<(u32, u32)> = Vec::new();
             if matches!(dir, Dir::Out | Dir::Both) {
-                hits.extend(g.out.range(src).map(|i| (g.out.edges[i], g.out.targets[i])));
+                hits.extend(g.out().entries(src));
             }
             if matches!(dir, Dir::In | Dir::Both) {
-                hits.extend(g.inn.range(src).map(|i| (g.inn.edges[i], g.inn.targets[i])));
+                hits.extend(g.inn().entries(src));
             }
             hits.sort_unstable();
             hits.dedup();
@@ -285,7 +165,7 @@ impl Bfs {
 
     fn reach(
         &mut self,
-        g: &GraphIndex,
+        g: &Graph,
         dir: Dir,
         start: u32,
         min: u32,
@@ -308,9 +188,8 @@ impl Bfs {
             hop += 1;
             let mut next = Vec::new();
             for &n in &frontier {
-                let mut visit = |adj: &super::graph::Adjacency| {
-                    for i in adj.range(n) {
-                        let t = adj.targets[i];
+                let mut visit = |side: Side<'_>| {
+                    for t in side.targets(n) {
                         if self.seen[t as usize] != stamp {
                             self.seen[t as usize] = stamp;
                             next.push(t);
@@ -321,11 +200,11 @@ impl Bfs {
                     }
                 };
                 match dir {
-                    Dir::Out => visit(&g.out),
-                    Dir::In => visit(&g.inn),
+                    Dir::Out => visit(g.out()),
+                    Dir::In => visit(g.inn()),
                     Dir::Both => {
-                        visit(&g.out);
-                        visit(&g.inn);
+                        visit(g.out());
+                        visit(g.inn());
                     }
                 }
             }
@@ -337,15 +216,15 @@ impl Bfs {
 /// Each row's one-hop neighbours in `g` (deduplicated, the start itself
 /// left out when both ends have one type): the rows to keep, each with the
 /// neighbour it reaches.
-fn one_hop(g: &GraphIndex, dir: Dir, froms: &[u32], same_type: bool) -> (Vec<usize>, Vec<u32>) {
-    let adj = if dir == Dir::In { &g.inn } else { &g.out };
+fn one_hop(g: &Graph, dir: Dir, froms: &[u32], same_type: bool) -> (Vec<usize>, Vec<u32>) {
+    let side = if dir == Dir::In { g.inn() } else { g.out() };
     let (mut keep_rows, mut new_to) = (Vec::new(), Vec::new());
     let mut scratch = Vec::new();
     for (r, &src) in froms.iter().enumerate() {
         scratch.clear();
-        scratch.extend(adj.range(src).map(|i| adj.targets[i]));
+        scratch.extend(side.targets(src));
         if dir == Dir::Both {
-            scratch.extend(g.inn.range(src).map(|i| g.inn.targets[i]));
+            scratch.extend(g.inn().targets(src));
         }
         if scratch.len() > 1 {
             scratch.sort_unstable();

@@ -105,6 +105,32 @@ pub fn cover(built: &[FragmentRows], now: &[FragmentRows]) -> Coverage {
     }
 }
 
+/// Where documents `docs` (ascending) of a layout are: `(fragment id,
+/// physical offset)` each.
+pub fn locate(layout: &[FragmentRows], docs: &[usize]) -> Vec<(u64, u32)> {
+    let mut out = Vec::with_capacity(docs.len());
+    let mut want = docs.iter().peekable();
+    let mut first = 0usize;
+    for f in layout {
+        let mut gone = f.deleted.iter().peekable();
+        let mut doc = first;
+        for o in 0..f.physical {
+            if want.peek().is_none() {
+                return out;
+            }
+            if gone.next_if_eq(&&o).is_some() {
+                continue;
+            }
+            if want.next_if_eq(&&doc).is_some() {
+                out.push((f.id, o));
+            }
+            doc += 1;
+        }
+        first += f.live();
+    }
+    out
+}
+
 /// A name for the set of fragments of a layout (not their deletions).
 pub fn digest(layout: &[FragmentRows]) -> String {
     let mut text = String::new();
@@ -149,6 +175,14 @@ mod tests {
             physical,
             deleted: deleted.to_vec(),
         }
+    }
+
+    #[test]
+    fn documents_are_located_past_deleted_offsets() {
+        let l = vec![frag(4, 3, &[0]), frag(9, 2, &[])];
+        // Docs: 0 = f4 o1, 1 = f4 o2, 2 = f9 o0, 3 = f9 o1.
+        assert_eq!(locate(&l, &[0, 2, 3]), [(4, 1), (9, 0), (9, 1)]);
+        assert_eq!(locate(&l, &[]), []);
     }
 
     #[test]

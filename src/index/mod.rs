@@ -1,10 +1,13 @@
-//! Search indexes as data: the structures a search reads (the inverted
-//! index of a String column, the partitions of a Vector column), which
+//! Indexes as data: the structures a search reads (the inverted index of a
+//! String column, the partitions of a Vector column), the adjacency a
+//! traversal reads (`adjacency`, persisted by `adjacency_file`), which
 //! rows of a table version an index built at another version covers, and
 //! the one file format they persist in. Pure: no storage, no Lance. The
 //! write side (`write::optimize`) builds and stores them; the read side
 //! (`exec::search`) loads them and searches what they do not cover flat.
 
+pub mod adjacency;
+pub mod adjacency_file;
 pub mod codec;
 pub mod coverage;
 pub mod ivf;

@@ -369,6 +369,11 @@ impl GraphStorage {
 
     /// A table as a snapshot sees it.
     pub async fn read_table(&self, snap: &Snapshot, t: &TypeDef) -> Result<Table> {
-        Ok(Table(self.tables.open(snap.table(t)?).await?))
+        self.open_table(snap.table(t)?).await
+    }
+
+    /// A table version exactly as a manifest named it.
+    pub async fn open_table(&self, t: &TableRef) -> Result<Table> {
+        Ok(Table(self.tables.open(t).await?))
     }
 }

@@ -88,6 +88,40 @@ impl Store {
         }
     }
 
+    /// A whole object, mapped read-only: a local file where it lies (a
+    /// reader then touches only the pages it uses), an object read once into
+    /// anonymous memory. `None` when it does not exist.
+    pub async fn map(&self, rel: &str) -> Result<Option<Arc<memmap2::Mmap>>> {
+        let Some(path) = self.local(rel) else {
+            return match self.read(rel).await? {
+                Some(b) => Ok(Some(crate::index::adjacency_file::anonymous(&b)?)),
+                None => Ok(None),
+            };
+        };
+        let file = match std::fs::File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(OmniError::Storage(format!("{}: {e}", path.display()))),
+        };
+        // SAFETY: files under a graph are written whole (staged, then
+        // renamed into place) and never changed in place; one deleted while
+        // mapped stays readable until it is unmapped.
+        let map = unsafe { memmap2::Mmap::map(&file) }
+            .map_err(|e| OmniError::Storage(format!("{}: {e}", path.display())))?;
+        Ok(Some(Arc::new(map)))
+    }
+
+    /// Where something under the root is on this machine's file system,
+    /// for a local graph.
+    fn local(&self, rel: &str) -> Option<std::path::PathBuf> {
+        let root = match self.uri.split_once("://") {
+            None => self.uri.as_str(),
+            Some(("file", rest)) => rest,
+            Some(_) => return None,
+        };
+        Some(std::path::Path::new(root).join(rel))
+    }
+
     pub async fn exists(&self, rel: &str) -> Result<bool> {
         Ok(self.os.exists(&self.path(rel)).await?)
     }

@@ -11,10 +11,11 @@ use lance::Dataset;
 use lance::dataset::transaction::Transaction;
 use lance::dataset::{InsertBuilder, MergeInsertBuilder, WhenMatched, WhenNotMatched, WriteMode};
 
-use super::tables::{Table, TableChange, index_key, write_params};
+use super::tables::{GRAPH_INDEX_KEY, Table, TableChange, index_key, write_params};
 use crate::compiler::catalog::ID;
 use crate::error::{OmniError, Result};
 use crate::index::IndexRef;
+use crate::index::adjacency_file::GraphIndexRef;
 
 /// How many ids one `IN (...)` probe carries.
 pub const PROBE_CHUNK: usize = 4096;
@@ -92,15 +93,33 @@ pub async fn compaction(Table(ds): Table) -> Result<Option<TableChange>> {
 
 /// Record these columns' persisted indexes in the table's metadata (a
 /// commit that changes no row).
-pub fn index_records(Table(ds): Table, records: &[(String, IndexRef)]) -> Result<TableChange> {
-    use lance::dataset::transaction::{Operation, UpdateMap, UpdateMapEntry};
-    let mut update_entries = Vec::new();
+/// The change that records a table's persisted indexes: search indexes by
+/// column, and an edge table's graph index.
+pub fn index_records(
+    table: Table,
+    records: &[(String, IndexRef)],
+    graph: Option<&GraphIndexRef>,
+) -> Result<TableChange> {
+    let mut entries = Vec::new();
     for (column, r) in records {
-        update_entries.push(UpdateMapEntry {
-            key: index_key(column),
-            value: Some(serde_json::to_string(r)?),
-        });
+        entries.push((index_key(column), serde_json::to_string(r)?));
     }
+    if let Some(r) = graph {
+        entries.push((GRAPH_INDEX_KEY.to_string(), serde_json::to_string(r)?));
+    }
+    metadata(table, entries)
+}
+
+/// Set entries of a table's metadata: a version that changes no row.
+fn metadata(Table(ds): Table, entries: Vec<(String, String)>) -> Result<TableChange> {
+    use lance::dataset::transaction::{Operation, UpdateMap, UpdateMapEntry};
+    let update_entries = entries
+        .into_iter()
+        .map(|(key, value)| UpdateMapEntry {
+            key,
+            value: Some(value),
+        })
+        .collect();
     let op = Operation::UpdateConfig {
         config_updates: None,
         table_metadata_updates: Some(UpdateMap {

@@ -20,6 +20,7 @@ use super::objstore::Store;
 use crate::compiler::catalog::{DST, ID, PropDef, PropType, SRC, TypeDef};
 use crate::error::{OmniError, Result};
 use crate::index::IndexRef;
+use crate::index::adjacency_file::GraphIndexRef;
 use crate::index::coverage::{FragmentRows, Layout};
 use omnigraph_actors::CommitResult;
 
@@ -114,6 +115,49 @@ impl Table {
         Ok(frag.take(&logical, self.0.schema()).await?)
     }
 
+    /// The persisted graph index this (edge) table version records, if any:
+    /// built at this version or an earlier one (see `index::adjacency_file`).
+    pub fn graph_index(&self) -> Result<Option<GraphIndexRef>> {
+        match self.0.metadata().get(GRAPH_INDEX_KEY) {
+            None => Ok(None),
+            Some(json) => serde_json::from_str(json).map(Some).map_err(|e| {
+                OmniError::Storage(format!("the graph index record is unreadable: {e}"))
+            }),
+        }
+    }
+
+    /// Every value of string `column` in the fragments `ids`, in that order
+    /// (deleted rows left out).
+    pub async fn strings_of(
+        &self,
+        column: &str,
+        ids: &[u64],
+    ) -> Result<Vec<arrow_array::StringArray>> {
+        let fragments = ids
+            .iter()
+            .map(|&id| {
+                self.0
+                    .get_fragment(id as usize)
+                    .map(|f| f.metadata().clone())
+                    .ok_or_else(|| {
+                        OmniError::Storage(format!(
+                            "fragment {id} is not in version {}",
+                            self.version()
+                        ))
+                    })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut scan = self.0.scan();
+        scan.project(&[column])?;
+        scan.with_fragments(fragments);
+        let mut stream = scan.try_into_stream().await?;
+        let mut out = Vec::new();
+        while let Some(batch) = futures::TryStreamExt::try_next(&mut stream).await? {
+            out.push(super::stage::string_column(&batch, column)?.clone());
+        }
+        Ok(out)
+    }
+
     /// The persisted index of `column` this version records, if any.
     pub fn index_of(&self, column: &str) -> Result<Option<IndexRef>> {
         match self.0.metadata().get(&index_key(column)) {
@@ -126,6 +170,9 @@ impl Table {
         }
     }
 }
+
+/// The table-metadata key of an edge table's persisted graph index.
+pub const GRAPH_INDEX_KEY: &str = "omnigraph.graph_index";
 
 /// The table-metadata key that records a column's persisted index.
 pub fn index_key(column: &str) -> String {

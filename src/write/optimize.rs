@@ -13,8 +13,12 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::Float32Type;
 use arrow_array::{Array, ArrayRef};
 
-use crate::compiler::catalog::{ID, PropType, TypeDef};
+use std::sync::Arc;
+
+use crate::compiler::catalog::{DST, ID, PropType, SRC, TypeDef};
 use crate::error::{OmniError, Result};
+use crate::index::adjacency::GraphIndex;
+use crate::index::adjacency_file::{self, Basis, GraphIndexRef};
 use crate::index::coverage::Layout;
 use crate::index::ivf::Ivf;
 use crate::index::text::TextIndex;
@@ -23,6 +27,7 @@ use crate::storage::objstore::Store;
 use crate::storage::substrate::{BoxFut, PrepareCx, PrepareWork, Prepared};
 use crate::storage::tables::Table;
 use crate::storage::{scan, stage};
+use crate::util::idindex::IdIndex;
 use omnigraph_actors::WriteClass;
 
 /// What an `@index` on one property builds, by the property's type: a
@@ -113,7 +118,11 @@ impl PrepareWork for OptimizeWork {
                 let read = cx.read(def).await?;
                 let stale_search = stale(&cx.graph.store, &read, def).await?;
                 let stale_btrees = stage::stale_btrees(&read, &btree_columns(def)).await?;
-                if stale_search.is_empty() && stale_btrees.is_empty() {
+                let graph = match def.is_edge() {
+                    true => graph_index(cx, def).await?,
+                    false => None,
+                };
+                if stale_search.is_empty() && stale_btrees.is_empty() && graph.is_none() {
                     continue;
                 }
                 // A branch that shares the table forks it here (invisible
@@ -129,10 +138,10 @@ impl PrepareWork for OptimizeWork {
                     }
                     change = Some(stage::btrees(target.clone(), &stale_btrees).await?);
                 }
+                let mut records = Vec::new();
                 if !stale_search.is_empty() {
                     let layout = target.layout().await?;
                     let fragments = crate::index::coverage::digest(&layout);
-                    let mut records = Vec::new();
                     for (prop, kind) in stale_search {
                         let r = build(cx, def, &target, (&layout, &fragments), &prop, kind).await?;
                         built.push(serde_json::json!({
@@ -141,7 +150,13 @@ impl PrepareWork for OptimizeWork {
                         }));
                         records.push((prop, r));
                     }
-                    let recorded = stage::index_records(target.clone(), &records)?;
+                }
+                let graph = graph.map(|(r, info)| {
+                    built.push(info);
+                    r
+                });
+                if !records.is_empty() || graph.is_some() {
+                    let recorded = stage::index_records(target.clone(), &records, graph.as_ref())?;
                     change = Some(match change {
                         Some(b) => b.then_index_records(recorded),
                         None => recorded,
@@ -162,6 +177,69 @@ impl PrepareWork for OptimizeWork {
             })
         })
     }
+}
+
+/// An edge type's graph index, when the edge table records none or one
+/// built from other rows: built from the snapshot's rows and stored (its
+/// file unreferenced until the commit records it). An empty edge table
+/// needs none.
+async fn graph_index(
+    cx: &PrepareCx,
+    def: &TypeDef,
+) -> Result<Option<(GraphIndexRef, serde_json::Value)>> {
+    let (from, to) = def.endpoints().expect("an edge type");
+    let catalog = cx.catalog();
+    let defs = [Some(def), catalog.get(from), catalog.get(to)];
+    let mut tables: [String; 3] = Default::default();
+    let mut layouts: [Layout; 3] = Default::default();
+    let mut read = Vec::new();
+    for (i, d) in defs.into_iter().enumerate() {
+        let d = d.ok_or_else(|| {
+            OmniError::Storage(format!("{}: an endpoint type is missing", def.name))
+        })?;
+        let t = cx.read(d).await?;
+        tables[i] = serde_json::to_string(cx.snapshot.table(d)?)?;
+        layouts[i] = t.layout().await?;
+        read.push(t);
+    }
+    if crate::index::coverage::rows(&layouts[0]) == 0 {
+        return Ok(None);
+    }
+    let basis = Basis { tables, layouts };
+    let name = adjacency_file::digest(&basis);
+    if let Some(r) = read[0].graph_index()?
+        && r.basis == name
+        && cx.graph.store.exists(&r.file).await?
+    {
+        return Ok(None);
+    }
+    let from_ids = Arc::new(IdIndex::from_parts(
+        &stage::scan_strings(&read[1], ID).await?,
+    )?);
+    let to_ids = match from == to {
+        true => from_ids.clone(),
+        false => Arc::new(IdIndex::from_parts(
+            &stage::scan_strings(&read[2], ID).await?,
+        )?),
+    };
+    let src = stage::scan_strings(&read[0], SRC).await?;
+    let dst = stage::scan_strings(&read[0], DST).await?;
+    let (bytes, edges) = tokio::task::spawn_blocking(move || {
+        let g = GraphIndex::build(&src, &dst, &from_ids, &to_ids);
+        (adjacency_file::encode(&g, &basis), g.edges)
+    })
+    .await
+    .map_err(|e| OmniError::Storage(format!("the graph index build failed: {e}")))?;
+    let file = format!(
+        "_indexes/graph/{}-{}.adj",
+        def.table_key().replace(':', "-"),
+        crate::util::ulid::new_ulid()
+    );
+    cx.graph.store.put(&file, &bytes).await?;
+    let info = serde_json::json!({
+        "type": def.name, "kind": "graph", "rows": edges, "bytes": bytes.len(), "file": file,
+    });
+    Ok(Some((GraphIndexRef { file, basis: name }, info)))
 }
 
 /// Build one index from a table version and store its file.

@@ -3,6 +3,7 @@
 
 mod common;
 
+mod adjacency;
 mod bad_input;
 mod blobs;
 mod branches;

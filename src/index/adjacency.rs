@@ -1,0 +1,466 @@
+//! An edge type's adjacency as data: CSR (out) and CSC (in) with the edge
+//! row of every entry, over the dense numbering of its endpoint tables
+//! ([`IdIndex`]: a node's number is its position in its table's scan
+//! order). Built from one version's rows, or carried to a later version by
+//! the rows that changed since ([`Graph::overlay`], [`merge`]), so a small
+//! write costs its delta rather than a rebuild. Its arrays live on the heap
+//! or in a mapped file (`adjacency_file`); either way they never change.
+
+use std::ops::{Deref, Range};
+use std::sync::Arc;
+
+use arrow_array::{Array, StringArray};
+
+use super::coverage::Coverage;
+use crate::util::idindex::{ABSENT, IdIndex};
+
+/// Fresh edges up to this many ride beside their base as an overlay;
+/// past it the delta is merged into a new base, so lookups stay two ranges.
+pub const OVERLAY_EDGES_MAX: usize = 65_536;
+
+/// Node rows that moved since the base (updated or deleted) up to this many
+/// are found again by id; past it a merge reads more than a rebuild.
+pub const MOVED_NODES_MAX: usize = 100_000;
+
+/// `u32`s that never change: a vector's, or a stretch of a mapped file.
+pub struct Words {
+    ptr: *const u32,
+    len: usize,
+    _keep: Arc<dyn Send + Sync>,
+}
+
+// SAFETY: the words are immutable for as long as `_keep` holds their
+// storage (a vector never pushed to again, or a read-only mapping).
+unsafe impl Send for Words {}
+unsafe impl Sync for Words {}
+
+impl Words {
+    /// `len` words at byte `at` of `map`. `None` when they do not fit or
+    /// are not aligned.
+    pub fn mapped(map: &Arc<memmap2::Mmap>, at: usize, len: usize) -> Option<Self> {
+        let end = at.checked_add(len.checked_mul(4)?)?;
+        if end > map.len() || !(map.as_ptr() as usize + at).is_multiple_of(4) {
+            return None;
+        }
+        Some(Self {
+            // SAFETY: `at..end` lies inside the mapping (checked above).
+            ptr: unsafe { map.as_ptr().add(at) } as *const u32,
+            len,
+            _keep: map.clone(),
+        })
+    }
+}
+
+impl From<Vec<u32>> for Words {
+    fn from(v: Vec<u32>) -> Self {
+        let v = Arc::new(v);
+        Self {
+            ptr: v.as_ptr(),
+            len: v.len(),
+            _keep: v,
+        }
+    }
+}
+
+impl Deref for Words {
+    type Target = [u32];
+    #[inline]
+    fn deref(&self) -> &[u32] {
+        // SAFETY: `ptr..ptr+len` is aligned, inside storage `_keep` holds,
+        // and nothing writes it (see the type).
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+/// One direction of adjacency: for node `n`, entries `offsets[n]..offsets[n+1]`
+/// of `targets` (dense node index) and `edges` (edge row). `offsets` has
+/// two entries past the last node: the dangling bucket's end.
+pub struct Adjacency {
+    pub offsets: Words,
+    pub targets: Words,
+    pub edges: Words,
+}
+
+impl Adjacency {
+    /// From `(source, destination)` per edge row, over `nodes` nodes;
+    /// `reverse` indexes by destination instead; edge row `i` of `pairs`
+    /// is `first_row + i`. A dangling edge (an [`ABSENT`] end) goes into one
+    /// extra bucket past the last node, which no lookup reads, so it can
+    /// never be followed.
+    fn build(nodes: usize, pairs: &[(u32, u32)], reverse: bool, first_row: u32) -> Self {
+        let aim = |&(a, b): &(u32, u32)| match (a == ABSENT || b == ABSENT, reverse) {
+            (true, _) => (nodes as u32, 0),
+            (false, false) => (a, b),
+            (false, true) => (b, a),
+        };
+        let n = nodes + 1;
+        let mut offsets = vec![0u32; n + 1];
+        for p in pairs {
+            offsets[aim(p).0 as usize + 1] += 1;
+        }
+        for i in 0..n {
+            offsets[i + 1] += offsets[i];
+        }
+        let mut fill = offsets.clone();
+        let mut targets = vec![0u32; pairs.len()];
+        let mut edges = vec![0u32; pairs.len()];
+        // `pairs` is indexed by edge row, so entries stay in edge-row order.
+        for (row, p) in pairs.iter().enumerate() {
+            let (from, to) = aim(p);
+            let at = fill[from as usize] as usize;
+            targets[at] = to;
+            edges[at] = first_row + row as u32;
+            fill[from as usize] += 1;
+        }
+        Self {
+            offsets: offsets.into(),
+            targets: targets.into(),
+            edges: edges.into(),
+        }
+    }
+
+    /// How many nodes this side indexes.
+    #[inline]
+    pub fn nodes(&self) -> usize {
+        self.offsets.len() - 2
+    }
+
+    /// The entries of node `n`; none for a node past the ones indexed (a
+    /// node added after this adjacency was built).
+    #[inline]
+    pub fn range(&self, n: u32) -> Range<usize> {
+        if n as usize >= self.nodes() {
+            return 0..0;
+        }
+        self.offsets[n as usize] as usize..self.offsets[n as usize + 1] as usize
+    }
+
+    fn bytes(&self) -> usize {
+        (self.offsets.len() + self.targets.len() + self.edges.len()) * 4
+    }
+}
+
+/// CSR (out) and CSC (in) adjacency of one edge type at one version.
+pub struct GraphIndex {
+    pub out: Adjacency,
+    pub inn: Adjacency,
+    /// Edge rows whose endpoint is missing from the node tables (dangling).
+    pub skipped: usize,
+    pub edges: usize,
+}
+
+impl GraphIndex {
+    /// Build from the edge table's `src`/`dst` columns (in scan order) and
+    /// the endpoint node tables. Lookups run on two cores.
+    pub fn build(
+        src: &[StringArray],
+        dst: &[StringArray],
+        from: &Arc<IdIndex>,
+        to: &Arc<IdIndex>,
+    ) -> Self {
+        let pairs = resolve(src, dst, from, to);
+        Self::from_pairs(from.len(), to.len(), &pairs, 0)
+    }
+
+    /// From `(source, destination)` per edge row (see [`Adjacency::build`]).
+    pub fn from_pairs(
+        nodes_from: usize,
+        nodes_to: usize,
+        pairs: &[(u32, u32)],
+        first_row: u32,
+    ) -> Self {
+        let skipped = pairs
+            .iter()
+            .filter(|(a, b)| *a == ABSENT || *b == ABSENT)
+            .count();
+        Self {
+            out: Adjacency::build(nodes_from, pairs, false, first_row),
+            inn: Adjacency::build(nodes_to, pairs, true, first_row),
+            skipped,
+            edges: pairs.len(),
+        }
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.out.bytes() + self.inn.bytes()
+    }
+
+    /// Every edge row's `(source, destination)`, [`ABSENT`] for a dangling
+    /// edge's (whose ends this index no longer knows).
+    fn pairs(&self) -> Vec<(u32, u32)> {
+        let mut pairs = vec![(ABSENT, ABSENT); self.edges];
+        for s in 0..self.out.nodes() as u32 {
+            for i in self.out.range(s) {
+                pairs[self.out.edges[i] as usize] = (s, self.out.targets[i]);
+            }
+        }
+        pairs
+    }
+}
+
+/// The dense `(source, destination)` of each edge, in order; [`ABSENT`]
+/// where an id is not a node.
+pub fn resolve(
+    src: &[StringArray],
+    dst: &[StringArray],
+    from: &IdIndex,
+    to: &IdIndex,
+) -> Vec<(u32, u32)> {
+    let total: usize = src.iter().map(|a| a.len()).sum();
+    let mut starts = Vec::with_capacity(src.len());
+    let mut acc = 0;
+    for a in src {
+        starts.push(acc);
+        acc += a.len();
+    }
+    let mut pairs = vec![(ABSENT, ABSENT); total];
+    let work = |range: Range<usize>, out: &mut [(u32, u32)], base: usize| {
+        let (mut s_at, mut d_at) = (Vec::new(), Vec::new());
+        for b in range {
+            s_at.clear();
+            d_at.clear();
+            from.lookup_all(&src[b], &mut s_at);
+            to.lookup_all(&dst[b], &mut d_at);
+            let at = starts[b] - base;
+            for (i, pair) in s_at.iter().zip(&d_at).enumerate() {
+                out[at + i] = (*pair.0, *pair.1);
+            }
+        }
+    };
+    let nb = src.len();
+    if nb > 1 {
+        let half = nb / 2;
+        let split = starts[half];
+        let (left, right) = pairs.split_at_mut(split);
+        std::thread::scope(|s| {
+            s.spawn(|| work(0..half, left, 0));
+            work(half..nb, right, split);
+        });
+    } else {
+        work(0..nb, &mut pairs, 0);
+    }
+    pairs
+}
+
+/// What a traversal reads: a base adjacency, and the edges added since it
+/// was built when they are few (numbered after the base's edge rows, over
+/// node numberings that extend the base's).
+pub struct Graph {
+    pub base: Arc<GraphIndex>,
+    pub added: Option<GraphIndex>,
+}
+
+impl Graph {
+    pub fn whole(base: Arc<GraphIndex>) -> Self {
+        Self { base, added: None }
+    }
+
+    /// `base` with the edges appended since: `pairs` are the new edge rows
+    /// (from the base's last row on), resolved over today's nodes.
+    pub fn overlay(
+        base: Arc<GraphIndex>,
+        nodes_from: usize,
+        nodes_to: usize,
+        pairs: &[(u32, u32)],
+    ) -> Self {
+        let first = base.edges as u32;
+        let added = GraphIndex::from_pairs(nodes_from, nodes_to, pairs, first);
+        Self {
+            base,
+            added: Some(added),
+        }
+    }
+
+    pub fn out(&self) -> Side<'_> {
+        Side {
+            base: &self.base.out,
+            added: self.added.as_ref().map(|a| &a.out),
+        }
+    }
+
+    pub fn inn(&self) -> Side<'_> {
+        Side {
+            base: &self.base.inn,
+            added: self.added.as_ref().map(|a| &a.inn),
+        }
+    }
+
+    pub fn edges(&self) -> usize {
+        self.base.edges + self.added.as_ref().map_or(0, |a| a.edges)
+    }
+
+    /// Heap bytes, the base's counted once per holder (a mapped file counts
+    /// too: its pages are what a traversal touches).
+    pub fn bytes(&self) -> usize {
+        self.base.bytes() + self.added.as_ref().map_or(0, |a| a.bytes())
+    }
+}
+
+/// One direction of a [`Graph`].
+#[derive(Clone, Copy)]
+pub struct Side<'a> {
+    base: &'a Adjacency,
+    added: Option<&'a Adjacency>,
+}
+
+impl<'a> Side<'a> {
+    fn added_range(self, n: u32) -> Range<usize> {
+        self.added.map_or(0..0, |a| a.range(n))
+    }
+
+    /// The nodes `n` reaches, one per edge.
+    #[inline]
+    pub fn targets(self, n: u32) -> impl Iterator<Item = u32> + 'a {
+        let (b, a) = (self.base, self.added);
+        let added = self.added_range(n);
+        b.range(n)
+            .map(move |i| b.targets[i])
+            .chain(added.map(move |i| a.expect("an added range").targets[i]))
+    }
+
+    /// `(edge row, node reached)` of each edge of `n`.
+    #[inline]
+    pub fn entries(self, n: u32) -> impl Iterator<Item = (u32, u32)> + 'a {
+        let (b, a) = (self.base, self.added);
+        let added = self.added_range(n);
+        b.range(n)
+            .map(move |i| (b.edges[i], b.targets[i]))
+            .chain(added.map(move |i| {
+                let a = a.expect("an added range");
+                (a.edges[i], a.targets[i])
+            }))
+    }
+}
+
+/// Where each base position of a table is now ([`ABSENT`]: gone): the
+/// documents of a [`Coverage`], with node rows that moved found again by id.
+pub fn positions(c: &Coverage, found: impl Fn(usize) -> u32) -> Vec<u32> {
+    c.doc_row
+        .iter()
+        .enumerate()
+        .map(|(d, r)| r.unwrap_or_else(|| found(d)))
+        .collect()
+}
+
+/// Does every base row keep its position (rows were only appended)?
+pub fn extends(c: &Coverage) -> bool {
+    c.doc_row
+        .iter()
+        .enumerate()
+        .all(|(d, r)| *r == Some(d as u32))
+}
+
+/// A new base for today's rows: `base`'s edges moved to where their rows
+/// and ends are now (`from`, `to`, `edges`: per base position, see
+/// [`positions`]), plus the fresh edge rows `fresh` (ascending today's
+/// rows, with their ends resolved today).
+pub fn merge(
+    base: &GraphIndex,
+    (from, to, edges): (&[u32], &[u32], &[u32]),
+    fresh: (&[u32], &[(u32, u32)]),
+    (nodes_from, nodes_to, rows): (usize, usize, usize),
+) -> GraphIndex {
+    let map = |m: &[u32], n: u32| {
+        if n == ABSENT { ABSENT } else { m[n as usize] }
+    };
+    let mut pairs = vec![(ABSENT, ABSENT); rows];
+    for (row, (s, d)) in base.pairs().into_iter().enumerate() {
+        let now = edges[row];
+        if now != ABSENT {
+            pairs[now as usize] = (map(from, s), map(to, d));
+        }
+    }
+    for (&row, &p) in fresh.0.iter().zip(fresh.1) {
+        pairs[row as usize] = p;
+    }
+    GraphIndex::from_pairs(nodes_from, nodes_to, &pairs, 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::index::coverage::{FragmentRows, cover};
+
+    fn targets(s: Side<'_>, n: u32) -> Vec<u32> {
+        s.targets(n).collect()
+    }
+
+    #[test]
+    fn ids_and_adjacency() {
+        let nodes = Arc::new(IdIndex::new(StringArray::from(vec!["a", "b", "c"])));
+        assert_eq!(nodes.get("c"), Some(2));
+        assert_eq!(nodes.get("z"), None);
+        let src = vec![
+            StringArray::from(vec!["a", "a"]),
+            StringArray::from(vec!["b", "x"]),
+        ];
+        let dst = vec![
+            StringArray::from(vec!["b", "c"]),
+            StringArray::from(vec!["c", "a"]),
+        ];
+        let g = Graph::whole(Arc::new(GraphIndex::build(&src, &dst, &nodes, &nodes)));
+        assert_eq!(g.base.skipped, 1);
+        assert_eq!(targets(g.out(), 0), vec![1, 2]);
+        assert_eq!(targets(g.inn(), 2), vec![0, 1]);
+        let edge_rows: Vec<u32> = g.inn().entries(2).map(|e| e.0).collect();
+        assert_eq!(edge_rows, vec![1, 2]);
+        // The dangling bucket sits at position 3: no lookup reaches it.
+        assert!(targets(g.out(), 3).is_empty());
+    }
+
+    #[test]
+    fn an_overlay_answers_as_a_rebuild_of_all_the_edges() {
+        // Base: 3 nodes, edges a->b, b->c. Since: node d, edges c->d, a->d.
+        let base = GraphIndex::from_pairs(3, 3, &[(0, 1), (1, 2)], 0);
+        let g = Graph::overlay(Arc::new(base), 4, 4, &[(2, 3), (0, 3)]);
+        let whole = GraphIndex::from_pairs(4, 4, &[(0, 1), (1, 2), (2, 3), (0, 3)], 0);
+        let whole = Graph::whole(Arc::new(whole));
+        for n in 0..4 {
+            for (a, b) in [(g.out(), whole.out()), (g.inn(), whole.inn())] {
+                let mut x: Vec<_> = a.entries(n).collect();
+                let mut y: Vec<_> = b.entries(n).collect();
+                x.sort_unstable();
+                y.sort_unstable();
+                assert_eq!(x, y, "node {n}");
+            }
+        }
+        assert_eq!(g.edges(), 4);
+    }
+
+    fn frag(id: u64, physical: u32, deleted: &[u32]) -> FragmentRows {
+        FragmentRows {
+            id,
+            files: format!("f{id}"),
+            physical,
+            deleted: deleted.to_vec(),
+        }
+    }
+
+    #[test]
+    fn a_merge_moves_edges_to_their_rows_and_ends_today() {
+        // Nodes a b c (one fragment); b is updated: deleted at offset 1 and
+        // written again in fragment 2, so today a=0 c=1 b=2.
+        let nodes_then = vec![frag(1, 3, &[])];
+        let nodes_now = vec![frag(1, 3, &[1]), frag(2, 1, &[])];
+        // Edges a->b, b->c, c->a; the second is deleted, one edge c->b added.
+        let edges_then = vec![frag(5, 3, &[])];
+        let edges_now = vec![frag(5, 3, &[1]), frag(6, 1, &[])];
+        let base = GraphIndex::from_pairs(3, 3, &[(0, 1), (1, 2), (2, 0)], 0);
+        let nc = cover(&nodes_then, &nodes_now);
+        assert!(!extends(&nc));
+        // Base node 1 ("b") is found again at today's row 2.
+        let nodes = positions(&nc, |d| if d == 1 { 2 } else { ABSENT });
+        let ec = cover(&edges_then, &edges_now);
+        let edges = positions(&ec, |_| ABSENT);
+        let fresh_pairs = [(1, 2)];
+        let m = merge(
+            &base,
+            (&nodes, &nodes, &edges),
+            (&ec.fresh, &fresh_pairs),
+            (3, 3, ec.rows),
+        );
+        let want = GraphIndex::from_pairs(3, 3, &[(0, 2), (1, 0), (1, 2)], 0);
+        assert_eq!(m.pairs(), want.pairs());
+        assert_eq!(m.skipped, 0);
+    }
+}

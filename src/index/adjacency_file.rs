@@ -1,0 +1,234 @@
+//! The persisted form of an edge type's adjacency, opened without parsing:
+//! an 8-byte header length, a header (the three table versions it was built
+//! from and their row layouts, the counts, the arrays' lengths and their
+//! XXH3; checked like any index file), then the six `u32` arrays raw and
+//! little-endian at 8-byte alignment, so a mapping of the file is the index.
+//! Verified whole on open: a file whose bytes or shape are wrong is refused.
+
+use std::sync::Arc;
+
+use xxhash_rust::xxh3::xxh3_64;
+
+use super::adjacency::{Adjacency, GraphIndex, Words};
+use super::codec::{Decoder, Encoder};
+use super::coverage::{self, Layout};
+use crate::error::{OmniError, Result};
+
+const MAGIC: &[u8; 4] = b"OADJ";
+
+/// What an adjacency was built from: the edge table and its two endpoint
+/// tables (in that order), each as storage names its version (a JSON
+/// `TableRef`), with the rows of that version ([`Layout`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Basis {
+    pub tables: [String; 3],
+    pub layouts: [Layout; 3],
+}
+
+/// An edge table version's record of its persisted graph index (in the
+/// table's metadata, so forks and later versions find it): the file, and a
+/// name for the rows it was built from ([`digest`]). Later versions reuse
+/// it for the rows they still share with it (see `index::adjacency`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct GraphIndexRef {
+    /// Relative to the graph's root.
+    pub file: String,
+    pub basis: String,
+}
+
+/// A name for the rows of a basis: every row of its three layouts,
+/// deletions included. Versions that change no row (an index build, a
+/// record) keep the name, so an optimize after one builds nothing again.
+pub fn digest(basis: &Basis) -> String {
+    let mut e = Encoder::new(MAGIC);
+    for l in &basis.layouts {
+        coverage::encode(l, &mut e);
+    }
+    crate::util::hash::sha256_hex(&e.finish(), 16)
+}
+
+fn align8(n: usize) -> usize {
+    n.div_ceil(8) * 8
+}
+
+fn arrays(g: &GraphIndex) -> [&[u32]; 6] {
+    [
+        &g.out.offsets,
+        &g.out.targets,
+        &g.out.edges,
+        &g.inn.offsets,
+        &g.inn.targets,
+        &g.inn.edges,
+    ]
+}
+
+pub fn encode(g: &GraphIndex, basis: &Basis) -> Vec<u8> {
+    let body_len: usize = arrays(g).iter().map(|a| a.len() * 4).sum();
+    let mut body = Vec::with_capacity(body_len);
+    for a in arrays(g) {
+        for w in a {
+            body.extend_from_slice(&w.to_le_bytes());
+        }
+    }
+    let mut e = Encoder::new(MAGIC);
+    for (t, l) in basis.tables.iter().zip(&basis.layouts) {
+        e.str(t);
+        coverage::encode(l, &mut e);
+    }
+    e.u64(g.skipped as u64);
+    e.u64(g.edges as u64);
+    for a in arrays(g) {
+        e.u64(a.len() as u64);
+    }
+    e.u64(xxh3_64(&body));
+    let header = e.finish();
+    let start = align8(8 + header.len());
+    let mut out = Vec::with_capacity(start + body.len());
+    out.extend_from_slice(&(header.len() as u64).to_le_bytes());
+    out.extend_from_slice(&header);
+    out.resize(start, 0);
+    out.extend_from_slice(&body);
+    out
+}
+
+/// The adjacency in `map` (a whole file), and what it was built from.
+/// `what` names the file in errors.
+pub fn decode(map: Arc<memmap2::Mmap>, what: &str) -> Result<(GraphIndex, Basis)> {
+    let bad = |why: &str| OmniError::Storage(format!("graph index {what} cannot be read: {why}"));
+    if !cfg!(target_endian = "little") {
+        return Err(bad("this machine is not little-endian"));
+    }
+    let len = u64::from_le_bytes(
+        map.get(..8)
+            .ok_or_else(|| bad("shorter than its header"))?
+            .try_into()
+            .expect("8"),
+    ) as usize;
+    let header = map
+        .get(8..8usize.saturating_add(len))
+        .ok_or_else(|| bad("shorter than its header"))?;
+    let mut d = Decoder::new(header, MAGIC, what)?;
+    let mut tables: [String; 3] = Default::default();
+    let mut layouts: [Layout; 3] = Default::default();
+    for i in 0..3 {
+        tables[i] = d.str()?.to_string();
+        layouts[i] = coverage::decode(&mut d)?;
+    }
+    let skipped = d.u64()? as usize;
+    let edges = d.u64()? as usize;
+    let mut lens = [0usize; 6];
+    for l in &mut lens {
+        *l = d.u64()? as usize;
+    }
+    let digest = d.u64()?;
+    d.end()?;
+    let start = align8(8 + len);
+    let body = map
+        .get(start..)
+        .ok_or_else(|| bad("its arrays are missing"))?;
+    if lens.iter().map(|l| l * 4).sum::<usize>() != body.len() {
+        return Err(bad("its arrays are not the length its header says"));
+    }
+    if xxh3_64(body) != digest {
+        return Err(bad("its checksum does not match"));
+    }
+    let mut at = start;
+    let mut words = lens.map(|l| {
+        let w = Words::mapped(&map, at, l);
+        at += l * 4;
+        w
+    });
+    let mut take = |i: usize| {
+        words[i]
+            .take()
+            .ok_or_else(|| bad("its arrays are misaligned"))
+    };
+    let side = |offsets: Words, targets: Words, edges_w: Words, nodes: usize| {
+        let ok = offsets.len() == nodes + 2
+            && offsets[0] == 0
+            && offsets.windows(2).all(|w| w[0] <= w[1])
+            && offsets[nodes + 1] as usize == edges
+            && targets.len() == edges
+            && edges_w.len() == edges;
+        ok.then_some(Adjacency {
+            offsets,
+            targets,
+            edges: edges_w,
+        })
+        .ok_or_else(|| bad("its arrays do not fit its tables"))
+    };
+    let rows = |l: &Layout| coverage::rows(l);
+    let out = side(take(0)?, take(1)?, take(2)?, rows(&layouts[1]))?;
+    let inn = side(take(3)?, take(4)?, take(5)?, rows(&layouts[2]))?;
+    if edges != rows(&layouts[0]) {
+        return Err(bad("its edge count is not its edge table's"));
+    }
+    Ok((
+        GraphIndex {
+            out,
+            inn,
+            skipped,
+            edges,
+        },
+        Basis { tables, layouts },
+    ))
+}
+
+/// Bytes as a read-only mapping (a file read from object storage).
+pub fn anonymous(bytes: &[u8]) -> Result<Arc<memmap2::Mmap>> {
+    let mut m = memmap2::MmapMut::map_anon(bytes.len().max(1))
+        .map_err(|e| OmniError::Storage(format!("cannot map a graph index: {e}")))?;
+    m[..bytes.len()].copy_from_slice(bytes);
+    let m = m
+        .make_read_only()
+        .map_err(|e| OmniError::Storage(format!("cannot map a graph index: {e}")))?;
+    Ok(Arc::new(m))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::index::coverage::FragmentRows;
+
+    fn sample() -> (GraphIndex, Basis) {
+        let g = GraphIndex::from_pairs(3, 3, &[(0, 1), (1, 2), (2, u32::MAX)], 0);
+        let frag = |n| FragmentRows {
+            id: 1,
+            files: "f".into(),
+            physical: n,
+            deleted: vec![],
+        };
+        let basis = Basis {
+            tables: ["e".into(), "n".into(), "n".into()],
+            layouts: [vec![frag(3)], vec![frag(3)], vec![frag(3)]],
+        };
+        (g, basis)
+    }
+
+    #[test]
+    fn round_trips_through_a_mapping_and_refuses_damage() {
+        let (g, basis) = sample();
+        let bytes = encode(&g, &basis);
+        let (back, b) = decode(anonymous(&bytes).unwrap(), "t").unwrap();
+        assert_eq!(b, basis);
+        assert_eq!(back.skipped, 1);
+        assert_eq!(&*back.out.targets, &*g.out.targets);
+        assert_eq!(&*back.inn.edges, &*g.inn.edges);
+        assert_eq!(&*back.inn.offsets, &*g.inn.offsets);
+        // One flipped bit in the arrays, or one byte short, is refused.
+        let mut flipped = bytes.clone();
+        *flipped.last_mut().unwrap() ^= 1;
+        let err = decode(anonymous(&flipped).unwrap(), "t").err().unwrap();
+        assert!(err.to_string().contains("checksum"), "{err}");
+        let short = &bytes[..bytes.len() - 1];
+        let err = decode(anonymous(short).unwrap(), "t").err().unwrap();
+        assert!(err.to_string().contains("not the length"), "{err}");
+        // A header naming another row count than the arrays hold.
+        let mut other = basis.clone();
+        other.layouts[1][0].physical = 4;
+        let err = decode(anonymous(&encode(&g, &other)).unwrap(), "t")
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("do not fit"), "{err}");
+    }
+}
