@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Cold query timings: one `omnigraph query` process per run (the OS page
 cache stays warm; the process, its runtime cache and graph index start empty).
-Usage: cold.py OMNIGRAPH_BIN GRAPH META_JSON [--repeats 3]"""
+Usage: cold.py OMNIGRAPH_BIN GRAPH META_JSON [--repeats 3] [--branch B]
+[--only q2_hub,q5,...]"""
 import json
 import os
 import statistics
@@ -10,7 +11,12 @@ import sys
 import time
 
 binary, graph, meta_path = sys.argv[1:4]
-repeats = int(sys.argv[sys.argv.index("--repeats") + 1]) if "--repeats" in sys.argv else 3
+def opt(name, default=None):
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
+
+repeats = int(opt("--repeats", 3))
+branch = opt("--branch", "main")
+only = opt("--only")
 meta = json.load(open(meta_path))
 hub, median = meta["start"]["hub"], meta["start"]["median"]
 gq = os.path.join(os.path.dirname(os.path.abspath(__file__)), "queries.gq")
@@ -23,7 +29,9 @@ variants = [
 print("| variant | cold median ms | runs |")
 print("|---|---|---|")
 for q, name, params in variants:
-    cmd = [binary, "query", "--store", graph, "--query", gq, q, "--format", "json"]
+    if only and name not in only.split(","):
+        continue
+    cmd = [binary, "query", "--store", graph, "--branch", branch, "--query", gq, q, "--format", "json"]
     if params:
         cmd += ["--params", json.dumps(params)]
     times = []

@@ -13,10 +13,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering as AtomicOrdering;
 use std::time::Instant;
 
-use arrow_array::Array;
+use arrow_array::{Array, StringArray};
 
 use super::cache::Key;
-use super::run::Ctx;
+use super::run::{Ctx, POINT_LOOKUPS_MAX};
 use crate::compiler::catalog::ID;
 use crate::compiler::query::ir::Dir;
 use crate::error::{OmniError, Result};
@@ -25,7 +25,7 @@ use crate::index::adjacency_file::{self, Basis};
 use crate::index::coverage::{self, Coverage, Layout};
 use crate::storage::manifest::TableRef;
 use crate::storage::stage;
-use crate::util::idindex::{ABSENT, IdIndex};
+use crate::util::idindex::ABSENT;
 
 /// A traversal from at most this many distinct sources may probe the edge
 /// table instead of building its index (see [`Ctx::one_hop_graph`]).
@@ -297,6 +297,9 @@ impl Ctx<'_> {
             self.layout(from).await?,
             self.layout(to).await?,
         ];
+        if (0..3).all(|i| b[i] == *now[i]) {
+            return Ok(Some((Graph::whole(base.graph.clone()), how)));
+        }
         let cov: Vec<Coverage> = (0..3).map(|i| coverage::cover(&b[i], &now[i])).collect();
         let (ce, cf, ct) = (&cov[0], &cov[1], &cov[2]);
         if ce.covered() * 2 < ce.rows.max(1) && ce.rows > 0 {
@@ -306,16 +309,10 @@ impl Ctx<'_> {
         if base.graph.skipped > 0 && nodes_grew {
             return Ok(None);
         }
-        let same = cov.iter().all(Coverage::is_identity);
-        if same {
-            return Ok(Some((Graph::whole(base.graph.clone()), how)));
-        }
         let moved = |c: &Coverage| c.doc_row.iter().filter(|r| r.is_none()).count();
         if moved(cf) + moved(ct) > MOVED_NODES_MAX {
             return Ok(None);
         }
-        let from_ids = self.node_ids(from).await?;
-        let to_ids = self.node_ids(to).await?;
         // The edge rows no base row stands for: the fragments it never saw.
         let seen: HashMap<u64, &str> = b[0].iter().map(|f| (f.id, f.files.as_str())).collect();
         let unseen: Vec<u64> = now[0]
@@ -326,7 +323,7 @@ impl Ctx<'_> {
         let edges_now = self.g.read_table(self.snap, e).await?;
         let src = edges_now.strings_of("src", &unseen).await?;
         let dst = edges_now.strings_of("dst", &unseen).await?;
-        let fresh = adjacency::resolve(&src, &dst, &from_ids, &to_ids);
+        let fresh = self.resolve((from, &src), (to, &dst)).await?;
         if fresh.len() != ce.fresh.len() {
             return Err(OmniError::Storage(format!(
                 "edge table {edge}: {} fresh rows read where its layout has {}",
@@ -342,9 +339,9 @@ impl Ctx<'_> {
         let to_map = if from == to {
             None
         } else {
-            Some(self.node_positions(&base.basis, 2, ct, &to_ids).await?)
+            Some(self.node_positions(&base.basis, 2, ct, to).await?)
         };
-        let from_map = self.node_positions(&base.basis, 1, cf, &from_ids).await?;
+        let from_map = self.node_positions(&base.basis, 1, cf, from).await?;
         let to_map = to_map.as_ref().unwrap_or(&from_map);
         let edge_map = adjacency::positions(ce, |_| ABSENT);
         let (g, fresh_rows) = (base.graph.clone(), ce.fresh.clone());
@@ -366,6 +363,35 @@ impl Ctx<'_> {
         Ok(Some((Graph::whole(merged), Source::Merged)))
     }
 
+    /// The dense `(source, destination)` of each edge (`ABSENT` where an
+    /// id is not a node): a few looked up one by one, many through the
+    /// types' id indexes.
+    async fn resolve(
+        &self,
+        (from, src): (&str, &[StringArray]),
+        (to, dst): (&str, &[StringArray]),
+    ) -> Result<Vec<(u32, u32)>> {
+        let rows: usize = src.iter().map(|a| a.len()).sum();
+        if rows * 2 > POINT_LOOKUPS_MAX {
+            let from_ids = self.node_ids(from).await?;
+            let to_ids = self.node_ids(to).await?;
+            return Ok(adjacency::resolve(src, dst, &from_ids, &to_ids));
+        }
+        fn flat(parts: &[StringArray]) -> Vec<&str> {
+            parts
+                .iter()
+                .flat_map(|a| (0..a.len()).map(move |i| a.value(i)))
+                .collect()
+        }
+        let s_at = self.positions(from, &flat(src)).await?;
+        let d_at = self.positions(to, &flat(dst)).await?;
+        Ok(s_at
+            .into_iter()
+            .zip(d_at)
+            .map(|(a, b)| (a.unwrap_or(ABSENT), b.unwrap_or(ABSENT)))
+            .collect())
+    }
+
     /// Where each node of the base's table `i` (1: from, 2: to) is today;
     /// a node whose row moved (an update rewrote it) is found again by id,
     /// read from the base's version of the table.
@@ -374,7 +400,7 @@ impl Ctx<'_> {
         basis: &Basis,
         i: usize,
         c: &Coverage,
-        today: &IdIndex,
+        type_name: &str,
     ) -> Result<Vec<u32>> {
         let moved: Vec<usize> = (0..c.doc_row.len())
             .filter(|&d| c.doc_row[d].is_none())
@@ -397,9 +423,10 @@ impl Ctx<'_> {
                 }
                 let rows = then.rows_at(f.id as u32, &offsets, &f.deleted).await?;
                 let ids = stage::string_column(&rows, ID)?;
-                for k in 0..ids.len() {
+                let names: Vec<&str> = (0..ids.len()).map(|k| ids.value(k)).collect();
+                for at in self.positions(type_name, &names).await? {
                     let doc = *d.next().expect("one document per located row");
-                    found.insert(doc, today.get(ids.value(k)).unwrap_or(ABSENT));
+                    found.insert(doc, at.unwrap_or(ABSENT));
                 }
             }
         }

@@ -47,6 +47,10 @@ impl QueryResult {
     }
 }
 
+/// A cold node type's ids are looked up one by one (see [`Ctx::positions`])
+/// up to this many; past it reading the whole id column is cheaper.
+pub(super) const POINT_LOOKUPS_MAX: usize = 4096;
+
 pub struct Ctx<'a> {
     pub g: &'a GraphStorage,
     pub snap: &'a Snapshot,
@@ -113,6 +117,55 @@ impl Ctx<'_> {
         let v = Arc::new(IdIndex::from_parts(&self.scan_strings(t, ID).await?)?);
         self.cache.put(key, v.clone(), v.bytes());
         Ok(v)
+    }
+
+    /// How many nodes a type has at this snapshot, without reading them.
+    pub(super) async fn node_count(&self, type_name: &str) -> Result<usize> {
+        if let Some(p) = self.point.get().filter(|p| p.type_name == type_name) {
+            return Ok(p.ids.len());
+        }
+        let t = self.def(type_name);
+        if let Some(v) = self.cache.get::<IdIndex>(&Key::Ids(self.phys(t)?)) {
+            return Ok(v.len());
+        }
+        Ok(crate::index::coverage::rows(&self.layout(type_name).await?))
+    }
+
+    /// The dense positions of some ids of a node type (`None`: no such
+    /// node). A warm type answers from its id index; a cold one looks the
+    /// few ids up in storage (through the `id` BTREE once `optimize` built
+    /// it) instead of reading its whole id column.
+    pub(super) async fn positions(
+        &self,
+        type_name: &str,
+        ids: &[&str],
+    ) -> Result<Vec<Option<u32>>> {
+        let t = self.def(type_name);
+        let point = self.point.get().filter(|p| p.type_name == type_name);
+        let known = match point {
+            Some(p) => Some(p.ids.clone()),
+            None => self.cache.get::<IdIndex>(&Key::Ids(self.phys(t)?)),
+        };
+        if let Some(v) = known {
+            return Ok(ids.iter().map(|id| v.get(id)).collect());
+        }
+        if ids.len() > POINT_LOOKUPS_MAX {
+            let v = self.node_ids(type_name).await?;
+            return Ok(ids.iter().map(|id| v.get(id)).collect());
+        }
+        let mut wanted: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        let table = self.g.read_table(self.snap, t).await?;
+        let layout = self.layout(type_name).await?;
+        let mut at = std::collections::HashMap::new();
+        for (id, addr) in table.addresses_of(ID, &wanted).await? {
+            let p = crate::index::coverage::position(&layout, addr >> 32, addr as u32);
+            if let Some(p) = p {
+                at.entry(id).or_insert(p);
+            }
+        }
+        Ok(ids.iter().map(|id| at.get(*id).copied()).collect())
     }
 
     pub(super) async fn scan_strings(&self, t: &TypeDef, column: &str) -> Result<Vec<StringArray>> {

@@ -38,12 +38,16 @@ impl Ctx<'_> {
             .cache
             .get::<crate::util::idindex::IdIndex>(&Key::Ids(self.phys(t)?))
             .is_some();
-        let ids = self.node_ids(type_name).await?;
         let active: Vec<&Pred> = filters.iter().filter(|p| self.active(p)).collect();
         // A key (or id) equality is a lookup, not a scan.
         let key_eq = super::point::key_lookup(self, t, &active);
         let (mut cands, rest): (Vec<u32>, Vec<Pred>) = if let Some((i, key)) = key_eq {
-            let found = key.and_then(|k| ids.get(&k)).into_iter().collect();
+            let found = match key {
+                Some(k) => self.positions(type_name, &[&k]).await?[0],
+                None => None,
+            }
+            .into_iter()
+            .collect();
             let rest = active
                 .iter()
                 .enumerate()
@@ -64,6 +68,7 @@ impl Ctx<'_> {
                     .filter(|p| !stored(p))
                     .map(|p| (*p).clone())
                     .collect();
+                let ids = self.node_ids(type_name).await?;
                 let ds = self.g.read_table(self.snap, t).await?;
                 let mut found = Vec::new();
                 let mut stream = scan::stream(&ds, &[ID], Some(&filter), None, false).await?;
@@ -79,7 +84,7 @@ impl Ctx<'_> {
                 (found, rest)
             } else {
                 (
-                    (0..ids.len() as u32).collect(),
+                    (0..self.node_count(type_name).await? as u32).collect(),
                     active.into_iter().cloned().collect(),
                 )
             }

@@ -32,10 +32,9 @@ impl Ctx<'_> {
         };
         let to_type = var_type(plan, *to).to_string();
         let n = self
-            .node_ids(&to_type)
+            .node_count(&to_type)
             .await?
-            .len()
-            .max(self.node_ids(var_type(plan, *from)).await?.len());
+            .max(self.node_count(var_type(plan, *from)).await?);
         let mut keep_rows = Vec::new();
         let mut new_to = Vec::new();
         let mut bfs = Bfs::new(n);

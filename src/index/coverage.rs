@@ -105,6 +105,23 @@ pub fn cover(built: &[FragmentRows], now: &[FragmentRows]) -> Coverage {
     }
 }
 
+/// The position in scan order of the row at `offset` of fragment
+/// `fragment`; `None` when the layout has no such live row.
+pub fn position(layout: &[FragmentRows], fragment: u64, offset: u32) -> Option<u32> {
+    let mut first = 0usize;
+    for f in layout {
+        if f.id == fragment {
+            if offset >= f.physical || f.deleted.binary_search(&offset).is_ok() {
+                return None;
+            }
+            let before = f.deleted.partition_point(|d| *d < offset);
+            return Some((first + offset as usize - before) as u32);
+        }
+        first += f.live();
+    }
+    None
+}
+
 /// Where documents `docs` (ascending) of a layout are: `(fragment id,
 /// physical offset)` each.
 pub fn locate(layout: &[FragmentRows], docs: &[usize]) -> Vec<(u64, u32)> {
@@ -183,6 +200,10 @@ mod tests {
         // Docs: 0 = f4 o1, 1 = f4 o2, 2 = f9 o0, 3 = f9 o1.
         assert_eq!(locate(&l, &[0, 2, 3]), [(4, 1), (9, 0), (9, 1)]);
         assert_eq!(locate(&l, &[]), []);
+        assert_eq!(position(&l, 9, 1), Some(3));
+        assert_eq!(position(&l, 4, 2), Some(1));
+        assert_eq!(position(&l, 4, 0), None, "deleted");
+        assert_eq!(position(&l, 7, 0), None, "no such fragment");
     }
 
     #[test]

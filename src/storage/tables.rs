@@ -126,6 +126,41 @@ impl Table {
         }
     }
 
+    /// The row address (fragment id << 32 | physical offset) of each row
+    /// whose string `column` is one of `values` (an indexed column's
+    /// BTREE answers it), with the value.
+    pub async fn addresses_of(
+        &self,
+        column: &str,
+        values: &[String],
+    ) -> Result<Vec<(String, u64)>> {
+        use arrow_array::cast::AsArray;
+        let mut out = Vec::new();
+        if values.is_empty() {
+            return Ok(out);
+        }
+        let list = values
+            .iter()
+            .map(|v| datafusion::prelude::lit(v.clone()))
+            .collect();
+        let mut scan = self.0.scan();
+        scan.project(&[column])?;
+        scan.filter_expr(datafusion::prelude::col(column).in_list(list, false));
+        scan.with_row_address();
+        let mut stream = scan.try_into_stream().await?;
+        while let Some(batch) = futures::TryStreamExt::try_next(&mut stream).await? {
+            let v = super::stage::string_column(&batch, column)?;
+            let addr = batch
+                .column_by_name(ROW_ADDR)
+                .ok_or_else(|| OmniError::Storage("a scan returned no row addresses".into()))?
+                .as_primitive::<arrow_array::types::UInt64Type>();
+            for i in 0..batch.num_rows() {
+                out.push((v.value(i).to_string(), addr.value(i)));
+            }
+        }
+        Ok(out)
+    }
+
     /// Every value of string `column` in the fragments `ids`, in that order
     /// (deleted rows left out).
     pub async fn strings_of(
@@ -170,6 +205,9 @@ impl Table {
         }
     }
 }
+
+/// Lance's row-address column, when a scan asks for it.
+const ROW_ADDR: &str = "_rowaddr";
 
 /// The table-metadata key of an edge table's persisted graph index.
 pub const GRAPH_INDEX_KEY: &str = "omnigraph.graph_index";

@@ -22,6 +22,7 @@ use std::time::Instant;
 use omnigraph::{LoadMode, Omnigraph};
 
 mod blob;
+mod delta;
 mod merge;
 mod schema;
 mod search;
@@ -723,6 +724,13 @@ fn main() {
                 .expect("usage: omnigraph-bench schema DIR [--repeats N]");
             rt.block_on(schema::run(dir, flag("--repeats", 2)));
         }
+        Some("delta") => {
+            let dir = args
+                .get(2)
+                .expect("usage: omnigraph-bench delta DIR --graph URI [--repeats N]");
+            let uri = opt("--graph").expect("--graph URI (an optimized graph)");
+            rt.block_on(delta::run(dir, &uri, flag("--repeats", 5)));
+        }
         Some("search") => {
             let dir = args
                 .get(2)
@@ -732,7 +740,7 @@ fn main() {
         }
         _ => {
             eprintln!(
-                "usage: omnigraph-bench (load DIR [--repeats N] | append [--n N] | processes [--writes N] | locks [--n N] | object-store URI [--n N] | queries DIR --graph URI [--repeats N] [--reference FILE] | merge DIR --graph URI [--sizes N,..] | search DIR --graph URI [--repeats N] | blob DIR [--mib N] [--repeats N] | schema DIR [--repeats N])"
+                "usage: omnigraph-bench (load DIR [--repeats N] | append [--n N] | processes [--writes N] | locks [--n N] | object-store URI [--n N] | queries DIR --graph URI [--repeats N] [--reference FILE] | merge DIR --graph URI [--sizes N,..] | search DIR --graph URI [--repeats N] | blob DIR [--mib N] [--repeats N] | schema DIR [--repeats N] | delta DIR --graph URI [--repeats N])"
             );
             std::process::exit(2);
         }

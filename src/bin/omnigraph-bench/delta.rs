@@ -1,0 +1,150 @@
+//! Traversals right after small writes, on a branch of an optimized social
+//! graph: q2..q5 with no write before them, then after a one-edge insert, a
+//! one-person update (a row that moves) and a 1,000-edge append. Each
+//! phase reports the first run after the write (the adjacency carried from
+//! its base: an overlay, or a merge) and the warm median after it.
+
+use std::time::Instant;
+
+use omnigraph::{LoadMode, Omnigraph, Target};
+use serde_json::{Value, json};
+
+use super::{QUERIES, percentile};
+
+struct Variant {
+    name: &'static str,
+    query: &'static str,
+    params: Value,
+}
+
+async fn time(g: &Omnigraph, at: &Target, v: &Variant) -> f64 {
+    let t0 = Instant::now();
+    g.query(at, QUERIES, v.query, &v.params)
+        .await
+        .expect("query");
+    t0.elapsed().as_secs_f64() * 1000.0
+}
+
+/// The first run and the warm median of each variant.
+async fn phase(
+    g: &Omnigraph,
+    at: &Target,
+    variants: &[Variant],
+    repeats: usize,
+) -> Vec<(f64, f64)> {
+    let mut out = Vec::new();
+    for v in variants {
+        let first = time(g, at, v).await;
+        let mut warm = Vec::new();
+        for _ in 0..repeats {
+            warm.push(time(g, at, v).await);
+        }
+        warm.sort_by(f64::total_cmp);
+        out.push((first, percentile(&warm, 0.5)));
+    }
+    out
+}
+
+pub async fn run(dir: &str, uri: &str, repeats: usize) {
+    let meta: Value = serde_json::from_str(
+        &std::fs::read_to_string(format!("{dir}/meta.json")).expect("meta.json"),
+    )
+    .expect("json");
+    let persons = meta["persons"].as_u64().unwrap_or(1_000_000);
+    let (hub, median) = (
+        meta["start"]["hub"].as_str().expect("hub").to_string(),
+        meta["start"]["median"]
+            .as_str()
+            .expect("median")
+            .to_string(),
+    );
+    let variants = [
+        Variant {
+            name: "q2_hub",
+            query: "q2",
+            params: json!({ "h": hub }),
+        },
+        Variant {
+            name: "q2_median",
+            query: "q2",
+            params: json!({ "h": median }),
+        },
+        Variant {
+            name: "q3_hub",
+            query: "q3",
+            params: json!({ "h": hub }),
+        },
+        Variant {
+            name: "q4_hub",
+            query: "q4",
+            params: json!({ "h": hub }),
+        },
+        Variant {
+            name: "q5",
+            query: "q5",
+            params: Value::Null,
+        },
+    ];
+    let g = Omnigraph::open(uri).await.expect("open");
+    let branch = format!("delta-{}", omnigraph::util::ulid::new_ulid().to_lowercase());
+    g.branch_create(&branch, "main").await.expect("branch");
+    let at = Target::Branch(branch.clone());
+    let mut phases = vec![("no write", phase(&g, &at, &variants, repeats).await)];
+
+    let one = format!(
+        "query m() {{ insert Knows {{ from: \"{median}\", to: \"{hub}\", since: 2026 }} }}"
+    );
+    g.mutate(&branch, &one, "m", &Value::Null)
+        .await
+        .expect("insert");
+    phases.push(("1 edge inserted", phase(&g, &at, &variants, repeats).await));
+
+    let update =
+        format!("query m() {{ update Person set {{ age: 77 }} where handle = \"{median}\" }}");
+    g.mutate(&branch, &update, "m", &Value::Null)
+        .await
+        .expect("update");
+    phases.push(("1 person updated", phase(&g, &at, &variants, repeats).await));
+
+    // 1,000 edges between persons spread over the table.
+    let mut lines = String::new();
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    for _ in 0..1000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let (a, b) = (x % persons, (x >> 20) % persons);
+        lines.push_str(&format!(
+            "{{\"edge\":\"Knows\",\"from\":\"p{a}\",\"to\":\"p{b}\",\"data\":{{\"since\":2026}}}}\n"
+        ));
+    }
+    g.load(&branch, &lines, LoadMode::Append)
+        .await
+        .expect("append");
+    phases.push((
+        "1,000 edges appended",
+        phase(&g, &at, &variants, repeats).await,
+    ));
+
+    print!("| variant |");
+    for (name, _) in &phases {
+        print!(" {name}: first / warm ms |");
+    }
+    println!();
+    println!("|---|{}", "---|".repeat(phases.len()));
+    for (i, v) in variants.iter().enumerate() {
+        print!("| {} |", v.name);
+        for (_, rows) in &phases {
+            print!(" {:.1} / {:.1} |", rows[i].0, rows[i].1);
+        }
+        println!();
+    }
+    let s = g.cache_stats();
+    println!(
+        "\nadjacency: {} opened, {} built, {} overlays, {} merges; branch {branch} left for the cold runs",
+        s["graph_index_opens"],
+        s["graph_index_builds"],
+        s["graph_index_overlays"],
+        s["graph_index_merges"]
+    );
+}
