@@ -896,8 +896,89 @@ impl Omnigraph {
             search: Default::default(),
             point: Default::default(),
             graphs: Default::default(),
+            profile: None,
         };
         run::run(&ctx, &plan).await
+    }
+
+    /// The steps `query` would run, with what each would read (pushed
+    /// filters, indexes, where each traversal's adjacency comes from),
+    /// without running them.
+    pub async fn explain(
+        &self,
+        target: &Target,
+        source: &str,
+        name: &str,
+        params: &serde_json::Value,
+    ) -> Result<Vec<crate::exec::explain::PlanStep>> {
+        self.explained(target, source, name, params, false)
+            .await
+            .map(|(_, steps)| steps)
+    }
+
+    /// Run `query`, measuring each step: the result, and the steps with the
+    /// rows each produced and the time it took.
+    pub async fn query_profiled(
+        &self,
+        target: &Target,
+        source: &str,
+        name: &str,
+        params: &serde_json::Value,
+    ) -> Result<(QueryResult, Vec<crate::exec::explain::PlanStep>)> {
+        let (r, steps) = self.explained(target, source, name, params, true).await?;
+        Ok((r.expect("a profiled run has a result"), steps))
+    }
+
+    async fn explained(
+        &self,
+        target: &Target,
+        source: &str,
+        name: &str,
+        params: &serde_json::Value,
+        run: bool,
+    ) -> Result<(Option<QueryResult>, Vec<crate::exec::explain::PlanStep>)> {
+        let file = parser::parse(source)?;
+        let decl = check::find(&file, name)?;
+        let snap = self.resolve(target).await?;
+        let plan = check::check(snap.catalog(), decl)?;
+        let values = params::bind_params(&plan, params)?;
+        let profile = crate::exec::explain::Profile::default();
+        let mut ctx = run::Ctx {
+            g: &self.inner.graph,
+            snap: &snap,
+            cache: &self.inner.cache,
+            params: &values,
+            now_ms: chrono::Utc::now().timestamp_millis(),
+            embed: &self.inner.embed,
+            search: Default::default(),
+            point: Default::default(),
+            graphs: Default::default(),
+            profile: None,
+        };
+        if !run {
+            return Ok((None, ctx.explain(&plan, None).await?));
+        }
+        ctx.profile = Some(&profile);
+        // The plan as it stood before the run (the run caches what it
+        // read, which would change what a later look says).
+        let before = ctx.explain(&plan, None).await?;
+        let started = std::time::Instant::now();
+        let result = run::run(&ctx, &plan).await?;
+        let total = started.elapsed().as_secs_f64() * 1000.0;
+        let mut steps = ctx.explain(&plan, Some(&profile)).await?;
+        for (s, b) in steps.iter_mut().zip(before) {
+            (s.detail, s.uses) = (b.detail, b.uses);
+        }
+        let ops: f64 = steps
+            .iter()
+            .filter(|s| s.depth == 0)
+            .filter_map(|s| s.ms)
+            .sum();
+        if let Some(last) = steps.last_mut() {
+            last.rows = Some(result.num_rows());
+            last.ms = Some((total - ops).max(0.0));
+        }
+        Ok((Some(result), steps))
     }
 
     /// The same as [`Self::query`] on `branch` as of graph manifest version `version`.

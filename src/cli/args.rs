@@ -177,6 +177,16 @@ pub struct Query {
     /// by kind, to stderr afterwards.
     #[arg(long, hide = true)]
     pub stats: bool,
+    /// Print the plan instead of running it: each step, the filters pushed
+    /// to storage, the indexes it reads and where each traversal's graph
+    /// index comes from (cached, persisted, delta, rebuilt). With
+    /// `--format json`, as a JSON array.
+    #[arg(long, conflicts_with = "profile")]
+    pub explain: bool,
+    /// Run the query and print the plan with each step's rows and time to
+    /// stderr after the result (the result is printed as usual).
+    #[arg(long)]
+    pub profile: bool,
 }
 
 #[derive(Args)]

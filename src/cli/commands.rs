@@ -358,20 +358,35 @@ async fn snapshot(a: Snapshot) -> Result<()> {
 async fn query(a: Query) -> Result<()> {
     let (uri, source, name, params) = query_inputs(a.input)?;
     let g = Omnigraph::open_read_only(&uri).await?;
-    let result = g
-        .query(
-            &target(a.branch, a.snapshot, a.version)?,
-            &source,
-            &name,
-            &params,
-        )
-        .await?;
+    let at = target(a.branch, a.snapshot, a.version)?;
+    let json = !matches!(a.format, omnigraph::exec::output::Format::Table);
+    if a.explain {
+        let steps = g.explain(&at, &source, &name, &params).await?;
+        match json {
+            true => print_json(&steps),
+            false => print!("{}", omnigraph::exec::explain::render(&steps)),
+        }
+        return Ok(());
+    }
+    let (result, steps) = match a.profile {
+        true => {
+            let (r, s) = g.query_profiled(&at, &source, &name, &params).await?;
+            (r, Some(s))
+        }
+        false => (g.query(&at, &source, &name, &params).await?, None),
+    };
     match a.format {
         omnigraph::exec::output::Format::Table => table::print_result(&result)?,
         f => {
             let mut out = std::io::BufWriter::new(std::io::stdout());
             omnigraph::exec::output::write(&result, f, &mut out)?;
             out.flush()?;
+        }
+    }
+    if let Some(steps) = steps {
+        match json {
+            true => eprintln!("{}", serde_json::to_string(&steps)?),
+            false => eprint!("{}", omnigraph::exec::explain::render(&steps)),
         }
     }
     if a.stats {

@@ -20,7 +20,7 @@ use super::run::{Ctx, POINT_LOOKUPS_MAX};
 use crate::compiler::catalog::ID;
 use crate::compiler::query::ir::Dir;
 use crate::error::{OmniError, Result};
-use crate::index::adjacency::{self, Graph, GraphIndex, MOVED_NODES_MAX, OVERLAY_EDGES_MAX};
+use crate::index::adjacency::{self, Carry, Graph, GraphIndex};
 use crate::index::adjacency_file::{self, Basis};
 use crate::index::coverage::{self, Coverage, Layout};
 use crate::storage::manifest::TableRef;
@@ -280,6 +280,65 @@ impl Ctx<'_> {
         }
     }
 
+    /// Where the rows `base` was built from are today (edge, source and
+    /// destination tables); `None` when today's rows are exactly those.
+    async fn coverage(&self, edge: &str, base: &Based) -> Result<Option<[Coverage; 3]>> {
+        let (from, to) = self.def(edge).endpoints().expect("edge");
+        let b = &base.basis.layouts;
+        let now = [
+            self.layout(edge).await?,
+            self.layout(from).await?,
+            self.layout(to).await?,
+        ];
+        if (0..3).all(|i| b[i] == *now[i]) {
+            return Ok(None);
+        }
+        Ok(Some([0, 1, 2].map(|i| coverage::cover(&b[i], &now[i]))))
+    }
+
+    /// What a traversal of `edge` would read now, without reading it (for
+    /// the plan): where its adjacency comes from.
+    pub(super) async fn graph_plan(&self, edge: &str, one_hop: bool) -> Result<String> {
+        if self.cache.get::<Graph>(&self.graph_key(edge)?).is_some() {
+            return Ok("cached".into());
+        }
+        let mut bases = Vec::new();
+        if let Some(b) = self.cache.get::<Based>(&self.base_key(edge)?) {
+            bases.push((b, "this process's base"));
+        }
+        if let Some(b) = self.persisted_graph(edge).await? {
+            bases.push((b, "persisted"));
+        }
+        for (base, name) in bases {
+            let carry = match self.coverage(edge, &base).await? {
+                None => Carry::Same,
+                Some([ce, cf, ct]) => adjacency::decide(base.graph.skipped, [&ce, &cf, &ct]),
+            };
+            match carry {
+                Carry::Same => return Ok(name.into()),
+                Carry::Overlay { fresh } => {
+                    return Ok(format!("{name} + delta ({fresh} new edges beside it)"));
+                }
+                Carry::Merge { fresh, moved } => {
+                    return Ok(format!(
+                        "{name} + delta (merged: {fresh} new edges, {moved} moved nodes)"
+                    ));
+                }
+                Carry::Rebuild => {}
+            }
+        }
+        let probed = self
+            .cache
+            .get::<()>(&Key::Probed(self.phys(self.def(edge))?))
+            .is_some();
+        Ok(match one_hop && !probed {
+            true => format!(
+                "rebuilt, or a probe of the sources' edges from at most {PROBE_SOURCES_MAX} sources"
+            ),
+            false => "rebuilt from a full edge scan".into(),
+        })
+    }
+
     /// Today's adjacency from `base` and the rows changed since it, or
     /// `None` when a rebuild is as cheap (most edges changed) or the only
     /// exact answer (dangling edges whose ends may exist now).
@@ -297,21 +356,15 @@ impl Ctx<'_> {
             self.layout(from).await?,
             self.layout(to).await?,
         ];
-        if (0..3).all(|i| b[i] == *now[i]) {
+        let Some(cov) = self.coverage(edge, base).await? else {
             return Ok(Some((Graph::whole(base.graph.clone()), how)));
-        }
-        let cov: Vec<Coverage> = (0..3).map(|i| coverage::cover(&b[i], &now[i])).collect();
+        };
         let (ce, cf, ct) = (&cov[0], &cov[1], &cov[2]);
-        if ce.covered() * 2 < ce.rows.max(1) && ce.rows > 0 {
-            return Ok(None);
-        }
-        let nodes_grew = !cf.fresh.is_empty() || !ct.fresh.is_empty();
-        if base.graph.skipped > 0 && nodes_grew {
-            return Ok(None);
-        }
-        let moved = |c: &Coverage| c.doc_row.iter().filter(|r| r.is_none()).count();
-        if moved(cf) + moved(ct) > MOVED_NODES_MAX {
-            return Ok(None);
+        let carry = adjacency::decide(base.graph.skipped, [ce, cf, ct]);
+        match carry {
+            Carry::Same => return Ok(Some((Graph::whole(base.graph.clone()), how))),
+            Carry::Rebuild => return Ok(None),
+            Carry::Overlay { .. } | Carry::Merge { .. } => {}
         }
         // The edge rows no base row stands for: the fragments it never saw.
         let seen: HashMap<u64, &str> = b[0].iter().map(|f| (f.id, f.files.as_str())).collect();
@@ -331,8 +384,7 @@ impl Ctx<'_> {
                 ce.fresh.len()
             )));
         }
-        let appended = cov.iter().all(adjacency::extends);
-        if appended && fresh.len() <= OVERLAY_EDGES_MAX {
+        if let Carry::Overlay { .. } = carry {
             let g = Graph::overlay(base.graph.clone(), cf.rows, ct.rows, &fresh);
             return Ok(Some((g, Source::Overlay)));
         }

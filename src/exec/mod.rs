@@ -7,6 +7,7 @@ mod antijoin;
 pub mod blob;
 pub mod cache;
 pub mod embed;
+pub mod explain;
 pub mod export;
 pub mod graph;
 mod order;

@@ -66,6 +66,8 @@ pub struct Ctx<'a> {
     pub point: std::sync::OnceLock<super::point::PointView>,
     /// Which adjacency each traversal read, in order (edge type, source).
     pub graphs: parking_lot::Mutex<Vec<(String, super::graph::Source)>>,
+    /// Set for a profiled run: what each operator produced and took.
+    pub profile: Option<&'a super::explain::Profile>,
 }
 
 #[derive(Clone)]
@@ -261,7 +263,11 @@ impl Ctx<'_> {
                 if frame.rows == 0 {
                     break;
                 }
+                let started = std::time::Instant::now();
                 frame = self.run_op(plan, op, frame).await?;
+                if let Some(p) = self.profile {
+                    p.record(op, frame.rows, started);
+                }
             }
             Ok(frame)
         })

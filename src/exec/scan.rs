@@ -253,7 +253,7 @@ impl Acc<'_> {
 
 /// Does memory evaluate `p` as storage would? Not on an F32 property:
 /// storage compares those in f32, memory in f64.
-fn in_memory(p: &Pred) -> bool {
+pub(super) fn in_memory(p: &Pred) -> bool {
     !matches!(
         (&p.left, &p.right),
         (
@@ -282,7 +282,7 @@ pub(super) fn pushdown(ctx: &Ctx, p: &Pred) -> Option<Filter> {
 /// `p` read as `property op expression`, the comparison flipped when the
 /// property is on the right (`None` when neither side is a property, or
 /// the property is the right side of `contains` or `starts_with`).
-fn property_vs(p: &Pred) -> Option<(&str, &PropType, &ValExpr, CmpOp)> {
+pub(super) fn property_vs(p: &Pred) -> Option<(&str, &PropType, &ValExpr, CmpOp)> {
     match (&p.left, &p.right) {
         (ValExpr::Prop { prop, ty, .. }, other) => Some((prop, ty, other, p.op)),
         (other, ValExpr::Prop { prop, ty, .. }) => {

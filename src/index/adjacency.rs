@@ -332,6 +332,48 @@ impl<'a> Side<'a> {
     }
 }
 
+/// How a base adjacency serves today's rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Carry {
+    /// Today's rows are the base's.
+    Same,
+    /// Rows were only appended: the base with `fresh` new edges beside it.
+    Overlay { fresh: usize },
+    /// A new base: the base's edges moved to today's rows, `moved` nodes
+    /// found again by id, `fresh` new edges resolved.
+    Merge { fresh: usize, moved: usize },
+    /// The base shares too little with today, or cannot be exact.
+    Rebuild,
+}
+
+/// The decision for a base with `skipped` dangling edges, from the
+/// coverage of its edge, source and destination tables onto today's.
+pub fn decide(skipped: usize, [edges, from, to]: [&Coverage; 3]) -> Carry {
+    let cov = [edges, from, to];
+    if cov.iter().all(|c| c.is_identity()) {
+        return Carry::Same;
+    }
+    // Most edges new: a merge reads as much as a build.
+    if edges.rows > 0 && edges.covered() * 2 < edges.rows {
+        return Carry::Rebuild;
+    }
+    // A dangling edge's end may be a node added since; only a build knows.
+    if skipped > 0 && (!from.fresh.is_empty() || !to.fresh.is_empty()) {
+        return Carry::Rebuild;
+    }
+    let moved = |c: &Coverage| c.doc_row.iter().filter(|r| r.is_none()).count();
+    let moved = moved(from) + moved(to);
+    if moved > MOVED_NODES_MAX {
+        return Carry::Rebuild;
+    }
+    let fresh = edges.fresh.len();
+    if cov.iter().all(|c| extends(c)) && fresh <= OVERLAY_EDGES_MAX {
+        Carry::Overlay { fresh }
+    } else {
+        Carry::Merge { fresh, moved }
+    }
+}
+
 /// Where each base position of a table is now ([`ABSENT`]: gone): the
 /// documents of a [`Coverage`], with node rows that moved found again by id.
 pub fn positions(c: &Coverage, found: impl Fn(usize) -> u32) -> Vec<u32> {

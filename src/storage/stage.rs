@@ -166,6 +166,16 @@ pub async fn stale_btrees(Table(ds): &Table, columns: &[String]) -> Result<Vec<S
         .collect())
 }
 
+/// The columns with a BTREE of ours (covering some fragments at least).
+pub async fn btree_columns(Table(ds): &Table) -> Result<Vec<String>> {
+    use lance::index::DatasetIndexExt;
+    let indices = ds.load_indices().await?;
+    Ok(indices
+        .iter()
+        .filter_map(|ix| ix.name.strip_prefix("omnigraph_btree_").map(str::to_string))
+        .collect())
+}
+
 /// Lance BTREEs on `columns` over every row, staged (their files written,
 /// unreferenced until committed), replacing older ones of the same name.
 /// Filters on those columns (key probes, inserts' id checks) then look

@@ -173,3 +173,138 @@ async fn a_persisted_graph_index_is_followed_only_for_the_rows_it_was_built_from
 async fn a_persisted_graph_index_on_s3_is_read_into_memory_and_checked_alike() {
     persisted_index_in(Place::s3()).await;
 }
+
+/// The step of `steps` whose operator is `op`.
+fn step<'a>(
+    steps: &'a [omnigraph::exec::explain::PlanStep],
+    op: &str,
+) -> &'a omnigraph::exec::explain::PlanStep {
+    steps
+        .iter()
+        .find(|s| s.op == op)
+        .unwrap_or_else(|| panic!("no {op} in {steps:?}"))
+}
+
+/// `--explain` names where each step's index and adjacency would come
+/// from, without running anything; `--profile` runs and adds each step's
+/// rows and time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_names_each_steps_source_and_profile_counts_its_rows() {
+    let place = Place::local();
+    let uri = place.uri("g.omni");
+    let g = Omnigraph::init(&uri, SCHEMA).await.unwrap();
+    g.load("main", &chain(10), LoadMode::Overwrite)
+        .await
+        .unwrap();
+    let explain = |g: Omnigraph| async move {
+        let steps = g
+            .explain(&Target::main(), REACH, "q", &Value::Null)
+            .await
+            .unwrap();
+        assert_eq!(
+            g.cache_stats()["graph_index_builds"],
+            json!(0),
+            "explain ran nothing"
+        );
+        steps
+    };
+    let steps = explain(Omnigraph::open(&uri).await.unwrap()).await;
+    let scan = step(&steps, "NodeScan");
+    assert_eq!(scan.detail, "$a: P, key lookup $a.name = \"p0\"");
+    assert_eq!(
+        scan.uses,
+        ["a filtered scan of id (no BTREE: run optimize)"]
+    );
+    assert_eq!(step(&steps, "Expand").detail, "$a k{1,3} $x");
+    assert_eq!(
+        step(&steps, "Expand").uses,
+        ["graph index of K: rebuilt from a full edge scan"]
+    );
+    assert_eq!(step(&steps, "Return").detail, "x.name, order x.name");
+    assert!(steps.iter().all(|s| s.rows.is_none() && s.ms.is_none()));
+
+    g.optimize("main").await.unwrap();
+    let steps = explain(Omnigraph::open(&uri).await.unwrap()).await;
+    assert_eq!(step(&steps, "NodeScan").uses, ["the id BTREE"]);
+    assert_eq!(step(&steps, "Expand").uses, ["graph index of K: persisted"]);
+    g.mutate(
+        "main",
+        "query m() { insert K { from: \"p0\", to: \"p9\" } }",
+        "m",
+        &Value::Null,
+    )
+    .await
+    .unwrap();
+    let steps = explain(Omnigraph::open(&uri).await.unwrap()).await;
+    assert_eq!(
+        step(&steps, "Expand").uses,
+        ["graph index of K: persisted + delta (1 new edges beside it)"]
+    );
+
+    // A profiled run: each step's rows; the plan as it stood before it.
+    let fresh = Omnigraph::open(&uri).await.unwrap();
+    let (r, steps) = fresh
+        .query_profiled(&Target::main(), REACH, "q", &Value::Null)
+        .await
+        .unwrap();
+    assert_eq!(r.num_rows(), 7);
+    let rows: Vec<(String, Option<usize>)> = steps.iter().map(|s| (s.op.clone(), s.rows)).collect();
+    assert_eq!(
+        rows,
+        [
+            ("NodeScan".to_string(), Some(1)),
+            ("Expand".to_string(), Some(7)),
+            ("Return".to_string(), Some(7)),
+        ]
+    );
+    assert!(steps.iter().all(|s| s.ms.is_some()), "{steps:?}");
+    assert_eq!(
+        step(&steps, "Expand").uses,
+        ["graph index of K: persisted + delta (1 new edges beside it)"]
+    );
+    // The same handle holds it now.
+    let steps = fresh
+        .explain(&Target::main(), REACH, "q", &Value::Null)
+        .await
+        .unwrap();
+    assert_eq!(step(&steps, "Expand").uses, ["graph index of K: cached"]);
+    assert_eq!(step(&steps, "NodeScan").uses, ["the cached id index"]);
+
+    // The CLI: --explain prints the plan (JSON with --format json) and no
+    // rows; --profile prints the rows on stdout and the plan on stderr.
+    let bin = env!("CARGO_BIN_EXE_omnigraph");
+    let run = |extra: &[&str]| {
+        let mut args = vec!["query", "--store", &uri, "-e", REACH];
+        args.extend_from_slice(extra);
+        let out = std::process::Command::new(bin)
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (
+            String::from_utf8(out.stdout).unwrap(),
+            String::from_utf8(out.stderr).unwrap(),
+        )
+    };
+    let (out, _) = run(&["--explain", "--format", "json"]);
+    let plan: Vec<Value> = serde_json::from_str(&out).unwrap();
+    assert_eq!(plan[1]["op"], "Expand");
+    assert_eq!(
+        plan[1]["uses"][0],
+        "graph index of K: persisted + delta (1 new edges beside it)"
+    );
+    let (out, _) = run(&["--explain"]);
+    assert!(
+        out.contains("Expand $a k{1,3} $x") && !out.contains("p9"),
+        "{out}"
+    );
+    let (out, err) = run(&["--profile", "--format", "json"]);
+    let result: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(result["rows"].as_array().unwrap().len(), 7);
+    let profile: Vec<Value> = serde_json::from_str(err.lines().last().unwrap()).unwrap();
+    assert_eq!(profile[1]["rows"], json!(7));
+}
