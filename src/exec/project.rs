@@ -1,5 +1,6 @@
-//! Projection: one output column per return expression, read from cached
-//! whole columns by position.
+//! Projection: one output column per return expression, read by position
+//! from cached whole columns, or (a few rows of a cold type) from just
+//! those rows in storage.
 
 use std::sync::Arc;
 
@@ -7,7 +8,8 @@ use arrow::compute::take;
 use arrow_array::{Array, ArrayRef, UInt32Array};
 use arrow_schema::{DataType, Field};
 
-use super::run::{Ctx, Frame, var_type};
+use super::cache::Key;
+use super::run::{Ctx, Frame, POINT_LOOKUPS_MAX, var_type};
 use crate::compiler::catalog::{ID, PropType};
 use crate::compiler::query::ir::{Plan, RetExpr, ValExpr};
 use crate::compiler::value::Value;
@@ -21,25 +23,22 @@ impl Ctx<'_> {
         frame: &Frame,
         e: &RetExpr,
     ) -> Result<ArrayRef> {
-        let idx = |var: usize| UInt32Array::from(frame.cols[var].clone().expect("bound"));
+        let at = |var: usize| frame.cols[var].as_deref().expect("bound");
         Ok(match e {
             RetExpr::Val(ValExpr::Prop { var, prop, .. }) => {
-                let arr = self.column(var_type(plan, *var), prop).await?;
-                take(arr.as_ref(), &idx(*var), None)?
+                self.column_at(var_type(plan, *var), prop, at(*var)).await?
             }
             RetExpr::Val(ValExpr::Id { var }) => {
-                let arr: ArrayRef = Arc::new(self.node_or_edge_ids(var_type(plan, *var)).await?);
-                take(arr.as_ref(), &idx(*var), None)?
+                self.ids_at(var_type(plan, *var), at(*var)).await?
             }
             RetExpr::Score(_) => unreachable!("a score needs its return's place (run.rs)"),
             RetExpr::Fused { .. } => unreachable!("a fusion ranks the whole result (run.rs)"),
             RetExpr::Val(other) => repeat(&self.const_of(other).unwrap_or(Value::Null), frame.rows),
             RetExpr::Node { var } => {
                 let t = self.def(var_type(plan, *var));
-                let indices = idx(*var);
+                let indices = at(*var);
                 let mut fields = vec![Field::new(ID, DataType::Utf8, false)];
-                let ids: ArrayRef = Arc::new(self.node_ids(&t.name).await?.ids.clone());
-                let mut arrays = vec![take(ids.as_ref(), &indices, None)?];
+                let mut arrays = vec![self.ids_at(&t.name, indices).await?];
                 // Through an interface, the node shows the interface's
                 // properties, in its order: every arm then has one shape.
                 let props: Vec<&crate::compiler::catalog::PropDef> =
@@ -55,9 +54,9 @@ impl Ctx<'_> {
                         None => t.properties.iter().collect(),
                     };
                 for p in props.into_iter().filter(|p| p.ty != PropType::Blob) {
-                    let arr = self.column(&t.name, &p.name).await?;
+                    let arr = self.column_at(&t.name, &p.name, indices).await?;
                     fields.push(Field::new(&p.name, arr.data_type().clone(), true));
-                    arrays.push(take(arr.as_ref(), &indices, None)?);
+                    arrays.push(arr);
                 }
                 Arc::new(arrow_array::StructArray::try_new(
                     fields.into(),
@@ -68,6 +67,55 @@ impl Ctx<'_> {
             RetExpr::Agg { .. } => unreachable!("aggregates are computed per group"),
         })
     }
+
+    /// The ids at `rows`: from a warm node type's id index, else read as
+    /// any column.
+    async fn ids_at(&self, type_name: &str, rows: &[u32]) -> Result<ArrayRef> {
+        let t = self.def(type_name);
+        let point = self.point.get().is_some_and(|p| p.type_name == type_name);
+        if !t.is_edge() && (point || self.ids_cached(t)?) {
+            let arr: ArrayRef = Arc::new(self.node_ids(type_name).await?.ids.clone());
+            return take_at(&arr, rows);
+        }
+        self.column_at(type_name, ID, rows).await
+    }
+
+    /// A column's values at `rows` (positions in scan order). From the
+    /// cached column when this process holds it (or a point read's rows);
+    /// a few rows of a cold column are read alone; otherwise the whole
+    /// column is read, cached, and taken from.
+    pub(super) async fn column_at(
+        &self,
+        type_name: &str,
+        column: &str,
+        rows: &[u32],
+    ) -> Result<ArrayRef> {
+        let point = self.point.get().is_some_and(|p| p.type_name == type_name);
+        let t = self.def(type_name);
+        let key = Key::Column(self.phys(t)?, column.to_string());
+        if point || rows.len() > POINT_LOOKUPS_MAX || self.cache.get::<ArrayRef>(&key).is_some() {
+            return take_at(&self.column(type_name, column).await?, rows);
+        }
+        let mut wanted: Vec<u32> = rows.to_vec();
+        wanted.sort_unstable();
+        wanted.dedup();
+        let table = self.g.read_table(self.snap, t).await?;
+        let got = table.take_positions(&wanted, column).await?;
+        let at: Vec<u32> = rows
+            .iter()
+            .map(|r| wanted.binary_search(r).expect("a wanted row") as u32)
+            .collect();
+        take_at(&got, &at)
+    }
+}
+
+/// `arr` at `rows`; the array itself when `rows` is every row in order
+/// (a whole-table scan), which copies nothing.
+pub(super) fn take_at(arr: &ArrayRef, rows: &[u32]) -> Result<ArrayRef> {
+    if rows.len() == arr.len() && rows.iter().enumerate().all(|(i, r)| *r as usize == i) {
+        return Ok(arr.clone());
+    }
+    Ok(take(arr.as_ref(), &UInt32Array::from(rows.to_vec()), None)?)
 }
 
 /// A constant repeated `n` times.

@@ -161,6 +161,22 @@ impl Table {
         Ok(out)
     }
 
+    /// One column at positions `rows` of the scan order (ascending, each
+    /// a live row), in that order.
+    pub async fn take_positions(
+        &self,
+        rows: &[u32],
+        column: &str,
+    ) -> Result<arrow_array::ArrayRef> {
+        let rows: Vec<u64> = rows.iter().map(|&r| r as u64).collect();
+        let projection = self.0.schema().project(&[column])?;
+        let batch = self.0.take(&rows, projection).await?;
+        batch
+            .column_by_name(column)
+            .cloned()
+            .ok_or_else(|| OmniError::Storage(format!("a take returned no column {column}")))
+    }
+
     /// Every value of string `column` in the fragments `ids`, in that order
     /// (deleted rows left out).
     pub async fn strings_of(
