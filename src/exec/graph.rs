@@ -147,6 +147,25 @@ impl Ctx<'_> {
         if let Some(g) = self.carried(edge, &key).await? {
             return Ok(g);
         }
+        self.build(edge, key).await
+    }
+
+    /// The adjacency for an edge binding, which reads edge rows: a file's
+    /// whose edge rows fail their check is replaced by a build.
+    pub(super) async fn graph_with_edge_rows(&self, edge: &str) -> Result<Arc<Graph>> {
+        let g = self.graph(edge).await?;
+        if g.edge_rows_sound() {
+            return Ok(g);
+        }
+        tracing::warn!(
+            edge,
+            "a graph index file's edge rows are damaged: built instead"
+        );
+        self.build(edge, self.graph_key(edge)?).await
+    }
+
+    /// Build the adjacency from a full edge scan, and cache it.
+    async fn build(&self, edge: &str, key: Key) -> Result<Arc<Graph>> {
         let e = self.def(edge);
         let (from, to) = e.endpoints().expect("edge");
         let from_ids = self.node_ids(from).await?;
@@ -364,6 +383,13 @@ impl Ctx<'_> {
         match carry {
             Carry::Same => return Ok(Some((Graph::whole(base.graph.clone()), how))),
             Carry::Rebuild => return Ok(None),
+            Carry::Merge { .. } if !base.graph.edge_rows_sound() => {
+                tracing::warn!(
+                    edge,
+                    "a graph index file's edge rows are damaged: not merged"
+                );
+                return Ok(None);
+            }
             Carry::Overlay { .. } | Carry::Merge { .. } => {}
         }
         // The edge rows no base row stands for: the fragments it never saw.

@@ -105,7 +105,7 @@ impl Ctx<'_> {
         else {
             unreachable!("expand_edge runs Op::ExpandEdge")
         };
-        let g = self.graph(edge).await?;
+        let g = self.graph_with_edge_rows(edge).await?;
         let to_type = var_type(plan, *to).to_string();
         let froms = frame.cols[*from].clone().expect("from is bound");
         let mut keep_rows = Vec::new();

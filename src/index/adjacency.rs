@@ -62,6 +62,15 @@ impl From<Vec<u32>> for Words {
     }
 }
 
+impl Words {
+    /// The words as the bytes a file holds (little-endian machines only
+    /// map files, see `adjacency_file`).
+    pub fn as_bytes(&self) -> &[u8] {
+        // SAFETY: any `u32` slice is a valid byte slice four times as long.
+        unsafe { std::slice::from_raw_parts(self.ptr as *const u8, self.len * 4) }
+    }
+}
+
 impl Deref for Words {
     type Target = [u32];
     #[inline]
@@ -147,9 +156,36 @@ pub struct GraphIndex {
     /// Edge rows whose endpoint is missing from the node tables (dangling).
     pub skipped: usize,
     pub edges: usize,
+    /// A file's digests of the out and in edge rows, not yet checked.
+    pub unchecked: Option<[u64; 2]>,
+    sound: std::sync::OnceLock<bool>,
 }
 
 impl GraphIndex {
+    pub fn new(out: Adjacency, inn: Adjacency, skipped: usize, edges: usize) -> Self {
+        Self {
+            out,
+            inn,
+            skipped,
+            edges,
+            unchecked: None,
+            sound: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Can the edge rows be read? Built ones can; a file's are checked
+    /// against its digests the first time (only edge bindings and merges
+    /// read them, so a traversal never pays for it).
+    pub fn edge_rows_sound(&self) -> bool {
+        let Some([out, inn]) = self.unchecked else {
+            return true;
+        };
+        *self.sound.get_or_init(|| {
+            use xxhash_rust::xxh3::xxh3_64;
+            xxh3_64(self.out.edges.as_bytes()) == out && xxh3_64(self.inn.edges.as_bytes()) == inn
+        })
+    }
+
     /// Build from the edge table's `src`/`dst` columns (in scan order) and
     /// the endpoint node tables. Lookups run on two cores.
     pub fn build(
@@ -173,12 +209,12 @@ impl GraphIndex {
             .iter()
             .filter(|(a, b)| *a == ABSENT || *b == ABSENT)
             .count();
-        Self {
-            out: Adjacency::build(nodes_from, pairs, false, first_row),
-            inn: Adjacency::build(nodes_to, pairs, true, first_row),
+        Self::new(
+            Adjacency::build(nodes_from, pairs, false, first_row),
+            Adjacency::build(nodes_to, pairs, true, first_row),
             skipped,
-            edges: pairs.len(),
-        }
+            pairs.len(),
+        )
     }
 
     pub fn bytes(&self) -> usize {
@@ -253,6 +289,11 @@ pub struct Graph {
 impl Graph {
     pub fn whole(base: Arc<GraphIndex>) -> Self {
         Self { base, added: None }
+    }
+
+    /// See [`GraphIndex::edge_rows_sound`] (an overlay's own are built).
+    pub fn edge_rows_sound(&self) -> bool {
+        self.base.edge_rows_sound()
     }
 
     /// `base` with the edges appended since: `pairs` are the new edge rows

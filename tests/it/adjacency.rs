@@ -140,14 +140,42 @@ async fn persisted_index_in(place: Place) {
         "a foreign file is not followed"
     );
 
-    // One flipped bit: refused on open, built instead.
+    // One flipped bit in a target (the file's last arrays are the 10 in
+    // targets, then the 10 in edge rows): refused on open, built instead.
+    let mut damaged = original.to_vec();
+    let at = damaged.len() - 8 * 10 + 1;
+    damaged[at] ^= 0x10;
+    mine.put(&file, &damaged).await.unwrap();
+    let (answer, stats) = cold(&uri).await;
+    assert_eq!(answer, want);
+    assert_eq!(counts(&stats), [1, 0, 0, 0], "a damaged file is refused");
+
+    // One flipped bit in an edge row: a traversal (which reads none) uses
+    // the file; an edge binding finds the damage and builds instead.
     let mut damaged = original.to_vec();
     let at = damaged.len() - 3;
     damaged[at] ^= 0x10;
     mine.put(&file, &damaged).await.unwrap();
     let (answer, stats) = cold(&uri).await;
     assert_eq!(answer, want);
-    assert_eq!(counts(&stats), [1, 0, 0, 0], "a damaged file is refused");
+    assert_eq!(counts(&stats), [0, 1, 0, 1]);
+    let g2 = Omnigraph::open(&uri).await.unwrap();
+    let bound = "query q() { match { $a: P { name: \"p0\" }\n $a $e:k $x } return { $x.name } order { $x.name } }";
+    let r = g2
+        .query(&Target::main(), bound, "q", &Value::Null)
+        .await
+        .unwrap();
+    let got: Vec<String> = omnigraph::exec::output::rows(&r)
+        .unwrap()
+        .into_iter()
+        .map(|row| row["x.name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(got, names(&["p1", "p5", "p9"]));
+    assert_eq!(
+        counts(&g2.cache_stats())[0],
+        1,
+        "damaged edge rows are not followed"
+    );
 
     // Gone: built instead, and the next optimize writes it again.
     mine.delete(&file).await.unwrap();
