@@ -121,6 +121,32 @@ impl Ctx<'_> {
         Ok(v)
     }
 
+    /// Read the whole columns the returns will read, at once: decoding
+    /// them is CPU work that runs on every core instead of one after
+    /// another. Only columns read whole (many rows) and not cached.
+    async fn prefetch_columns(&self, plan: &Plan, frame: &Frame) -> Result<()> {
+        let mut wanted: Vec<(&str, &str)> = Vec::new();
+        for r in &plan.returns {
+            let e = match &r.expr {
+                RetExpr::Val(e) | RetExpr::Agg { arg: Some(e), .. } => e,
+                _ => continue,
+            };
+            let ValExpr::Prop { var, prop, .. } = e else {
+                continue;
+            };
+            let rows = frame.cols[*var].as_ref().map_or(0, Vec::len);
+            let t = var_type(plan, *var);
+            let point = self.point.get().is_some_and(|p| p.type_name == t);
+            if rows > POINT_LOOKUPS_MAX && !point && !wanted.contains(&(t, prop.as_str())) {
+                wanted.push((t, prop));
+            }
+        }
+        if wanted.len() > 1 {
+            futures::future::try_join_all(wanted.iter().map(|(t, c)| self.column(t, c))).await?;
+        }
+        Ok(())
+    }
+
     /// How many nodes a type has at this snapshot, without reading them.
     pub(super) async fn node_count(&self, type_name: &str) -> Result<usize> {
         if let Some(p) = self.point.get().filter(|p| p.type_name == type_name) {
@@ -305,6 +331,7 @@ async fn arm_rows(ctx: &Ctx<'_>, arm: &Plan, ties: bool) -> Result<ArmRows> {
         rows: 1,
     };
     let frame = ctx.run_ops(arm, &arm.ops, start).await?;
+    ctx.prefetch_columns(arm, &frame).await?;
     let (frame, mut scored) = ctx.scored_frame(arm, frame).await?;
     let mut values = Vec::with_capacity(arm.returns.len());
     for (i, r) in arm.returns.iter().enumerate() {

@@ -207,9 +207,13 @@ async fn graph_index(
     }
     let basis = Basis { tables, layouts };
     let name = adjacency_file::digest(&basis);
+    // Current: recorded for these rows, and the file reads back whole (a
+    // damaged or missing one is written again).
     if let Some(r) = read[0].graph_index()?
         && r.basis == name
-        && cx.graph.store.exists(&r.file).await?
+        && let Some(map) = cx.graph.store.map(&r.file).await?
+        && let Ok((g, _)) = adjacency_file::decode(map, &r.file)
+        && g.edge_rows_sound()
     {
         return Ok(None);
     }

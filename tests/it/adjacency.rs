@@ -176,6 +176,19 @@ async fn persisted_index_in(place: Place) {
         1,
         "damaged edge rows are not followed"
     );
+    // An optimize writes a damaged file again.
+    let repaired = g.optimize("main").await.unwrap();
+    let file = repaired
+        .indexes
+        .iter()
+        .find(|i| i["kind"] == "graph")
+        .unwrap_or_else(|| panic!("{repaired:?}"))["file"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (answer, stats) = cold(&uri).await;
+    assert_eq!(answer, want);
+    assert_eq!(counts(&stats), [0, 1, 1, 0], "the new file, as it is");
 
     // Gone: built instead, and the next optimize writes it again.
     mine.delete(&file).await.unwrap();
