@@ -185,14 +185,29 @@ pub(super) fn aggregate(
         && let Some(strings) = key.as_string_opt::<i32>()
     {
         // One string key (a group by city): hash the strings themselves,
-        // which is several times cheaper than encoding rows.
-        let mut map: FxHashMap<Option<&str>, usize> = FxHashMap::default();
+        // which is several times cheaper than encoding rows; a short one
+        // (under 16 bytes, most keys) as one integer, its bytes and length.
+        let mut short: FxHashMap<u128, usize> = FxHashMap::default();
+        let mut long: FxHashMap<&str, usize> = FxHashMap::default();
+        let mut null = None;
         for (r, slot) in group_of.iter_mut().enumerate() {
-            let k = strings.is_valid(r).then(|| strings.value(r));
-            *slot = *map.entry(k).or_insert_with(|| {
+            let new = || {
                 groups.push(r);
                 groups.len() - 1
-            });
+            };
+            *slot = if strings.is_null(r) {
+                *null.get_or_insert_with(new)
+            } else {
+                let s = strings.value(r).as_bytes();
+                if s.len() < 16 {
+                    let mut k = [0u8; 16];
+                    k[..s.len()].copy_from_slice(s);
+                    k[15] = s.len() as u8;
+                    *short.entry(u128::from_le_bytes(k)).or_insert_with(new)
+                } else {
+                    *long.entry(strings.value(r)).or_insert_with(new)
+                }
+            };
         }
     } else {
         let fields: Vec<arrow::row::SortField> = key_cols

@@ -756,3 +756,52 @@ async fn a_cold_key_lookup_reads_only_its_rows_and_answers_as_the_warm_path() {
     assert!(cold[4].is_empty() && cold[2].is_empty());
     assert_eq!(cold[3][0]["n"], json!(1));
 }
+
+/// A group by one string key: short keys (packed as integers), keys of
+/// 15, 16 and more bytes, and the null key each form their own group.
+#[tokio::test]
+async fn a_group_by_a_string_keeps_short_long_and_null_keys_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let uri = dir.path().join("g.omni").to_string_lossy().to_string();
+    let g = Omnigraph::init(&uri, "node T { k: String @key\n g: String? }")
+        .await
+        .unwrap();
+    let groups: [(Option<&str>, usize); 6] = [
+        (Some("short"), 2),
+        (Some("shorT"), 1),
+        (Some("fifteen-chars-x"), 2),
+        (Some("sixteen-chars-xx"), 1),
+        (Some("a-rather-long-group-name-here"), 3),
+        (None, 2),
+    ];
+    let mut lines = String::new();
+    let mut n = 0;
+    for (key, count) in groups {
+        for _ in 0..count {
+            let v = key.map_or("null".to_string(), |k| format!("\"{k}\""));
+            lines.push_str(&format!(
+                "{{\"type\":\"T\",\"data\":{{\"k\":\"t{n}\",\"g\":{v}}}}}\n"
+            ));
+            n += 1;
+        }
+    }
+    g.load("main", &lines, LoadMode::Overwrite).await.unwrap();
+    let r = rows(
+        &g,
+        &Target::main(),
+        "query q() { match { $t: T } return { $t.g, count($t) as n } }",
+        Value::Null,
+    )
+    .await;
+    let mut got: Vec<(Value, i64)> = r
+        .iter()
+        .map(|r| (r["t.g"].clone(), r["n"].as_i64().unwrap()))
+        .collect();
+    got.sort_by_key(|(k, _)| k.to_string());
+    let mut want: Vec<(Value, i64)> = groups
+        .iter()
+        .map(|(k, c)| (k.map_or(Value::Null, |k| json!(k)), *c as i64))
+        .collect();
+    want.sort_by_key(|(k, _)| k.to_string());
+    assert_eq!(got, want);
+}
