@@ -160,6 +160,28 @@ pub(super) fn finish_accs(accs: &[Acc2], template: Option<&ArrayRef>) -> Result<
     })
 }
 
+/// Short group keys compared one by one before a hash map takes over.
+const RECENT_GROUPS: usize = 16;
+
+/// The `len` bytes at `at` of `bytes` as one integer with the length in
+/// its top byte, when shorter than 16 bytes.
+#[inline]
+fn short_key(bytes: &[u8], at: usize, len: usize) -> Option<u128> {
+    if len >= 16 {
+        return None;
+    }
+    let raw = match bytes.get(at..at + 16) {
+        Some(w) => u128::from_le_bytes(w.try_into().expect("16")),
+        None => {
+            let mut k = [0u8; 16];
+            k[..len].copy_from_slice(&bytes[at..at + len]);
+            u128::from_le_bytes(k)
+        }
+    };
+    let mask = (1u128 << (8 * len)) - 1;
+    Some(raw & mask | (len as u128) << 120)
+}
+
 /// Group the rows by the non-aggregate return columns and compute every
 /// aggregate per group. `values` holds each return column's values (an
 /// aggregate's argument; `None` for `count(*)`) over `total_rows` rows.
@@ -184,28 +206,36 @@ pub(super) fn aggregate(
     } else if let [(_, key)] = key_cols.as_slice()
         && let Some(strings) = key.as_string_opt::<i32>()
     {
-        // One string key (a group by city): hash the strings themselves,
-        // which is several times cheaper than encoding rows; a short one
-        // (under 16 bytes, most keys) as one integer, its bytes and length.
+        // One string key (a group by city): a short key (under 16 bytes,
+        // most keys) is one integer of its bytes and length, looked up
+        // among the first few groups by comparison and past them by hash;
+        // a longer key is hashed as its string. Several times cheaper than
+        // encoding rows.
+        let mut recent: Vec<(u128, usize)> = Vec::new();
         let mut short: FxHashMap<u128, usize> = FxHashMap::default();
         let mut long: FxHashMap<&str, usize> = FxHashMap::default();
         let mut null = None;
+        let (bytes, offsets) = (strings.value_data(), strings.value_offsets());
         for (r, slot) in group_of.iter_mut().enumerate() {
-            let new = || {
+            let mut new = || {
                 groups.push(r);
                 groups.len() - 1
             };
             *slot = if strings.is_null(r) {
                 *null.get_or_insert_with(new)
             } else {
-                let s = strings.value(r).as_bytes();
-                if s.len() < 16 {
-                    let mut k = [0u8; 16];
-                    k[..s.len()].copy_from_slice(s);
-                    k[15] = s.len() as u8;
-                    *short.entry(u128::from_le_bytes(k)).or_insert_with(new)
-                } else {
-                    *long.entry(strings.value(r)).or_insert_with(new)
+                let (at, end) = (offsets[r] as usize, offsets[r + 1] as usize);
+                match short_key(bytes, at, end - at) {
+                    Some(k) => match recent.iter().find(|(x, _)| *x == k) {
+                        Some((_, g)) => *g,
+                        None if recent.len() < RECENT_GROUPS => {
+                            let g = new();
+                            recent.push((k, g));
+                            g
+                        }
+                        None => *short.entry(k).or_insert_with(new),
+                    },
+                    None => *long.entry(strings.value(r)).or_insert_with(new),
                 }
             };
         }

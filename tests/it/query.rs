@@ -766,7 +766,10 @@ async fn a_group_by_a_string_keeps_short_long_and_null_keys_apart() {
     let g = Omnigraph::init(&uri, "node T { k: String @key\n g: String? }")
         .await
         .unwrap();
-    let groups: [(Option<&str>, usize); 6] = [
+    // More short keys than are compared one by one, so the hash map
+    // past them is used too.
+    let many: Vec<String> = (0..20).map(|i| format!("k{i:02}")).collect();
+    let mut groups: Vec<(Option<&str>, usize)> = vec![
         (Some("short"), 2),
         (Some("shorT"), 1),
         (Some("fifteen-chars-x"), 2),
@@ -774,9 +777,10 @@ async fn a_group_by_a_string_keeps_short_long_and_null_keys_apart() {
         (Some("a-rather-long-group-name-here"), 3),
         (None, 2),
     ];
+    groups.extend(many.iter().map(|k| (Some(k.as_str()), 2)));
     let mut lines = String::new();
     let mut n = 0;
-    for (key, count) in groups {
+    for &(key, count) in &groups {
         for _ in 0..count {
             let v = key.map_or("null".to_string(), |k| format!("\"{k}\""));
             lines.push_str(&format!(
