@@ -299,9 +299,11 @@ impl Ctx<'_> {
         }
     }
 
-    /// Where the rows `base` was built from are today (edge, source and
-    /// destination tables); `None` when today's rows are exactly those.
-    async fn coverage(&self, edge: &str, base: &Based) -> Result<Option<[Coverage; 3]>> {
+    /// How `base` serves today's rows, and (for a merge) where the rows it
+    /// was built from are today. Appends alone are told from the layouts'
+    /// fragments, without mapping rows, so a traversal after an insert
+    /// costs the insert.
+    async fn plan_carry(&self, edge: &str, base: &Based) -> Result<(Carry, Option<[Coverage; 3]>)> {
         let (from, to) = self.def(edge).endpoints().expect("edge");
         let b = &base.basis.layouts;
         let now = [
@@ -309,10 +311,17 @@ impl Ctx<'_> {
             self.layout(from).await?,
             self.layout(to).await?,
         ];
-        if (0..3).all(|i| b[i] == *now[i]) {
-            return Ok(None);
+        let grew: Option<Vec<usize>> = (0..3).map(|i| coverage::appended(&b[i], &now[i])).collect();
+        if let Some(grew) = grew {
+            let carry =
+                adjacency::decide_appended(base.graph.skipped, grew[0], grew[1] + grew[2] > 0);
+            if !matches!(carry, Carry::Merge { .. }) {
+                return Ok((carry, None));
+            }
         }
-        Ok(Some([0, 1, 2].map(|i| coverage::cover(&b[i], &now[i]))))
+        let cov = [0, 1, 2].map(|i| coverage::cover(&b[i], &now[i]));
+        let carry = adjacency::decide(base.graph.skipped, [&cov[0], &cov[1], &cov[2]]);
+        Ok((carry, Some(cov)))
     }
 
     /// What a traversal of `edge` would read now, without reading it (for
@@ -329,11 +338,7 @@ impl Ctx<'_> {
             bases.push((b, "persisted"));
         }
         for (base, name) in bases {
-            let carry = match self.coverage(edge, &base).await? {
-                None => Carry::Same,
-                Some([ce, cf, ct]) => adjacency::decide(base.graph.skipped, [&ce, &cf, &ct]),
-            };
-            match carry {
+            match self.plan_carry(edge, &base).await?.0 {
                 Carry::Same => return Ok(name.into()),
                 Carry::Overlay { fresh } => {
                     return Ok(format!("{name} + delta ({fresh} new edges beside it)"));
@@ -375,11 +380,7 @@ impl Ctx<'_> {
             self.layout(from).await?,
             self.layout(to).await?,
         ];
-        let Some(cov) = self.coverage(edge, base).await? else {
-            return Ok(Some((Graph::whole(base.graph.clone()), how)));
-        };
-        let (ce, cf, ct) = (&cov[0], &cov[1], &cov[2]);
-        let carry = adjacency::decide(base.graph.skipped, [ce, cf, ct]);
+        let (carry, cov) = self.plan_carry(edge, base).await?;
         match carry {
             Carry::Same => return Ok(Some((Graph::whole(base.graph.clone()), how))),
             Carry::Rebuild => return Ok(None),
@@ -403,17 +404,24 @@ impl Ctx<'_> {
         let src = edges_now.strings_of("src", &unseen).await?;
         let dst = edges_now.strings_of("dst", &unseen).await?;
         let fresh = self.resolve((from, &src), (to, &dst)).await?;
-        if fresh.len() != ce.fresh.len() {
+        let expected = match (&carry, &cov) {
+            (_, Some(c)) => c[0].fresh.len(),
+            (Carry::Overlay { fresh }, None) => *fresh,
+            _ => unreachable!("only an overlay is planned without mapping rows"),
+        };
+        if fresh.len() != expected {
             return Err(OmniError::Storage(format!(
-                "edge table {edge}: {} fresh rows read where its layout has {}",
+                "edge table {edge}: {} fresh rows read where its layout has {expected}",
                 fresh.len(),
-                ce.fresh.len()
             )));
         }
         if let Carry::Overlay { .. } = carry {
-            let g = Graph::overlay(base.graph.clone(), cf.rows, ct.rows, &fresh);
+            let (nf, nt) = (coverage::rows(&now[1]), coverage::rows(&now[2]));
+            let g = Graph::overlay(base.graph.clone(), nf, nt, &fresh);
             return Ok(Some((g, Source::Overlay)));
         }
+        let cov = cov.expect("a merge maps rows");
+        let (ce, cf, ct) = (&cov[0], &cov[1], &cov[2]);
         let to_map = if from == to {
             None
         } else {

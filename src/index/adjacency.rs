@@ -387,6 +387,18 @@ pub enum Carry {
     Rebuild,
 }
 
+/// The decision when each table only gained rows since the base
+/// (`coverage::appended`): `fresh` edges, and whether nodes were added. A
+/// `Merge` here still needs the rows mapped ([`decide`]).
+pub fn decide_appended(skipped: usize, fresh: usize, nodes_grew: bool) -> Carry {
+    match (fresh, nodes_grew) {
+        (0, false) => Carry::Same,
+        _ if skipped > 0 && nodes_grew => Carry::Rebuild,
+        _ if fresh <= OVERLAY_EDGES_MAX => Carry::Overlay { fresh },
+        _ => Carry::Merge { fresh, moved: 0 },
+    }
+}
+
 /// The decision for a base with `skipped` dangling edges, from the
 /// coverage of its edge, source and destination tables onto today's.
 pub fn decide(skipped: usize, [edges, from, to]: [&Coverage; 3]) -> Carry {

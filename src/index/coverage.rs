@@ -105,6 +105,14 @@ pub fn cover(built: &[FragmentRows], now: &[FragmentRows]) -> Coverage {
     }
 }
 
+/// How many rows `now` holds past `built` when it is `built` with fragments
+/// appended (every fragment of `built` first, as it was, deletions and
+/// all): then every row keeps its position, known without mapping rows.
+pub fn appended(built: &[FragmentRows], now: &[FragmentRows]) -> Option<usize> {
+    (now.len() >= built.len() && now[..built.len()] == *built)
+        .then(|| now[built.len()..].iter().map(FragmentRows::live).sum())
+}
+
 /// The position in scan order of the row at `offset` of fragment
 /// `fragment`; `None` when the layout has no such live row.
 pub fn position(layout: &[FragmentRows], fragment: u64, offset: u32) -> Option<u32> {
@@ -192,6 +200,18 @@ mod tests {
             physical,
             deleted: deleted.to_vec(),
         }
+    }
+
+    #[test]
+    fn appends_are_told_apart_from_other_changes() {
+        let built = vec![frag(0, 3, &[1]), frag(1, 2, &[])];
+        let mut now = built.clone();
+        assert_eq!(appended(&built, &now), Some(0));
+        now.push(frag(2, 4, &[3]));
+        assert_eq!(appended(&built, &now), Some(3));
+        now[0].deleted.push(2);
+        assert_eq!(appended(&built, &now), None, "a deletion since");
+        assert_eq!(appended(&built, &built[..1]), None, "a fragment gone");
     }
 
     #[test]
