@@ -25,7 +25,7 @@ use crate::util::hash::FxHashMap;
 const BLOCK_BYTES: usize = 4 << 20;
 
 /// Every type's checks, by type name.
-type RulesByName = FxHashMap<String, Arc<TypeRules>>;
+pub(super) type RulesByName = FxHashMap<String, Arc<TypeRules>>;
 
 /// One type's rows from a file.
 pub struct ParsedType {
@@ -52,15 +52,15 @@ pub struct Parsed {
 
 /// One line, read in one pass: `data` goes straight into cells when its type
 /// is already known (the usual key order), and is kept raw otherwise.
-struct Line<'a> {
-    node: Option<Cow<'a, str>>,
-    edge: Option<Cow<'a, str>>,
-    from: Option<Value<'a>>,
-    to: Option<Value<'a>>,
-    data: Data<'a>,
+pub(super) struct Line<'a> {
+    pub(super) node: Option<Cow<'a, str>>,
+    pub(super) edge: Option<Cow<'a, str>>,
+    pub(super) from: Option<Value<'a>>,
+    pub(super) to: Option<Value<'a>>,
+    pub(super) data: Data<'a>,
 }
 
-enum Data<'a> {
+pub(super) enum Data<'a> {
     Absent,
     Read(Row<'a>),
     Raw(&'a RawValue),
@@ -163,9 +163,9 @@ struct DataSeed<'r> {
     problem: &'r mut Option<Refused>,
 }
 
-struct Row<'a> {
-    cells: Vec<Option<Value<'a>>>,
-    id: Option<Value<'a>>,
+pub(super) struct Row<'a> {
+    pub(super) cells: Vec<Option<Value<'a>>>,
+    pub(super) id: Option<Value<'a>>,
 }
 
 impl DataSeed<'_> {
@@ -252,6 +252,22 @@ fn edge_end<'c>(
     })
 }
 
+/// One line read by serde, which spells every error.
+pub(super) fn read_line<'a>(text: &'a str, rules: &RulesByName, line: usize) -> Result<Line<'a>> {
+    let mut problem = None;
+    let seed = LineSeed {
+        rules,
+        problem: &mut problem,
+    };
+    let mut de = serde_json::Deserializer::from_str(text);
+    seed.deserialize(&mut de)
+        .and_then(|l| de.end().map(|()| l))
+        .map_err(|e| match problem {
+            Some(refused) => refused.at_line(line),
+            None => OmniError::invalid(at_line(line, None), format!("malformed JSON line: {e}")),
+        })
+}
+
 /// Parses lines of one block.
 struct BlockParser<'c> {
     rules: &'c RulesByName,
@@ -280,22 +296,9 @@ impl<'c> BlockParser<'c> {
     // allocating per cell; kept whole so that nothing is re-dispatched per
     // line.
     fn line(&mut self, text: &str, line: usize) -> Result<()> {
-        let mut problem = None;
-        let seed = LineSeed {
-            rules: self.rules,
-            problem: &mut problem,
-        };
-        let mut de = serde_json::Deserializer::from_str(text);
-        let raw = match seed.deserialize(&mut de).and_then(|l| de.end().map(|()| l)) {
-            Ok(l) => l,
-            Err(e) => {
-                return Err(match problem {
-                    Some(refused) => refused.at_line(line),
-                    None => {
-                        OmniError::invalid(at_line(line, None), format!("malformed JSON line: {e}"))
-                    }
-                });
-            }
+        let raw = match super::jsonl_fast::line(text, self.rules) {
+            Some(l) => l,
+            None => read_line(text, self.rules, line)?,
         };
         let (name, is_edge) = match (&raw.node, &raw.edge) {
             (Some(n), None) => (n.as_ref(), false),

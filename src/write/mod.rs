@@ -5,6 +5,7 @@ pub mod columns;
 pub mod compact;
 pub mod ids;
 pub mod jsonl;
+mod jsonl_fast;
 pub mod load;
 pub mod merge;
 pub mod mutate;

@@ -1,0 +1,340 @@
+//! The loader's fast reading of a JSONL line in its usual shape: an object
+//! whose keys are plain names, `type`/`edge` before `data`, and values that
+//! are strings without escapes, integers within `i64`, booleans or null.
+//! Such a line is read by a byte scanner without serde's per-token dispatch.
+//! Anything else (escapes, floats, lists, blobs, unknown or repeated keys,
+//! malformed text) returns `None`, and the serde reader reads the line from
+//! the start: it alone spells every error, so both paths accept exactly the
+//! same lines with exactly the same values.
+
+use std::borrow::Cow;
+
+use super::columns::TypeRules;
+use super::jsonl::{Data, Line, Row, RulesByName};
+use crate::compiler::value::Value;
+
+/// Read `text` (one trimmed line) if it has the usual shape.
+pub(super) fn line<'a>(text: &'a str, rules: &RulesByName) -> Option<Line<'a>> {
+    let mut s = Scan {
+        b: text.as_bytes(),
+        text,
+        at: 0,
+    };
+    let mut line = Line {
+        node: None,
+        edge: None,
+        from: None,
+        to: None,
+        data: Data::Absent,
+    };
+    let mut seen_data = false;
+    s.eat(b'{')?;
+    if s.peek()? == b'}' {
+        s.at += 1;
+    } else {
+        loop {
+            let key = s.string()?;
+            s.eat(b':')?;
+            match key {
+                "type" if line.node.is_none() => line.node = Some(Cow::Borrowed(s.string()?)),
+                "edge" if line.edge.is_none() => line.edge = Some(Cow::Borrowed(s.string()?)),
+                "from" if line.from.is_none() => line.from = Some(s.value()?),
+                "to" if line.to.is_none() => line.to = Some(s.value()?),
+                "data" if !seen_data => {
+                    seen_data = true;
+                    let rules = match (&line.node, &line.edge) {
+                        (Some(n), None) => rules.get(n.as_ref()).filter(|r| !r.def.is_edge()),
+                        (None, Some(e)) => rules.get(e.as_ref()).filter(|r| r.def.is_edge()),
+                        _ => None,
+                    }?;
+                    line.data = Data::Read(s.data(rules)?);
+                }
+                _ => return None,
+            }
+            match s.next()? {
+                b',' => continue,
+                b'}' => break,
+                _ => return None,
+            }
+        }
+    }
+    s.ws();
+    (s.at == s.b.len()).then_some(line)
+}
+
+struct Scan<'a> {
+    b: &'a [u8],
+    text: &'a str,
+    at: usize,
+}
+
+impl<'a> Scan<'a> {
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.b.get(self.at) {
+            self.at += 1;
+        }
+    }
+
+    /// The next byte past whitespace, not consumed.
+    fn peek(&mut self) -> Option<u8> {
+        self.ws();
+        self.b.get(self.at).copied()
+    }
+
+    /// The next byte past whitespace, consumed.
+    fn next(&mut self) -> Option<u8> {
+        let c = self.peek()?;
+        self.at += 1;
+        Some(c)
+    }
+
+    fn eat(&mut self, c: u8) -> Option<()> {
+        (self.next()? == c).then_some(())
+    }
+
+    /// A string needing no unescaping, borrowed from the line.
+    fn string(&mut self) -> Option<&'a str> {
+        self.eat(b'"')?;
+        let start = self.at;
+        loop {
+            match *self.b.get(self.at)? {
+                b'"' => break,
+                // Escapes and control characters: the serde reader's.
+                b'\\' | 0..=0x1f => return None,
+                _ => self.at += 1,
+            }
+        }
+        let s = &self.text[start..self.at];
+        self.at += 1;
+        Some(s)
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Option<()> {
+        let end = self.at + word.len();
+        (self.b.get(self.at..end)? == word).then(|| self.at = end)
+    }
+
+    fn value(&mut self) -> Option<Value<'a>> {
+        Some(match self.peek()? {
+            b'"' => Value::Str(Cow::Borrowed(self.string()?)),
+            b'n' => {
+                self.literal(b"null")?;
+                Value::Null
+            }
+            b't' => {
+                self.literal(b"true")?;
+                Value::Bool(true)
+            }
+            b'f' => {
+                self.literal(b"false")?;
+                Value::Bool(false)
+            }
+            b'-' | b'0'..=b'9' => Value::Int(self.integer()?),
+            _ => return None,
+        })
+    }
+
+    /// An integer as JSON spells it, within `i64`. `-0` (a float to
+    /// serde_json), fractions and exponents are the serde reader's.
+    fn integer(&mut self) -> Option<i64> {
+        let negative = self.b[self.at] == b'-';
+        self.at += usize::from(negative);
+        let start = self.at;
+        let mut magnitude: u64 = 0;
+        while let Some(d @ b'0'..=b'9') = self.b.get(self.at) {
+            magnitude = magnitude
+                .checked_mul(10)?
+                .checked_add(u64::from(d - b'0'))?;
+            self.at += 1;
+        }
+        let digits = self.at - start;
+        if digits == 0 || (digits > 1 && self.b[start] == b'0') {
+            return None;
+        }
+        if let Some(b'.' | b'e' | b'E') = self.b.get(self.at) {
+            return None;
+        }
+        if negative {
+            if magnitude == 0 || magnitude > 1 << 63 {
+                return None;
+            }
+            Some((magnitude as i64).wrapping_neg())
+        } else {
+            i64::try_from(magnitude).ok()
+        }
+    }
+
+    /// A `data` object (or null) straight into the type's cells.
+    fn data(&mut self, rules: &TypeRules) -> Option<Row<'a>> {
+        let mut row = Row {
+            cells: vec![None; rules.props.len()],
+            id: None,
+        };
+        match self.peek()? {
+            b'n' => {
+                self.literal(b"null")?;
+                return Some(row);
+            }
+            b'{' => self.at += 1,
+            _ => return None,
+        }
+        if self.peek()? == b'}' {
+            self.at += 1;
+            return Some(row);
+        }
+        loop {
+            let key = self.string()?;
+            self.eat(b':')?;
+            let v = self.value()?;
+            if key == "id" {
+                if row.id.replace(v).is_some() {
+                    return None;
+                }
+            } else {
+                let cell = &mut row.cells[rules.prop_index(key)?];
+                if cell.replace(v).is_some() {
+                    return None;
+                }
+            }
+            match self.next()? {
+                b',' => continue,
+                b'}' => return Some(row),
+                _ => return None,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::compiler::schema::compile;
+
+    fn rules() -> RulesByName {
+        let c = compile(
+            "node Person { name: String @key\n age: I64?\n ok: Bool? }\nedge Knows: Person -> Person { since: I64? }",
+        )
+        .unwrap();
+        c.types
+            .iter()
+            .map(|t| (t.name.clone(), Arc::new(TypeRules::new(t).unwrap())))
+            .collect()
+    }
+
+    /// A line's fields, spelled so that borrowed and owned strings compare equal.
+    fn spell(l: &Line) -> String {
+        let data = match &l.data {
+            Data::Absent => "absent".to_string(),
+            Data::Read(row) => format!("{:?} {:?}", row.cells, row.id),
+            Data::Raw(raw) => format!("raw {}", raw.get()),
+        };
+        format!("{:?} {:?} {:?} {:?} {data}", l.node, l.edge, l.from, l.to)
+    }
+
+    fn serde(text: &str, r: &RulesByName) -> Option<String> {
+        super::super::jsonl::read_line(text, r, 1)
+            .ok()
+            .map(|l| spell(&l))
+    }
+
+    #[test]
+    fn the_usual_shapes_take_the_fast_path_with_the_serde_values() {
+        let r = rules();
+        for text in [
+            r#"{"type":"Person","data":{"name":"Ann","age":53,"ok":true}}"#,
+            r#"{"type":"Person","data":{"name":"Émile","age":null,"ok":false}}"#,
+            r#"{ "type" : "Person" , "data" : { "id" : "x", "name" : "b" } }"#,
+            r#"{"type":"Person","data":{"name":"c","age":-9223372036854775808}}"#,
+            r#"{"type":"Person","data":{"name":"c","age":9223372036854775807}}"#,
+            r#"{"type":"Person","data":null}"#,
+            r#"{"type":"Person","data":{}}"#,
+            r#"{"type":"Person"}"#,
+            r#"{"edge":"Knows","from":"p1","to":"p2","data":{"since":2015}}"#,
+            r#"{"edge":"Knows","from":7,"to":true}"#,
+            r#"{}"#,
+        ] {
+            let fast = line(text, &r).map(|l| spell(&l));
+            assert!(fast.is_some(), "{text} should read fast");
+            assert_eq!(fast, serde(text, &r), "{text}");
+        }
+    }
+
+    #[test]
+    fn everything_else_goes_to_the_serde_reader() {
+        let r = rules();
+        for text in [
+            r#"{"type":"Person","data":{"name":"a\"b"}}"#,
+            r#"{"type":"Person","data":{"name":"a","age":1.5}}"#,
+            r#"{"type":"Person","data":{"name":"a","age":1e3}}"#,
+            r#"{"type":"Person","data":{"name":"a","age":-0}}"#,
+            r#"{"type":"Person","data":{"name":"a","age":01}}"#,
+            r#"{"type":"Person","data":{"name":"a","age":9223372036854775808}}"#,
+            r#"{"type":"Person","data":{"name":"a","age":-9223372036854775809}}"#,
+            r#"{"type":"Person","data":{"name":"a","name":"b"}}"#,
+            r#"{"type":"Person","data":{"name":"a","id":"x","id":"y"}}"#,
+            r#"{"type":"Person","data":{"name":"a","height":3}}"#,
+            r#"{"type":"Person","data":{"name":["a"]}}"#,
+            r#"{"data":{"name":"a"},"type":"Person"}"#,
+            r#"{"type":"Robot","data":{"name":"a"}}"#,
+            r#"{"edge":"Person","data":{"name":"a"}}"#,
+            r#"{"type":"Person","type":"Person"}"#,
+            r#"{"type":"Person","colour":1}"#,
+            r#"{"t\u0079pe":"Person"}"#,
+            r#"{"edge":"Knows","from":["a",1],"to":"b"}"#,
+            r#"{"type":"Person","data":{"name":"a"}} x"#,
+            r#"{"type":"Person","data":{"name":"a"},}"#,
+            r#"{"type":"Person","data":{"name":"a"}"#,
+            "{\"type\":\"Person\",\"data\":{\"name\":\"a\tb\"}}",
+        ] {
+            assert!(line(text, &r).is_none(), "{text} should go to serde");
+        }
+    }
+
+    /// Lines cut, spliced and re-spaced at random: whenever the fast path
+    /// reads one, serde reads it too, to the same values.
+    #[test]
+    fn whatever_the_fast_path_reads_serde_reads_the_same() {
+        let r = rules();
+        let seeds = [
+            r#"{"type":"Person","data":{"name":"Ann","age":53,"ok":true,"id":"Ann"}}"#,
+            r#"{"edge":"Knows","from":"p1","to":"p2","data":{"since":-2015}}"#,
+            r#"{"edge":"Knows","to":12,"from":"p2","data":null}"#,
+        ];
+        let alphabet = b"{}[]\":,\\ \t0123456789-+.eEnulltruefalse\x01a";
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut rand = move |n: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n as u64) as usize
+        };
+        let mut fast_reads = 0;
+        for _ in 0..200_000 {
+            let mut b = seeds[rand(seeds.len())].as_bytes().to_vec();
+            for _ in 0..1 + rand(3) {
+                let at = rand(b.len() + 1);
+                match rand(3) {
+                    0 if at < b.len() => {
+                        b.remove(at);
+                    }
+                    1 => b.insert(at, alphabet[rand(alphabet.len())]),
+                    _ => b.insert(at, b' '),
+                }
+            }
+            let Ok(text) = std::str::from_utf8(&b) else {
+                continue;
+            };
+            let text = text.trim();
+            if let Some(l) = line(text, &r) {
+                fast_reads += 1;
+                assert_eq!(Some(spell(&l)), serde(text, &r), "{text}");
+            }
+        }
+        assert!(
+            fast_reads > 10_000,
+            "only {fast_reads} mutated lines read fast"
+        );
+    }
+}
