@@ -33,6 +33,13 @@ for tag in ${*:-s100k}; do
   "$BIN/omnigraph-bench" queries "$D" --graph "$OUT/$tag.omni" --repeats 10 --reference "$OUT/ref_$tag.json"
   echo "## $tag: queries, cold (one CLI process per query; median of 3)"
   python3 bench/cold.py "$BIN/omnigraph" "$OUT/$tag.omni" "$D/meta.json"
+  echo "## $tag: cold after optimize (persisted graph index, id BTREE)"
+  "$BIN/omnigraph" optimize "$OUT/$tag.omni" --branch main > /dev/null
+  python3 bench/cold.py "$BIN/omnigraph" "$OUT/$tag.omni" "$D/meta.json" --repeats 5
+  echo "## $tag: cold right after small writes"
+  bench/after_write.sh "$BIN/omnigraph" "$OUT/$tag.omni" "$D/meta.json" --repeats 5
+  echo "## $tag: first and warm traversals after small writes (one process)"
+  "$BIN/omnigraph-bench" delta "$D" --graph "$OUT/$tag.omni" --repeats 5
   echo "## $tag: schema applies, then one-row inserts"
   "$BIN/omnigraph-bench" schema "$D" --repeats 2
 done
