@@ -886,19 +886,27 @@ impl Omnigraph {
         let snap = self.resolve(target).await?;
         let plan = check::check(snap.catalog(), decl)?;
         let values = params::bind_params(&plan, params)?;
-        let ctx = run::Ctx {
+        run::run(&self.ctx(&snap, &values), &plan).await
+    }
+
+    /// A read of one snapshot with bound parameters.
+    fn ctx<'a>(
+        &'a self,
+        snap: &'a Snapshot,
+        params: &'a BTreeMap<String, crate::compiler::value::Value<'static>>,
+    ) -> run::Ctx<'a> {
+        run::Ctx {
             g: &self.inner.graph,
-            snap: &snap,
+            snap,
             cache: &self.inner.cache,
-            params: &values,
+            params,
             now_ms: chrono::Utc::now().timestamp_millis(),
             embed: &self.inner.embed,
             search: Default::default(),
             point: Default::default(),
             graphs: Default::default(),
             profile: None,
-        };
-        run::run(&ctx, &plan).await
+        }
     }
 
     /// The steps `query` would run, with what each would read (pushed
@@ -943,18 +951,7 @@ impl Omnigraph {
         let plan = check::check(snap.catalog(), decl)?;
         let values = params::bind_params(&plan, params)?;
         let profile = crate::exec::explain::Profile::default();
-        let mut ctx = run::Ctx {
-            g: &self.inner.graph,
-            snap: &snap,
-            cache: &self.inner.cache,
-            params: &values,
-            now_ms: chrono::Utc::now().timestamp_millis(),
-            embed: &self.inner.embed,
-            search: Default::default(),
-            point: Default::default(),
-            graphs: Default::default(),
-            profile: None,
-        };
+        let mut ctx = self.ctx(&snap, &values);
         if !run {
             return Ok((None, ctx.explain(&plan, None).await?));
         }

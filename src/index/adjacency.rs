@@ -474,7 +474,8 @@ pub fn merge(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::index::coverage::{FragmentRows, cover};
+    use crate::index::coverage::cover;
+    use crate::index::coverage::tests::frag;
 
     fn targets(s: Side<'_>, n: u32) -> Vec<u32> {
         s.targets(n).collect()
@@ -520,15 +521,6 @@ mod tests {
             }
         }
         assert_eq!(g.edges(), 4);
-    }
-
-    fn frag(id: u64, physical: u32, deleted: &[u32]) -> FragmentRows {
-        FragmentRows {
-            id,
-            files: format!("f{id}"),
-            physical,
-            deleted: deleted.to_vec(),
-        }
     }
 
     #[test]

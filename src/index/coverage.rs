@@ -190,10 +190,10 @@ pub fn decode(d: &mut Decoder) -> Result<Layout> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn frag(id: u64, physical: u32, deleted: &[u32]) -> FragmentRows {
+    pub(crate) fn frag(id: u64, physical: u32, deleted: &[u32]) -> FragmentRows {
         FragmentRows {
             id,
             files: format!("f{id}"),

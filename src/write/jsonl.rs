@@ -60,6 +60,18 @@ pub(super) struct Line<'a> {
     pub(super) data: Data<'a>,
 }
 
+impl Line<'_> {
+    pub(super) fn empty() -> Self {
+        Line {
+            node: None,
+            edge: None,
+            from: None,
+            to: None,
+            data: Data::Absent,
+        }
+    }
+}
+
 pub(super) enum Data<'a> {
     Absent,
     Read(Row<'a>),
@@ -99,13 +111,7 @@ impl<'de> Visitor<'de> for LineSeed<'_> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Line<'de>, A::Error> {
-        let mut line = Line {
-            node: None,
-            edge: None,
-            from: None,
-            to: None,
-            data: Data::Absent,
-        };
+        let mut line = Line::empty();
         let mut seen_data = false;
         while let Some(key) = map.next_key::<Cow<'de, str>>()? {
             // Byte patterns: four same-length names compare as bytes, not as

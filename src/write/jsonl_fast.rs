@@ -20,13 +20,7 @@ pub(super) fn line<'a>(text: &'a str, rules: &RulesByName) -> Option<Line<'a>> {
         text,
         at: 0,
     };
-    let mut line = Line {
-        node: None,
-        edge: None,
-        from: None,
-        to: None,
-        data: Data::Absent,
-    };
+    let mut line = Line::empty();
     let mut seen_data = false;
     s.eat(b'{')?;
     if s.peek()? == b'}' {

@@ -421,28 +421,7 @@ async fn engine_agrees_with_a_naive_evaluator() {
         db.load("main", &g.jsonl(), LoadMode::Overwrite)
             .await
             .unwrap();
-        for _ in 0..25 {
-            let c = case(&g, &mut rng);
-            let r = db
-                .query(&Target::main(), &c.gq, "q", &Value::Null)
-                .await
-                .unwrap_or_else(|e| panic!("{}: {e}", c.gq));
-            let mut got: Vec<Vec<Value>> = omnigraph::exec::output::rows(&r)
-                .unwrap()
-                .into_iter()
-                .map(|row| r.columns.iter().map(|col| row[col].clone()).collect())
-                .collect();
-            let mut want = c.expected;
-            if !c.ordered {
-                let key = |r: &Vec<Value>| r.iter().map(sort_key).collect::<Vec<_>>();
-                got.sort_by_key(key);
-                want.sort_by_key(key);
-            }
-            assert_eq!(got, want, "round {round}: {}\ngraph: {}", c.gq, g.jsonl());
-            if !want.is_empty() {
-                with_rows += 1;
-            }
-        }
+        with_rows += agree(&db, &g, &mut rng, 25, &format!("round {round}")).await;
     }
     assert!(
         with_rows * 3 >= 12 * 25 * 2,
@@ -533,7 +512,9 @@ async fn small_write(db: &Omnigraph, g: &mut Graph, step: usize, rng: &mut Rng) 
         .unwrap_or_else(|e| panic!("{gq}: {e}"));
 }
 
-async fn agree(db: &Omnigraph, g: &Graph, rng: &mut Rng, cases: usize, what: &str) {
+/// Run `cases` random queries against both evaluators; how many had rows.
+async fn agree(db: &Omnigraph, g: &Graph, rng: &mut Rng, cases: usize, what: &str) -> usize {
+    let mut with_rows = 0;
     for _ in 0..cases {
         let c = case(g, rng);
         let r = db
@@ -552,7 +533,9 @@ async fn agree(db: &Omnigraph, g: &Graph, rng: &mut Rng, cases: usize, what: &st
             want.sort_by_key(key);
         }
         assert_eq!(got, want, "{what}: {}\ngraph: {}", c.gq, g.jsonl());
+        with_rows += usize::from(!want.is_empty());
     }
+    with_rows
 }
 
 /// A graph built through many small writes (appended, deleted and
