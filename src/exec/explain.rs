@@ -12,7 +12,6 @@ use super::antijoin::anti_degree_test;
 use super::run::Ctx;
 use super::scan::{in_memory, pushdown};
 use crate::compiler::catalog::ID;
-use crate::compiler::query::ast::CmpOp;
 use crate::compiler::query::ir::{Dir, Op, Plan, Pred, TextTest, ValExpr};
 use crate::error::Result;
 use crate::storage::stage;
@@ -63,19 +62,6 @@ fn var(plan: &Plan, v: usize) -> String {
     format!("${}", plan.vars[v].name)
 }
 
-fn cmp(op: CmpOp) -> &'static str {
-    match op {
-        CmpOp::Eq => "=",
-        CmpOp::Ne => "!=",
-        CmpOp::Lt => "<",
-        CmpOp::Le => "<=",
-        CmpOp::Gt => ">",
-        CmpOp::Ge => ">=",
-        CmpOp::Contains => "contains",
-        CmpOp::StartsWith => "starts with",
-    }
-}
-
 fn val(ctx: &Ctx<'_>, plan: &Plan, e: &ValExpr) -> String {
     match e {
         ValExpr::Prop { var: v, prop, .. } => format!("{}.{prop}", var(plan, *v)),
@@ -93,7 +79,7 @@ fn pred(ctx: &Ctx<'_>, plan: &Plan, p: &Pred) -> String {
     format!(
         "{} {} {}",
         val(ctx, plan, &p.left),
-        cmp(p.op),
+        p.op.text(),
         val(ctx, plan, &p.right)
     )
 }
