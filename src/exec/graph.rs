@@ -23,6 +23,7 @@ use crate::error::{OmniError, Result};
 use crate::index::adjacency::{self, Carry, Graph, GraphIndex};
 use crate::index::adjacency_file::{self, Basis};
 use crate::index::coverage::{self, Coverage, Layout};
+use crate::index::id_order::NodeIds;
 use crate::storage::manifest::TableRef;
 use crate::storage::stage;
 use crate::util::idindex::ABSENT;
@@ -36,6 +37,36 @@ const PROBE_SOURCES_MAX: usize = 64;
 pub struct Based {
     pub graph: Arc<GraphIndex>,
     pub basis: Basis,
+    /// The source and destination tables' ids at the basis, when known
+    /// (a merge's base has none: looked up in the tables instead).
+    pub ids: Option<[NodeIds; 2]>,
+}
+
+/// Node rows new since a base up to this many are read to find nodes by
+/// id beside the base's ids; past it the ids are looked up in the table.
+const FRESH_NODES_MAX: usize = 65_536;
+
+/// Today's position of a node by id, through a base's ids: a row added
+/// since the base (read from the fragments it never saw) first, else its
+/// position in the base carried to today (no coverage: rows were only
+/// appended, so positions stand).
+struct Finder<'a> {
+    ids: &'a NodeIds,
+    cov: Option<&'a Coverage>,
+    fresh: HashMap<String, u32>,
+}
+
+impl Finder<'_> {
+    fn find(&self, id: &str) -> u32 {
+        if let Some(&p) = self.fresh.get(id) {
+            return p;
+        }
+        match (self.ids.position(id), self.cov) {
+            (None, _) => ABSENT,
+            (Some(d), None) => d,
+            (Some(d), Some(c)) => c.doc_row[d as usize].unwrap_or(ABSENT),
+        }
+    }
 }
 
 /// How a traversal got its adjacency (`query --stats`, and the plan).
@@ -171,6 +202,7 @@ impl Ctx<'_> {
         let from_ids = self.node_ids(from).await?;
         let to_ids = self.node_ids(to).await?;
         let basis = self.basis(edge).await?;
+        let ids = [from_ids.clone(), to_ids.clone()].map(NodeIds::Hashed);
         let t0 = Instant::now();
         let src = self.scan_strings(e, "src").await?;
         let dst = self.scan_strings(e, "dst").await?;
@@ -192,7 +224,14 @@ impl Ctx<'_> {
             "graph index built"
         );
         let g = Arc::new(g);
-        self.remember_base(edge, g.clone(), basis)?;
+        self.remember_base(
+            edge,
+            Based {
+                graph: g.clone(),
+                basis,
+                ids: Some(ids),
+            },
+        )?;
         let g = Arc::new(Graph::whole(g));
         self.cache.put(key, g.clone(), g.bytes());
         Ok(g)
@@ -212,10 +251,11 @@ impl Ctx<'_> {
     }
 
     /// Keep `g` as the base later versions of the edge table carry forward.
-    fn remember_base(&self, edge: &str, graph: Arc<GraphIndex>, basis: Basis) -> Result<()> {
-        let bytes = graph.bytes();
+    fn remember_base(&self, edge: &str, base: Based) -> Result<()> {
+        let ids: usize = base.ids.iter().flatten().map(NodeIds::bytes).sum();
+        let bytes = base.graph.bytes() + ids;
         let key = self.base_key(edge)?;
-        self.cache.put(key, Arc::new(Based { graph, basis }), bytes);
+        self.cache.put(key, Arc::new(base), bytes);
         Ok(())
     }
 
@@ -279,14 +319,15 @@ impl Ctx<'_> {
         let file = r.file.clone();
         let decoded = tokio::task::spawn_blocking(move || adjacency_file::decode(map, &file)).await;
         match decoded {
-            Ok(Ok((graph, basis))) => {
+            Ok(Ok(p)) => {
                 self.cache
                     .stats
                     .graph_opens
                     .fetch_add(1, AtomicOrdering::Relaxed);
                 let b = Arc::new(Based {
-                    graph: Arc::new(graph),
-                    basis,
+                    graph: Arc::new(p.graph),
+                    basis: p.basis,
+                    ids: Some(p.ids.map(NodeIds::Ordered)),
                 });
                 self.cache.put(key, b.clone(), bytes);
                 Ok(Some(b))
@@ -394,16 +435,22 @@ impl Ctx<'_> {
             Carry::Overlay { .. } | Carry::Merge { .. } => {}
         }
         // The edge rows no base row stands for: the fragments it never saw.
-        let seen: HashMap<u64, &str> = b[0].iter().map(|f| (f.id, f.files.as_str())).collect();
-        let unseen: Vec<u64> = now[0]
-            .iter()
-            .filter(|f| seen.get(&f.id) != Some(&f.files.as_str()))
-            .map(|f| f.id)
-            .collect();
+        let unseen = coverage::unseen(&b[0], &now[0]);
         let edges_now = self.g.read_table(self.snap, e).await?;
         let src = edges_now.strings_of("src", &unseen).await?;
         let dst = edges_now.strings_of("dst", &unseen).await?;
-        let fresh = self.resolve((from, &src), (to, &dst)).await?;
+        let cov_of = |k: usize| cov.as_ref().map(|c| &c[k]);
+        let find_from = self.finder(base, 1, from, cov_of(1)).await?;
+        let find_to = match from == to {
+            true => None,
+            false => self.finder(base, 2, to, cov_of(2)).await?,
+        };
+        let finders = match (&find_from, &find_to) {
+            (Some(f), None) if from == to => Some((f, f)),
+            (Some(f), Some(t)) => Some((f, t)),
+            _ => None,
+        };
+        let fresh = self.resolve(finders, (from, &src), (to, &dst)).await?;
         let expected = match (&carry, &cov) {
             (_, Some(c)) => c[0].fresh.len(),
             (Carry::Overlay { fresh }, None) => *fresh,
@@ -420,14 +467,16 @@ impl Ctx<'_> {
             let g = Graph::overlay(base.graph.clone(), nf, nt, &fresh);
             return Ok(Some((g, Source::Overlay)));
         }
-        let cov = cov.expect("a merge maps rows");
+        let cov = cov.as_ref().expect("a merge maps rows");
         let (ce, cf, ct) = (&cov[0], &cov[1], &cov[2]);
         let to_map = if from == to {
             None
         } else {
-            Some(self.node_positions(&base.basis, 2, ct, to).await?)
+            let f = finders.map(|f| f.1);
+            Some(self.node_positions(&base.basis, 2, ct, to, f).await?)
         };
-        let from_map = self.node_positions(&base.basis, 1, cf, from).await?;
+        let f = finders.map(|f| f.0);
+        let from_map = self.node_positions(&base.basis, 1, cf, from, f).await?;
         let to_map = to_map.as_ref().unwrap_or(&from_map);
         let edge_map = adjacency::positions(ce, |_| ABSENT);
         let (g, fresh_rows) = (base.graph.clone(), ce.fresh.clone());
@@ -445,18 +494,89 @@ impl Ctx<'_> {
         .await
         .map_err(|e| OmniError::Storage(format!("graph index merge failed: {e}")))?;
         let merged = Arc::new(merged);
-        self.remember_base(edge, merged.clone(), self.basis(edge).await?)?;
+        self.remember_base(
+            edge,
+            Based {
+                graph: merged.clone(),
+                basis: self.basis(edge).await?,
+                ids: None,
+            },
+        )?;
         Ok(Some((Graph::whole(merged), Source::Merged)))
     }
 
+    /// A finder for node table `i` (1: from, 2: to) of `base` today, or
+    /// `None` when the base holds no ids, they fail their check, or too
+    /// many rows are new since.
+    async fn finder<'a>(
+        &self,
+        base: &'a Based,
+        i: usize,
+        type_name: &str,
+        cov: Option<&'a Coverage>,
+    ) -> Result<Option<Finder<'a>>> {
+        let Some(ids) = base.ids.as_ref().map(|ids| &ids[i - 1]) else {
+            return Ok(None);
+        };
+        if !ids.sound() {
+            tracing::warn!(
+                type_name,
+                "a graph index file's ids are damaged: looked up instead"
+            );
+            return Ok(None);
+        }
+        let then = &base.basis.layouts[i];
+        let now = self.layout(type_name).await?;
+        let fresh_rows: Vec<u32> = match cov {
+            Some(c) => c.fresh.clone(),
+            None => (coverage::rows(then) as u32..coverage::rows(&now) as u32).collect(),
+        };
+        if fresh_rows.len() > FRESH_NODES_MAX {
+            return Ok(None);
+        }
+        let mut fresh = HashMap::new();
+        if !fresh_rows.is_empty() {
+            let table = self.g.read_table(self.snap, self.def(type_name)).await?;
+            let read = table.strings_of(ID, &coverage::unseen(then, &now)).await?;
+            let ids = read
+                .iter()
+                .flat_map(|a| (0..a.len()).map(move |k| a.value(k)));
+            let mut rows = fresh_rows.iter();
+            for id in ids {
+                let Some(&row) = rows.next() else { break };
+                fresh.entry(id.to_string()).or_insert(row);
+            }
+            if fresh.len() > fresh_rows.len() || rows.next().is_some() {
+                return Err(OmniError::Storage(format!(
+                    "node table {type_name}: the fresh rows read are not the {} its layout has",
+                    fresh_rows.len()
+                )));
+            }
+        }
+        Ok(Some(Finder { ids, cov, fresh }))
+    }
+
     /// The dense `(source, destination)` of each edge (`ABSENT` where an
-    /// id is not a node): a few looked up one by one, many through the
-    /// types' id indexes.
+    /// id is not a node): through a base's ids when there are finders,
+    /// else a few looked up one by one, many through the types' id indexes.
     async fn resolve(
         &self,
+        finders: Option<(&Finder<'_>, &Finder<'_>)>,
         (from, src): (&str, &[StringArray]),
         (to, dst): (&str, &[StringArray]),
     ) -> Result<Vec<(u32, u32)>> {
+        if let Some((f, t)) = finders {
+            let pairs = src.iter().zip(dst).flat_map(|(s, d)| {
+                (0..s.len()).map(move |k| {
+                    let end = |a: &StringArray, by: &Finder| match a.is_null(k) {
+                        true => ABSENT,
+                        false => by.find(a.value(k)),
+                    };
+                    (end(s, f), end(d, t))
+                })
+            });
+            return Ok(pairs.collect());
+        }
         let rows: usize = src.iter().map(|a| a.len()).sum();
         if rows * 2 > POINT_LOOKUPS_MAX {
             let from_ids = self.node_ids(from).await?;
@@ -479,20 +599,29 @@ impl Ctx<'_> {
     }
 
     /// Where each node of the base's table `i` (1: from, 2: to) is today;
-    /// a node whose row moved (an update rewrote it) is found again by id,
-    /// read from the base's version of the table.
+    /// a node whose row moved (an update rewrote it) is found again by id:
+    /// its id from the base's ids when a finder has them, else read from
+    /// the base's version of the table.
     async fn node_positions(
         &self,
         basis: &Basis,
         i: usize,
         c: &Coverage,
         type_name: &str,
+        finder: Option<&Finder<'_>>,
     ) -> Result<Vec<u32>> {
         let moved: Vec<usize> = (0..c.doc_row.len())
             .filter(|&d| c.doc_row[d].is_none())
             .collect();
         let mut found: HashMap<usize, u32> = HashMap::new();
-        if !moved.is_empty() {
+        if let Some(f) = finder {
+            for &d in &moved {
+                let id = f.ids.id(d as u32).ok_or_else(|| {
+                    OmniError::Storage(format!("{type_name}: a base's ids lack position {d}"))
+                })?;
+                found.insert(d, f.find(id));
+            }
+        } else if !moved.is_empty() {
             let t: TableRef = serde_json::from_str(&basis.tables[i])?;
             let then = self.g.open_table(&t).await?;
             let layout = &basis.layouts[i];

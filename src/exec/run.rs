@@ -184,10 +184,18 @@ impl Ctx<'_> {
         let mut wanted: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
         wanted.sort_unstable();
         wanted.dedup();
+        let t0 = std::time::Instant::now();
         let table = self.g.read_table(self.snap, t).await?;
         let layout = self.layout(type_name).await?;
         let mut at = std::collections::HashMap::new();
-        for (id, addr) in table.addresses_of(ID, &wanted).await? {
+        let found = table.addresses_of(ID, &wanted).await?;
+        tracing::debug!(
+            type_name,
+            ids = wanted.len(),
+            ms = t0.elapsed().as_millis() as u64,
+            "ids looked up through the id index"
+        );
+        for (id, addr) in found {
             let p = crate::index::coverage::position(&layout, addr >> 32, addr as u32);
             if let Some(p) = p {
                 at.entry(id).or_insert(p);

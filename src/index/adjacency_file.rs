@@ -2,11 +2,13 @@
 //! an 8-byte header length, a header (the three table versions it was built
 //! from and their row layouts, the counts, the arrays' lengths and their
 //! XXH3; checked like any index file), then the six `u32` arrays raw and
-//! little-endian at 8-byte alignment, so a mapping of the file is the index.
-//! Each array has its own XXH3. On open the header, the offsets and the
-//! targets are verified (a file whose bytes or shape are wrong is refused);
-//! the edge rows, which only edge bindings and merges read, are verified
-//! the first time one is needed ([`GraphIndex::edge_rows_sound`]).
+//! little-endian at 8-byte alignment, so a mapping of the file is the index:
+//! first the endpoint tables' ids at those versions ([`IdOrder`]: one when
+//! both ends are one table), then the adjacency's six. Each array has its own XXH3. On open the
+//! header, the offsets and the targets are verified (a file whose bytes or
+//! shape are wrong is refused); the edge rows, which only edge bindings and
+//! merges read, are verified the first time one is needed
+//! ([`GraphIndex::edge_rows_sound`]), the ids likewise ([`IdOrder::sound`]).
 
 use std::sync::Arc;
 
@@ -15,9 +17,10 @@ use xxhash_rust::xxh3::xxh3_64;
 use super::adjacency::{Adjacency, GraphIndex, Words};
 use super::codec::{Decoder, Encoder};
 use super::coverage::{self, Layout};
+use super::id_order::IdOrder;
 use crate::error::{OmniError, Result};
 
-const MAGIC: &[u8; 4] = b"OADJ";
+const MAGIC: &[u8; 4] = b"OAD2";
 
 /// What an adjacency was built from: the edge table and its two endpoint
 /// tables (in that order), each as storage names its version (a JSON
@@ -65,15 +68,35 @@ fn arrays(g: &GraphIndex) -> [&[u32]; 6] {
     ]
 }
 
-pub fn encode(g: &GraphIndex, basis: &Basis) -> Vec<u8> {
-    let body_len: usize = arrays(g).iter().map(|a| a.len() * 4).sum();
+fn put(body: &mut Vec<u8>, words: &[u32]) {
+    for w in words {
+        body.extend_from_slice(&w.to_le_bytes());
+    }
+}
+
+/// How many id orders a file of `basis` holds: one per endpoint table.
+fn orders(basis: &Basis) -> usize {
+    if basis.tables[1] == basis.tables[2] {
+        1
+    } else {
+        2
+    }
+}
+
+/// `ids`: the source table's ids, then the destination's when it is
+/// another table (see [`orders`]).
+pub fn encode(g: &GraphIndex, basis: &Basis, ids: &[&IdOrder]) -> Vec<u8> {
+    assert_eq!(ids.len(), orders(basis), "one id order per endpoint table");
+    let id_arrays: Vec<&Words> = ids.iter().flat_map(|o| o.arrays()).collect();
+    let body_len = g.bytes() + ids.iter().map(|o| o.bytes_held()).sum::<usize>();
     let mut body = Vec::with_capacity(body_len);
+    for a in id_arrays {
+        put(&mut body, a);
+    }
     let mut digests = Vec::new();
     for a in arrays(g) {
         let start = body.len();
-        for w in a {
-            body.extend_from_slice(&w.to_le_bytes());
-        }
+        put(&mut body, a);
         digests.push(xxh3_64(&body[start..]));
     }
     let mut e = Encoder::new(MAGIC);
@@ -87,6 +110,12 @@ pub fn encode(g: &GraphIndex, basis: &Basis) -> Vec<u8> {
         e.u64(a.len() as u64);
         e.u64(*d);
     }
+    for o in ids {
+        for a in o.arrays() {
+            e.u64(a.len() as u64);
+        }
+        e.u64(o.digest());
+    }
     let header = e.finish();
     let start = align8(8 + header.len());
     let mut out = Vec::with_capacity(start + body.len());
@@ -97,9 +126,17 @@ pub fn encode(g: &GraphIndex, basis: &Basis) -> Vec<u8> {
     out
 }
 
+/// What a file holds: the adjacency, what it was built from, and the ids
+/// of its source and destination tables (one shared when they are one).
+pub struct Persisted {
+    pub graph: GraphIndex,
+    pub basis: Basis,
+    pub ids: [Arc<IdOrder>; 2],
+}
+
 /// The adjacency in `map` (a whole file), and what it was built from.
 /// `what` names the file in errors.
-pub fn decode(map: Arc<memmap2::Mmap>, what: &str) -> Result<(GraphIndex, Basis)> {
+pub fn decode(map: Arc<memmap2::Mmap>, what: &str) -> Result<Persisted> {
     let bad = |why: &str| OmniError::Storage(format!("graph index {what} cannot be read: {why}"));
     if !cfg!(target_endian = "little") {
         return Err(bad("this machine is not little-endian"));
@@ -128,20 +165,39 @@ pub fn decode(map: Arc<memmap2::Mmap>, what: &str) -> Result<(GraphIndex, Basis)
         *l = d.u64()? as usize;
         *h = d.u64()?;
     }
+    let basis = Basis { tables, layouts };
+    let mut id_lens = Vec::new();
+    for _ in 0..orders(&basis) {
+        id_lens.push((
+            [d.u64()? as usize, d.u64()? as usize, d.u64()? as usize],
+            d.u64()?,
+        ));
+    }
     d.end()?;
+    let Basis { tables, layouts } = basis;
     let start = align8(8 + len);
     let body = map
         .get(start..)
         .ok_or_else(|| bad("its arrays are missing"))?;
-    if lens.iter().map(|l| l * 4).sum::<usize>() != body.len() {
+    let id_words: usize = id_lens.iter().flat_map(|(l, _)| l).sum();
+    if (lens.iter().sum::<usize>() + id_words) * 4 != body.len() {
         return Err(bad("its arrays are not the length its header says"));
     }
     let mut at = start;
-    let mut words = lens.map(|l| {
+    let mut mapped = |l: usize| {
         let w = Words::mapped(&map, at, l);
         at += l * 4;
-        w
-    });
+        w.ok_or_else(|| bad("its arrays are misaligned"))
+    };
+    let mut ids = Vec::new();
+    for (k, ([o, b, s], digest)) in id_lens.into_iter().enumerate() {
+        let order = IdOrder::new(mapped(o)?, mapped(b)?, mapped(s)?, Some(digest));
+        if order.len() != coverage::rows(&layouts[1 + k]) {
+            return Err(bad("its ids do not fit its tables"));
+        }
+        ids.push(Arc::new(order));
+    }
+    let mut words = lens.map(|l| mapped(l).ok());
     for i in [0, 1, 3, 4] {
         let w = words[i]
             .as_ref()
@@ -175,9 +231,14 @@ pub fn decode(map: Arc<memmap2::Mmap>, what: &str) -> Result<(GraphIndex, Basis)
     if edges != rows(&layouts[0]) {
         return Err(bad("its edge count is not its edge table's"));
     }
-    let mut g = GraphIndex::new(out, inn, skipped, edges);
-    g.unchecked = Some([digests[2], digests[5]]);
-    Ok((g, Basis { tables, layouts }))
+    let mut graph = GraphIndex::new(out, inn, skipped, edges);
+    graph.unchecked = Some([digests[2], digests[5]]);
+    let to = ids.last().expect("one id order at least").clone();
+    Ok(Persisted {
+        graph,
+        basis: Basis { tables, layouts },
+        ids: [ids[0].clone(), to],
+    })
 }
 
 /// Bytes as a read-only mapping (a file read from object storage).
@@ -196,7 +257,7 @@ mod tests {
     use super::*;
     use crate::index::coverage::FragmentRows;
 
-    fn sample() -> (GraphIndex, Basis) {
+    fn sample() -> (GraphIndex, Basis, IdOrder) {
         let g = GraphIndex::from_pairs(3, 3, &[(0, 1), (1, 2), (2, u32::MAX)], 0);
         let frag = |n| FragmentRows {
             id: 1,
@@ -208,15 +269,23 @@ mod tests {
             tables: ["e".into(), "n".into(), "n".into()],
             layouts: [vec![frag(3)], vec![frag(3)], vec![frag(3)]],
         };
-        (g, basis)
+        let ids = IdOrder::build(&arrow_array::StringArray::from(vec!["c", "a", "b"]));
+        (g, basis, ids)
     }
 
     #[test]
     fn round_trips_through_a_mapping_and_refuses_damage() {
-        let (g, basis) = sample();
-        let bytes = encode(&g, &basis);
-        let (back, b) = decode(anonymous(&bytes).unwrap(), "t").unwrap();
+        let (g, basis, ids) = sample();
+        let bytes = encode(&g, &basis, &[&ids]);
+        let Persisted {
+            graph: back,
+            basis: b,
+            ids: [from, to],
+        } = decode(anonymous(&bytes).unwrap(), "t").unwrap();
         assert_eq!(b, basis);
+        assert!(Arc::ptr_eq(&from, &to), "one table, one order");
+        assert!(from.sound());
+        assert_eq!((from.position("b"), from.id(0)), (Some(2), Some("c")));
         assert_eq!(back.skipped, 1);
         assert_eq!(&*back.out.targets, &*g.out.targets);
         assert_eq!(&*back.inn.edges, &*g.inn.edges);
@@ -231,15 +300,24 @@ mod tests {
         assert!(err.to_string().contains("checksum"), "{err}");
         let mut flipped = bytes.clone();
         *flipped.last_mut().unwrap() ^= 1;
-        let (back, _) = decode(anonymous(&flipped).unwrap(), "t").unwrap();
-        assert!(!back.edge_rows_sound());
+        let back = decode(anonymous(&flipped).unwrap(), "t").unwrap();
+        assert!(!back.graph.edge_rows_sound());
+        assert!(back.ids[0].sound());
+        // A flipped id byte (the ids come first): the file opens; its ids
+        // are not used.
+        let ids_at = bytes.len() - g.bytes() - ids.bytes_held();
+        let mut flipped = bytes.clone();
+        flipped[ids_at + 4 * ids.offsets.len()] ^= 1;
+        let back = decode(anonymous(&flipped).unwrap(), "t").unwrap();
+        assert!(back.graph.edge_rows_sound());
+        assert!(!back.ids[0].sound());
         let short = &bytes[..bytes.len() - 1];
         let err = decode(anonymous(short).unwrap(), "t").err().unwrap();
         assert!(err.to_string().contains("not the length"), "{err}");
         // A header naming another row count than the arrays hold.
         let mut other = basis.clone();
         other.layouts[1][0].physical = 4;
-        let err = decode(anonymous(&encode(&g, &other)).unwrap(), "t")
+        let err = decode(anonymous(&encode(&g, &other, &[&ids])).unwrap(), "t")
             .err()
             .unwrap();
         assert!(err.to_string().contains("do not fit"), "{err}");

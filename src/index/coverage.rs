@@ -113,6 +113,17 @@ pub fn appended(built: &[FragmentRows], now: &[FragmentRows]) -> Option<usize> {
         .then(|| now[built.len()..].iter().map(FragmentRows::live).sum())
 }
 
+/// The fragments of `now` that `built` never saw (another id, or the same
+/// id rewritten): where the rows no document stands for are.
+pub fn unseen(built: &[FragmentRows], now: &[FragmentRows]) -> Vec<u64> {
+    let seen: std::collections::HashMap<u64, &str> =
+        built.iter().map(|f| (f.id, f.files.as_str())).collect();
+    now.iter()
+        .filter(|f| seen.get(&f.id) != Some(&f.files.as_str()))
+        .map(|f| f.id)
+        .collect()
+}
+
 /// The position in scan order of the row at `offset` of fragment
 /// `fragment`; `None` when the layout has no such live row.
 pub fn position(layout: &[FragmentRows], fragment: u64, offset: u32) -> Option<u32> {
@@ -254,6 +265,7 @@ pub(crate) mod tests {
         assert_eq!(c.rows, 5);
         assert_eq!(c.doc_row, [Some(0), None, None, None, Some(3)]);
         assert_eq!(c.fresh, [1, 2, 4]);
+        assert_eq!(unseen(&built, &now), [1, 3]);
         assert_eq!(c.covered(), 2);
         assert!(!c.is_identity());
     }

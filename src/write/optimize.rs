@@ -20,6 +20,7 @@ use crate::error::{OmniError, Result};
 use crate::index::adjacency::GraphIndex;
 use crate::index::adjacency_file::{self, Basis, GraphIndexRef};
 use crate::index::coverage::Layout;
+use crate::index::id_order::IdOrder;
 use crate::index::ivf::Ivf;
 use crate::index::text::TextIndex;
 use crate::index::{IndexKind, IndexRef};
@@ -212,8 +213,9 @@ async fn graph_index(
     if let Some(r) = read[0].graph_index()?
         && r.basis == name
         && let Some(map) = cx.graph.store.map(&r.file).await?
-        && let Ok((g, _)) = adjacency_file::decode(map, &r.file)
-        && g.edge_rows_sound()
+        && let Ok(p) = adjacency_file::decode(map, &r.file)
+        && p.graph.edge_rows_sound()
+        && p.ids.iter().all(|o| o.sound())
     {
         return Ok(None);
     }
@@ -228,9 +230,13 @@ async fn graph_index(
     };
     let src = stage::scan_strings(&read[0], SRC).await?;
     let dst = stage::scan_strings(&read[0], DST).await?;
+    let one_table = from == to;
     let (bytes, edges) = tokio::task::spawn_blocking(move || {
         let g = GraphIndex::build(&src, &dst, &from_ids, &to_ids);
-        (adjacency_file::encode(&g, &basis), g.edges)
+        let from_order = IdOrder::build(&from_ids.ids);
+        let to_order = (!one_table).then(|| IdOrder::build(&to_ids.ids));
+        let ids: Vec<&IdOrder> = std::iter::once(&from_order).chain(&to_order).collect();
+        (adjacency_file::encode(&g, &basis, &ids), g.edges)
     })
     .await
     .map_err(|e| OmniError::Storage(format!("the graph index build failed: {e}")))?;

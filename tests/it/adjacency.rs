@@ -140,6 +140,21 @@ async fn persisted_index_in(place: Place) {
         "a foreign file is not followed"
     );
 
+    // One flipped bit in the ids the file keeps (first in its body: 11
+    // offsets, then "p0".."p9"), turning "p9" into "p8": the file is
+    // followed, but the new edge's end is looked up in the table, not in
+    // the damaged ids (which would lose it).
+    let mut damaged = original.to_vec();
+    let header = u64::from_le_bytes(damaged[..8].try_into().unwrap()) as usize;
+    let body = (8 + header).div_ceil(8) * 8;
+    let nine = body + 11 * 4 + 19;
+    assert_eq!(damaged[nine], b'9');
+    damaged[nine] ^= 0x01;
+    mine.put(&file, &damaged).await.unwrap();
+    let (answer, stats) = cold(&uri).await;
+    assert_eq!(answer, want);
+    assert_eq!(counts(&stats), [0, 1, 0, 1], "damaged ids are not followed");
+
     // One flipped bit in a target (the file's last arrays are the 10 in
     // targets, then the 10 in edge rows): refused on open, built instead.
     let mut damaged = original.to_vec();
