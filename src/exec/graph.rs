@@ -20,9 +20,9 @@ use super::run::{Ctx, POINT_LOOKUPS_MAX};
 use crate::compiler::catalog::ID;
 use crate::compiler::query::ir::Dir;
 use crate::error::{OmniError, Result};
-use crate::index::adjacency::{self, Carry, Graph, GraphIndex};
+use crate::index::adjacency::{self, Carry, Graph, GraphIndex, NodeMap};
 use crate::index::adjacency_file::{self, Basis};
-use crate::index::coverage::{self, Coverage, Layout};
+use crate::index::coverage::{self, Change, Coverage, Layout};
 use crate::index::id_order::NodeIds;
 use crate::storage::manifest::TableRef;
 use crate::storage::stage;
@@ -69,6 +69,13 @@ impl Finder<'_> {
     }
 }
 
+/// A carry decided: how, from what changes, onto which layouts.
+struct Planned {
+    carry: Carry,
+    changes: [Change; 3],
+    now: [Arc<Layout>; 3],
+}
+
 /// How a traversal got its adjacency (`query --stats`, and the plan).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Source {
@@ -76,6 +83,9 @@ pub enum Source {
     Persisted,
     /// A base with the edges added since beside it.
     Overlay,
+    /// A base read through where its nodes moved since, the edges added
+    /// since beside it.
+    Remapped,
     /// A base merged with the rows changed since into a new base.
     Merged,
     Probed,
@@ -162,6 +172,7 @@ impl Ctx<'_> {
             Source::Cached => &s.graph_hits,
             Source::Persisted => &s.graph_persisted,
             Source::Overlay => &s.graph_overlays,
+            Source::Remapped => &s.graph_remaps,
             Source::Merged => &s.graph_merges,
             Source::Probed => &s.edge_probes,
             Source::Built => &s.graph_builds,
@@ -340,11 +351,12 @@ impl Ctx<'_> {
         }
     }
 
-    /// How `base` serves today's rows, and (for a merge) where the rows it
-    /// was built from are today. Appends alone are told from the layouts'
-    /// fragments, without mapping rows, so a traversal after an insert
-    /// costs the insert.
-    async fn plan_carry(&self, edge: &str, base: &Based) -> Result<(Carry, Option<[Coverage; 3]>)> {
+    /// How `base` serves today's rows, how each of its tables changed
+    /// since, and today's layouts. Appends are told from the layouts'
+    /// fragments without mapping rows, so a traversal after an insert costs
+    /// the insert, and after an update the node table's rows, not the
+    /// edges.
+    async fn plan_carry(&self, edge: &str, base: &Based) -> Result<Planned> {
         let (from, to) = self.def(edge).endpoints().expect("edge");
         let b = &base.basis.layouts;
         let now = [
@@ -352,17 +364,14 @@ impl Ctx<'_> {
             self.layout(from).await?,
             self.layout(to).await?,
         ];
-        let grew: Option<Vec<usize>> = (0..3).map(|i| coverage::appended(&b[i], &now[i])).collect();
-        if let Some(grew) = grew {
-            let carry =
-                adjacency::decide_appended(base.graph.skipped, grew[0], grew[1] + grew[2] > 0);
-            if !matches!(carry, Carry::Merge { .. }) {
-                return Ok((carry, None));
-            }
-        }
-        let cov = [0, 1, 2].map(|i| coverage::cover(&b[i], &now[i]));
-        let carry = adjacency::decide(base.graph.skipped, [&cov[0], &cov[1], &cov[2]]);
-        Ok((carry, Some(cov)))
+        let changes = [0, 1, 2].map(|i| Change::of(&b[i], &now[i]));
+        let [e, f, t] = &changes;
+        let carry = adjacency::decide(base.graph.skipped, [e, f, t]);
+        Ok(Planned {
+            carry,
+            changes,
+            now,
+        })
     }
 
     /// What a traversal of `edge` would read now, without reading it (for
@@ -379,10 +388,15 @@ impl Ctx<'_> {
             bases.push((b, "persisted"));
         }
         for (base, name) in bases {
-            match self.plan_carry(edge, &base).await?.0 {
+            match self.plan_carry(edge, &base).await?.carry {
                 Carry::Same => return Ok(name.into()),
                 Carry::Overlay { fresh } => {
                     return Ok(format!("{name} + delta ({fresh} new edges beside it)"));
+                }
+                Carry::Remap { fresh, moved } => {
+                    return Ok(format!(
+                        "{name} + delta ({fresh} new edges beside it, {moved} moved nodes remapped)"
+                    ));
                 }
                 Carry::Merge { fresh, moved } => {
                     return Ok(format!(
@@ -416,12 +430,11 @@ impl Ctx<'_> {
         let e = self.def(edge);
         let (from, to) = e.endpoints().expect("edge");
         let b = &base.basis.layouts;
-        let now = [
-            self.layout(edge).await?,
-            self.layout(from).await?,
-            self.layout(to).await?,
-        ];
-        let (carry, cov) = self.plan_carry(edge, base).await?;
+        let Planned {
+            carry,
+            changes,
+            now,
+        } = self.plan_carry(edge, base).await?;
         match carry {
             Carry::Same => return Ok(Some((Graph::whole(base.graph.clone()), how))),
             Carry::Rebuild => return Ok(None),
@@ -432,18 +445,17 @@ impl Ctx<'_> {
                 );
                 return Ok(None);
             }
-            Carry::Overlay { .. } | Carry::Merge { .. } => {}
+            Carry::Overlay { .. } | Carry::Remap { .. } | Carry::Merge { .. } => {}
         }
         // The edge rows no base row stands for: the fragments it never saw.
         let unseen = coverage::unseen(&b[0], &now[0]);
         let edges_now = self.g.read_table(self.snap, e).await?;
         let src = edges_now.strings_of("src", &unseen).await?;
         let dst = edges_now.strings_of("dst", &unseen).await?;
-        let cov_of = |k: usize| cov.as_ref().map(|c| &c[k]);
-        let find_from = self.finder(base, 1, from, cov_of(1)).await?;
+        let find_from = self.finder(base, 1, from, changes[1].mapped()).await?;
         let find_to = match from == to {
             true => None,
-            false => self.finder(base, 2, to, cov_of(2)).await?,
+            false => self.finder(base, 2, to, changes[2].mapped()).await?,
         };
         let finders = match (&find_from, &find_to) {
             (Some(f), None) if from == to => Some((f, f)),
@@ -451,24 +463,38 @@ impl Ctx<'_> {
             _ => None,
         };
         let fresh = self.resolve(finders, (from, &src), (to, &dst)).await?;
-        let expected = match (&carry, &cov) {
-            (_, Some(c)) => c[0].fresh.len(),
-            (Carry::Overlay { fresh }, None) => *fresh,
-            _ => unreachable!("only an overlay is planned without mapping rows"),
-        };
+        let expected = changes[0].fresh();
         if fresh.len() != expected {
             return Err(OmniError::Storage(format!(
                 "edge table {edge}: {} fresh rows read where its layout has {expected}",
                 fresh.len(),
             )));
         }
-        if let Carry::Overlay { .. } = carry {
-            let (nf, nt) = (coverage::rows(&now[1]), coverage::rows(&now[2]));
-            let g = Graph::overlay(base.graph.clone(), nf, nt, &fresh);
-            return Ok(Some((g, Source::Overlay)));
+        if let Carry::Overlay { .. } | Carry::Remap { .. } = carry {
+            // Only the tables whose rows moved need a map.
+            let mut moved: [Option<Arc<NodeMap>>; 2] = [None, None];
+            for (k, name) in [(1, from), (2, to)] {
+                let Some(c) = changes[k].mapped() else {
+                    continue;
+                };
+                if k == 2 && from == to {
+                    moved[1] = moved[0].clone();
+                    continue;
+                }
+                let f = finders.map(|f| if k == 1 { f.0 } else { f.1 });
+                let at = self.node_positions(&base.basis, k, c, name, f).await?;
+                moved[k - 1] = Some(Arc::new(NodeMap::new(at, c.rows)));
+            }
+            let (nf, nt) = (changes[1].rows(), changes[2].rows());
+            let how = match carry {
+                Carry::Remap { .. } => Source::Remapped,
+                _ => Source::Overlay,
+            };
+            let g = Graph::overlay(base.graph.clone(), moved, nf, nt, &fresh);
+            return Ok(Some((g, how)));
         }
-        let cov = cov.as_ref().expect("a merge maps rows");
-        let (ce, cf, ct) = (&cov[0], &cov[1], &cov[2]);
+        let [ce, cf, ct] = [0, 1, 2].map(|i| changes[i].coverage(&b[i], &now[i]));
+        let (ce, cf, ct) = (&*ce, &*cf, &*ct);
         let to_map = if from == to {
             None
         } else {

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use arrow_array::{Array, StringArray};
 
-use super::coverage::Coverage;
+use super::coverage::{Change, Coverage};
 use crate::util::idindex::{ABSENT, IdIndex};
 
 /// Fresh edges up to this many ride beside their base as an overlay;
@@ -278,17 +278,55 @@ pub fn resolve(
     pairs
 }
 
+/// Where the nodes of one endpoint table are, between a base and today,
+/// once rows moved (an update rewrites a row elsewhere) or went: per base
+/// position its row today, and per row today its base position ([`ABSENT`]:
+/// gone, or new since). Building one costs the table's rows, not its edges.
+pub struct NodeMap {
+    pub now_of_base: Vec<u32>,
+    pub base_of_now: Vec<u32>,
+}
+
+impl NodeMap {
+    /// From where each base position is today ([`positions`]), over
+    /// `rows` rows today.
+    pub fn new(now_of_base: Vec<u32>, rows: usize) -> Self {
+        let mut base_of_now = vec![ABSENT; rows];
+        for (b, &n) in now_of_base.iter().enumerate() {
+            if n != ABSENT {
+                base_of_now[n as usize] = b as u32;
+            }
+        }
+        Self {
+            now_of_base,
+            base_of_now,
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        (self.now_of_base.len() + self.base_of_now.len()) * 4
+    }
+}
+
 /// What a traversal reads: a base adjacency, and the edges added since it
 /// was built when they are few (numbered after the base's edge rows, over
-/// node numberings that extend the base's).
+/// today's node numbering). When nodes moved since, the base is read
+/// through the source and destination tables' [`NodeMap`]s (the same one
+/// when both ends are one table); without one, today's numbering extends
+/// the base's.
 pub struct Graph {
     pub base: Arc<GraphIndex>,
     pub added: Option<GraphIndex>,
+    pub moved: [Option<Arc<NodeMap>>; 2],
 }
 
 impl Graph {
     pub fn whole(base: Arc<GraphIndex>) -> Self {
-        Self { base, added: None }
+        Self {
+            base,
+            added: None,
+            moved: [None, None],
+        }
     }
 
     /// See [`GraphIndex::edge_rows_sound`] (an overlay's own are built).
@@ -297,9 +335,11 @@ impl Graph {
     }
 
     /// `base` with the edges appended since: `pairs` are the new edge rows
-    /// (from the base's last row on), resolved over today's nodes.
+    /// (from the base's last row on), resolved over today's nodes; `moved`
+    /// where the source and destination tables' nodes are, when they moved.
     pub fn overlay(
         base: Arc<GraphIndex>,
+        moved: [Option<Arc<NodeMap>>; 2],
         nodes_from: usize,
         nodes_to: usize,
         pairs: &[(u32, u32)],
@@ -309,20 +349,30 @@ impl Graph {
         Self {
             base,
             added: Some(added),
+            moved,
         }
     }
 
     pub fn out(&self) -> Side<'_> {
-        Side {
-            base: &self.base.out,
-            added: self.added.as_ref().map(|a| &a.out),
-        }
+        self.side(&self.base.out, self.added.as_ref().map(|a| &a.out), [0, 1])
     }
 
     pub fn inn(&self) -> Side<'_> {
+        self.side(&self.base.inn, self.added.as_ref().map(|a| &a.inn), [1, 0])
+    }
+
+    /// A side whose sources are table `src` and targets table `dst`.
+    fn side<'a>(
+        &'a self,
+        base: &'a Adjacency,
+        added: Option<&'a Adjacency>,
+        [src, dst]: [usize; 2],
+    ) -> Side<'a> {
         Side {
-            base: &self.base.inn,
-            added: self.added.as_ref().map(|a| &a.inn),
+            base,
+            added,
+            base_of_now: self.moved[src].as_ref().map(|m| &m.base_of_now[..]),
+            now_of_base: self.moved[dst].as_ref().map(|m| &m.now_of_base[..]),
         }
     }
 
@@ -333,15 +383,20 @@ impl Graph {
     /// Heap bytes, the base's counted once per holder (a mapped file counts
     /// too: its pages are what a traversal touches).
     pub fn bytes(&self) -> usize {
-        self.base.bytes() + self.added.as_ref().map_or(0, |a| a.bytes())
+        let moved: usize = self.moved.iter().flatten().map(|m| m.bytes()).sum();
+        self.base.bytes() + self.added.as_ref().map_or(0, |a| a.bytes()) + moved
     }
 }
 
-/// One direction of a [`Graph`].
+/// One direction of a [`Graph`], over today's node numbering.
 #[derive(Clone, Copy)]
 pub struct Side<'a> {
     base: &'a Adjacency,
     added: Option<&'a Adjacency>,
+    /// The sources' base positions, when they moved.
+    base_of_now: Option<&'a [u32]>,
+    /// The targets' positions today, when they moved.
+    now_of_base: Option<&'a [u32]>,
 }
 
 impl<'a> Side<'a> {
@@ -349,13 +404,34 @@ impl<'a> Side<'a> {
         self.added.map_or(0..0, |a| a.range(n))
     }
 
+    /// The base entries of today's node `n` (none for a node new since).
+    #[inline]
+    fn base_range(self, n: u32) -> Range<usize> {
+        let at = match self.base_of_now {
+            None => n,
+            Some(m) => m.get(n as usize).copied().unwrap_or(ABSENT),
+        };
+        if at == ABSENT {
+            0..0
+        } else {
+            self.base.range(at)
+        }
+    }
+
+    /// A base entry's target today ([`ABSENT`]: gone since).
+    #[inline]
+    fn now(self, t: u32) -> u32 {
+        self.now_of_base.map_or(t, |m| m[t as usize])
+    }
+
     /// The nodes `n` reaches, one per edge.
     #[inline]
     pub fn targets(self, n: u32) -> impl Iterator<Item = u32> + 'a {
         let (b, a) = (self.base, self.added);
         let added = self.added_range(n);
-        b.range(n)
-            .map(move |i| b.targets[i])
+        self.base_range(n)
+            .map(move |i| self.now(b.targets[i]))
+            .filter(|&t| t != ABSENT)
             .chain(added.map(move |i| a.expect("an added range").targets[i]))
     }
 
@@ -364,8 +440,9 @@ impl<'a> Side<'a> {
     pub fn entries(self, n: u32) -> impl Iterator<Item = (u32, u32)> + 'a {
         let (b, a) = (self.base, self.added);
         let added = self.added_range(n);
-        b.range(n)
-            .map(move |i| (b.edges[i], b.targets[i]))
+        self.base_range(n)
+            .map(move |i| (b.edges[i], self.now(b.targets[i])))
+            .filter(|&(_, t)| t != ABSENT)
             .chain(added.map(move |i| {
                 let a = a.expect("an added range");
                 (a.edges[i], a.targets[i])
@@ -380,6 +457,10 @@ pub enum Carry {
     Same,
     /// Rows were only appended: the base with `fresh` new edges beside it.
     Overlay { fresh: usize },
+    /// Edge rows were only appended, but `moved` nodes moved or went: the
+    /// base read through a map of node positions ([`NodeMap`]), with the
+    /// `fresh` edges beside it.
+    Remap { fresh: usize, moved: usize },
     /// A new base: the base's edges moved to today's rows, `moved` nodes
     /// found again by id, `fresh` new edges resolved.
     Merge { fresh: usize, moved: usize },
@@ -387,43 +468,31 @@ pub enum Carry {
     Rebuild,
 }
 
-/// The decision when each table only gained rows since the base
-/// (`coverage::appended`): `fresh` edges, and whether nodes were added. A
-/// `Merge` here still needs the rows mapped ([`decide`]).
-pub fn decide_appended(skipped: usize, fresh: usize, nodes_grew: bool) -> Carry {
-    match (fresh, nodes_grew) {
-        (0, false) => Carry::Same,
-        _ if skipped > 0 && nodes_grew => Carry::Rebuild,
-        _ if fresh <= OVERLAY_EDGES_MAX => Carry::Overlay { fresh },
-        _ => Carry::Merge { fresh, moved: 0 },
-    }
-}
-
-/// The decision for a base with `skipped` dangling edges, from the
-/// coverage of its edge, source and destination tables onto today's.
-pub fn decide(skipped: usize, [edges, from, to]: [&Coverage; 3]) -> Carry {
-    let cov = [edges, from, to];
-    if cov.iter().all(|c| c.is_identity()) {
+/// The decision for a base with `skipped` dangling edges, from how its
+/// edge, source and destination tables changed since (`from` and `to` the
+/// same change when both ends are one table).
+pub fn decide(skipped: usize, [edges, from, to]: [&Change; 3]) -> Carry {
+    if [edges, from, to].iter().all(|c| c.is_same()) {
         return Carry::Same;
     }
     // Most edges new: a merge reads as much as a build.
-    if edges.rows > 0 && edges.covered() * 2 < edges.rows {
+    let rows = edges.rows();
+    if rows > 0 && (rows - edges.fresh()) * 2 < rows {
         return Carry::Rebuild;
     }
     // A dangling edge's end may be a node added since; only a build knows.
-    if skipped > 0 && (!from.fresh.is_empty() || !to.fresh.is_empty()) {
+    if skipped > 0 && (from.fresh() > 0 || to.fresh() > 0) {
         return Carry::Rebuild;
     }
-    let moved = |c: &Coverage| c.doc_row.iter().filter(|r| r.is_none()).count();
-    let moved = moved(from) + moved(to);
+    let moved = from.moved() + to.moved();
     if moved > MOVED_NODES_MAX {
         return Carry::Rebuild;
     }
-    let fresh = edges.fresh.len();
-    if cov.iter().all(|c| extends(c)) && fresh <= OVERLAY_EDGES_MAX {
-        Carry::Overlay { fresh }
-    } else {
-        Carry::Merge { fresh, moved }
+    let fresh = edges.fresh();
+    match (edges.extends() && fresh <= OVERLAY_EDGES_MAX, moved) {
+        (true, 0) if from.extends() && to.extends() => Carry::Overlay { fresh },
+        (true, _) => Carry::Remap { fresh, moved },
+        (false, _) => Carry::Merge { fresh, moved },
     }
 }
 
@@ -435,14 +504,6 @@ pub fn positions(c: &Coverage, found: impl Fn(usize) -> u32) -> Vec<u32> {
         .enumerate()
         .map(|(d, r)| r.unwrap_or_else(|| found(d)))
         .collect()
-}
-
-/// Does every base row keep its position (rows were only appended)?
-pub fn extends(c: &Coverage) -> bool {
-    c.doc_row
-        .iter()
-        .enumerate()
-        .all(|(d, r)| *r == Some(d as u32))
 }
 
 /// A new base for today's rows: `base`'s edges moved to where their rows
@@ -508,7 +569,7 @@ mod tests {
     fn an_overlay_answers_as_a_rebuild_of_all_the_edges() {
         // Base: 3 nodes, edges a->b, b->c. Since: node d, edges c->d, a->d.
         let base = GraphIndex::from_pairs(3, 3, &[(0, 1), (1, 2)], 0);
-        let g = Graph::overlay(Arc::new(base), 4, 4, &[(2, 3), (0, 3)]);
+        let g = Graph::overlay(Arc::new(base), [None, None], 4, 4, &[(2, 3), (0, 3)]);
         let whole = GraphIndex::from_pairs(4, 4, &[(0, 1), (1, 2), (2, 3), (0, 3)], 0);
         let whole = Graph::whole(Arc::new(whole));
         for n in 0..4 {
@@ -523,6 +584,42 @@ mod tests {
         assert_eq!(g.edges(), 4);
     }
 
+    /// Every node's entries, sorted, both sides.
+    fn all_entries(g: &Graph, nodes: u32) -> Vec<Vec<(u32, u32)>> {
+        let mut out = Vec::new();
+        for n in 0..nodes {
+            for s in [g.out(), g.inn()] {
+                let mut e: Vec<_> = s.entries(n).collect();
+                e.sort_unstable();
+                out.push(e);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_remapped_base_answers_as_a_rebuild_over_todays_rows() {
+        // Nodes a b c d (one fragment). Since: b updated (deleted at offset
+        // 1, written again in fragment 2) and d deleted, so today a=0 c=1
+        // b=2. Edges a->b, b->c, c->a, a->d as they were, c->b appended.
+        let nodes_then = vec![frag(1, 4, &[])];
+        let nodes_now = vec![frag(1, 4, &[1, 3]), frag(2, 1, &[])];
+        let base = GraphIndex::from_pairs(4, 4, &[(0, 1), (1, 2), (2, 0), (0, 3)], 0);
+        let nc = cover(&nodes_then, &nodes_now);
+        let map = Arc::new(NodeMap::new(
+            positions(&nc, |d| if d == 1 { 2 } else { ABSENT }),
+            nc.rows,
+        ));
+        assert_eq!(map.base_of_now, [0, 2, 1]);
+        let moved = [Some(map.clone()), Some(map)];
+        let g = Graph::overlay(Arc::new(base), moved, 3, 3, &[(1, 2)]);
+        // Today's edge rows: a->b, b->c, c->a, a->(gone), c->b.
+        let pairs = [(0, 2), (2, 1), (1, 0), (ABSENT, ABSENT), (1, 2)];
+        let whole = Graph::whole(Arc::new(GraphIndex::from_pairs(3, 3, &pairs, 0)));
+        assert_eq!(all_entries(&g, 3), all_entries(&whole, 3));
+        assert!(g.out().targets(3).next().is_none(), "no node 3 today");
+    }
+
     #[test]
     fn a_merge_moves_edges_to_their_rows_and_ends_today() {
         // Nodes a b c (one fragment); b is updated: deleted at offset 1 and
@@ -534,7 +631,7 @@ mod tests {
         let edges_now = vec![frag(5, 3, &[1]), frag(6, 1, &[])];
         let base = GraphIndex::from_pairs(3, 3, &[(0, 1), (1, 2), (2, 0)], 0);
         let nc = cover(&nodes_then, &nodes_now);
-        assert!(!extends(&nc));
+        assert!(!Change::Mapped(cover(&nodes_then, &nodes_now)).extends());
         // Base node 1 ("b") is found again at today's row 2.
         let nodes = positions(&nc, |d| if d == 1 { 2 } else { ABSENT });
         let ec = cover(&edges_then, &edges_now);

@@ -37,7 +37,7 @@ pub fn rows(layout: &[FragmentRows]) -> usize {
 }
 
 /// An index's documents mapped onto a table version.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Coverage {
     /// Per document: its row in the version, `None` once deleted.
     pub doc_row: Vec<Option<u32>>,
@@ -102,6 +102,91 @@ pub fn cover(built: &[FragmentRows], now: &[FragmentRows]) -> Coverage {
         doc_row,
         fresh,
         rows: row as usize,
+    }
+}
+
+/// How a table changed since an index's version: rows only appended (every
+/// row keeps its position, told from the fragment lists alone, so a table
+/// of millions of rows that gained a few costs nothing to map), or mapped
+/// row by row.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Change {
+    Appended { then: usize, added: usize },
+    Mapped(Coverage),
+}
+
+impl Change {
+    pub fn of(built: &[FragmentRows], now: &[FragmentRows]) -> Self {
+        match appended(built, now) {
+            Some(added) => Self::Appended {
+                then: rows(built),
+                added,
+            },
+            None => Self::Mapped(cover(built, now)),
+        }
+    }
+
+    /// No row changed.
+    pub fn is_same(&self) -> bool {
+        match self {
+            Self::Appended { added, .. } => *added == 0,
+            Self::Mapped(c) => c.is_identity(),
+        }
+    }
+
+    /// Every row the index saw keeps its position; new rows come after.
+    pub fn extends(&self) -> bool {
+        match self {
+            Self::Appended { .. } => true,
+            Self::Mapped(c) => c
+                .doc_row
+                .iter()
+                .enumerate()
+                .all(|(d, r)| *r == Some(d as u32)),
+        }
+    }
+
+    /// Rows no document stands for.
+    pub fn fresh(&self) -> usize {
+        match self {
+            Self::Appended { added, .. } => *added,
+            Self::Mapped(c) => c.fresh.len(),
+        }
+    }
+
+    pub fn rows(&self) -> usize {
+        match self {
+            Self::Appended { then, added } => then + added,
+            Self::Mapped(c) => c.rows,
+        }
+    }
+
+    /// Documents whose row is gone (deleted, or rewritten elsewhere).
+    pub fn moved(&self) -> usize {
+        match self {
+            Self::Appended { .. } => 0,
+            Self::Mapped(c) => c.doc_row.iter().filter(|r| r.is_none()).count(),
+        }
+    }
+
+    /// The row-by-row coverage, when it was mapped.
+    pub fn mapped(&self) -> Option<&Coverage> {
+        match self {
+            Self::Appended { .. } => None,
+            Self::Mapped(c) => Some(c),
+        }
+    }
+
+    /// The row-by-row coverage (mapped now if it was told from fragments).
+    pub fn coverage(
+        &self,
+        built: &[FragmentRows],
+        now: &[FragmentRows],
+    ) -> std::borrow::Cow<'_, Coverage> {
+        match self {
+            Self::Appended { .. } => std::borrow::Cow::Owned(cover(built, now)),
+            Self::Mapped(c) => std::borrow::Cow::Borrowed(c),
+        }
     }
 }
 
@@ -220,8 +305,16 @@ pub(crate) mod tests {
         assert_eq!(appended(&built, &now), Some(0));
         now.push(frag(2, 4, &[3]));
         assert_eq!(appended(&built, &now), Some(3));
+        let c = Change::of(&built, &now);
+        assert_eq!(c, Change::Appended { then: 4, added: 3 });
+        assert!(c.extends() && !c.is_same());
+        assert_eq!((c.fresh(), c.rows(), c.moved()), (3, 7, 0));
+        assert_eq!(*c.coverage(&built, &now), cover(&built, &now));
         now[0].deleted.push(2);
         assert_eq!(appended(&built, &now), None, "a deletion since");
+        let c = Change::of(&built, &now);
+        assert!(!c.extends() && !c.is_same());
+        assert_eq!((c.fresh(), c.rows(), c.moved()), (3, 6, 1));
         assert_eq!(appended(&built, &built[..1]), None, "a fragment gone");
     }
 

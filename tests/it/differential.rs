@@ -593,6 +593,7 @@ async fn adjacency_carried_through_small_writes_agrees_with_a_naive_evaluator() 
     for counter in [
         "graph_index_opens",
         "graph_index_overlays",
+        "graph_index_remaps",
         "graph_index_merges",
         "graph_index_hits",
     ] {
