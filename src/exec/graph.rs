@@ -72,7 +72,7 @@ impl Finder<'_> {
 /// A carry decided: how, from what changes, onto which layouts.
 struct Planned {
     carry: Carry,
-    changes: [Change; 3],
+    changes: [Arc<Change>; 3],
     now: [Arc<Layout>; 3],
 }
 
@@ -364,9 +364,12 @@ impl Ctx<'_> {
             self.layout(from).await?,
             self.layout(to).await?,
         ];
-        let changes = [0, 1, 2].map(|i| Change::of(&b[i], &now[i]));
-        let [e, f, t] = &changes;
-        let carry = adjacency::decide(base.graph.skipped, [e, f, t]);
+        let of = |i: usize| Arc::new(Change::of(&b[i], &now[i]));
+        let (e, f) = (of(0), of(1));
+        // One table at both ends: one change, mapped once.
+        let t = if from == to { f.clone() } else { of(2) };
+        let carry = adjacency::decide(base.graph.skipped, [&e, &f, &t]);
+        let changes = [e, f, t];
         Ok(Planned {
             carry,
             changes,
@@ -449,9 +452,12 @@ impl Ctx<'_> {
         }
         // The edge rows no base row stands for: the fragments it never saw.
         let unseen = coverage::unseen(&b[0], &now[0]);
-        let edges_now = self.g.read_table(self.snap, e).await?;
-        let src = edges_now.strings_of("src", &unseen).await?;
-        let dst = edges_now.strings_of("dst", &unseen).await?;
+        let (mut src, mut dst) = (Vec::new(), Vec::new());
+        if !unseen.is_empty() {
+            let edges_now = self.g.read_table(self.snap, e).await?;
+            src = edges_now.strings_of("src", &unseen).await?;
+            dst = edges_now.strings_of("dst", &unseen).await?;
+        }
         let find_from = self.finder(base, 1, from, changes[1].mapped()).await?;
         let find_to = match from == to {
             true => None,
@@ -485,12 +491,11 @@ impl Ctx<'_> {
                 let at = self.node_positions(&base.basis, k, c, name, f).await?;
                 moved[k - 1] = Some(Arc::new(NodeMap::new(at, c.rows)));
             }
-            let (nf, nt) = (changes[1].rows(), changes[2].rows());
             let how = match carry {
                 Carry::Remap { .. } => Source::Remapped,
                 _ => Source::Overlay,
             };
-            let g = Graph::overlay(base.graph.clone(), moved, nf, nt, &fresh);
+            let g = Graph::overlay(base.graph.clone(), moved, &fresh);
             return Ok(Some((g, how)));
         }
         let [ce, cf, ct] = [0, 1, 2].map(|i| changes[i].coverage(&b[i], &now[i]));

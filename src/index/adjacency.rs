@@ -337,13 +337,19 @@ impl Graph {
     /// `base` with the edges appended since: `pairs` are the new edge rows
     /// (from the base's last row on), resolved over today's nodes; `moved`
     /// where the source and destination tables' nodes are, when they moved.
+    /// The overlay indexes nodes only up to the last one a new edge
+    /// touches (past it a lookup finds nothing), so a few edges cost a few
+    /// entries, not two arrays as long as the node tables.
     pub fn overlay(
         base: Arc<GraphIndex>,
         moved: [Option<Arc<NodeMap>>; 2],
-        nodes_from: usize,
-        nodes_to: usize,
         pairs: &[(u32, u32)],
     ) -> Self {
+        let span = |end: fn(&(u32, u32)) -> u32| {
+            let last = pairs.iter().map(end).filter(|&n| n != ABSENT).max();
+            last.map_or(0, |n| n as usize + 1)
+        };
+        let (nodes_from, nodes_to) = (span(|p| p.0), span(|p| p.1));
         let first = base.edges as u32;
         let added = GraphIndex::from_pairs(nodes_from, nodes_to, pairs, first);
         Self {
@@ -484,7 +490,12 @@ pub fn decide(skipped: usize, [edges, from, to]: [&Change; 3]) -> Carry {
     if skipped > 0 && (from.fresh() > 0 || to.fresh() > 0) {
         return Carry::Rebuild;
     }
-    let moved = from.moved() + to.moved();
+    let moved = from.moved()
+        + if std::ptr::eq(from, to) {
+            0
+        } else {
+            to.moved()
+        };
     if moved > MOVED_NODES_MAX {
         return Carry::Rebuild;
     }
@@ -569,7 +580,7 @@ mod tests {
     fn an_overlay_answers_as_a_rebuild_of_all_the_edges() {
         // Base: 3 nodes, edges a->b, b->c. Since: node d, edges c->d, a->d.
         let base = GraphIndex::from_pairs(3, 3, &[(0, 1), (1, 2)], 0);
-        let g = Graph::overlay(Arc::new(base), [None, None], 4, 4, &[(2, 3), (0, 3)]);
+        let g = Graph::overlay(Arc::new(base), [None, None], &[(2, 3), (0, 3)]);
         let whole = GraphIndex::from_pairs(4, 4, &[(0, 1), (1, 2), (2, 3), (0, 3)], 0);
         let whole = Graph::whole(Arc::new(whole));
         for n in 0..4 {
@@ -612,7 +623,7 @@ mod tests {
         ));
         assert_eq!(map.base_of_now, [0, 2, 1]);
         let moved = [Some(map.clone()), Some(map)];
-        let g = Graph::overlay(Arc::new(base), moved, 3, 3, &[(1, 2)]);
+        let g = Graph::overlay(Arc::new(base), moved, &[(1, 2)]);
         // Today's edge rows: a->b, b->c, c->a, a->(gone), c->b.
         let pairs = [(0, 2), (2, 1), (1, 0), (ABSENT, ABSENT), (1, 2)];
         let whole = Graph::whole(Arc::new(GraphIndex::from_pairs(3, 3, &pairs, 0)));
