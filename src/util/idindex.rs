@@ -66,6 +66,20 @@ pub struct IdIndex {
 impl IdIndex {
     /// Index `ids`; a repeated id resolves to its first position.
     pub fn new(ids: StringArray) -> Self {
+        match Self::index(ids, false) {
+            Ok(index) => index,
+            Err(_) => unreachable!("only a unique index refuses repeats"),
+        }
+    }
+
+    /// Index `ids`, each of which must be unique: else the positions of
+    /// the first id repeated (its first and its second occurrence), found
+    /// by the same pass that builds the index.
+    pub fn unique(ids: StringArray) -> std::result::Result<Self, (u32, u32)> {
+        Self::index(ids, true)
+    }
+
+    fn index(ids: StringArray, unique: bool) -> std::result::Result<Self, (u32, u32)> {
         assert!(ids.len() < ABSENT as usize, "an id index holds < 2^32 ids");
         assert!(
             ids.values().len() <= u32::MAX as usize,
@@ -75,10 +89,20 @@ impl IdIndex {
         let mut slots = vec![EMPTY; cap];
         let mask = cap - 1;
         let offsets = ids.value_offsets();
+        let bytes = ids.values().as_slice();
         for i in 0..ids.len() {
-            let h = hash(ids.value(i));
+            let id = ids.value(i);
+            let h = hash(id);
             let mut s = h as usize & mask;
             while slots[s].tag_pos != EMPTY_TAG {
+                let slot = slots[s];
+                if unique
+                    && slot.tag_pos >> 32 == h >> 32
+                    && slot.len as usize == id.len()
+                    && &bytes[slot.offset as usize..][..id.len()] == id.as_bytes()
+                {
+                    return Err((slot.tag_pos as u32, i as u32));
+                }
                 s = (s + 1) & mask;
             }
             slots[s] = Slot {
@@ -87,21 +111,25 @@ impl IdIndex {
                 len: (offsets[i + 1] - offsets[i]) as u32,
             };
         }
-        Self { ids, slots, mask }
+        Ok(Self { ids, slots, mask })
     }
 
     /// Index the ids of several arrays, numbered in order across them (a
     /// table's id column as its scan or a parse returns it, batch by batch).
     pub fn from_parts(parts: &[StringArray]) -> Result<Self> {
-        let all = match parts {
+        Ok(Self::new(Self::concat(parts)?))
+    }
+
+    /// The ids of several arrays as one, in order.
+    pub fn concat(parts: &[StringArray]) -> Result<StringArray> {
+        Ok(match parts {
             [] => StringArray::from(Vec::<&str>::new()),
             [one] => one.clone(),
             many => {
                 let refs: Vec<&dyn Array> = many.iter().map(|a| a as &dyn Array).collect();
                 arrow::compute::concat(&refs)?.as_string::<i32>().clone()
             }
-        };
-        Ok(Self::new(all))
+        })
     }
 
     pub fn len(&self) -> usize {
@@ -187,6 +215,16 @@ impl IdIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_unique_index_names_the_first_repeat() {
+        let ids = StringArray::from(vec!["a", "b", "c", "b", "a", "c"]);
+        assert_eq!(IdIndex::unique(ids.clone()).err(), Some((1, 3)));
+        let index = IdIndex::new(ids);
+        assert_eq!((index.get("a"), index.get("c")), (Some(0), Some(2)));
+        let fine = IdIndex::unique(StringArray::from(vec!["a", "ab", "b"])).unwrap();
+        assert_eq!(fine.get("ab"), Some(1));
+    }
 
     #[test]
     fn single_and_batched_lookups_agree() {

@@ -67,6 +67,8 @@ impl LoadMode {
 pub struct LoadWork {
     parsed: Parsed,
     mode: LoadMode,
+    /// Each node type's ids in the file, indexed once.
+    file_ids: FxHashMap<u32, Arc<IdIndex>>,
 }
 
 fn ids(b: &RecordBatch) -> &StringArray {
@@ -119,21 +121,37 @@ impl LoadWork {
                 }
             }
         }
-        match mode {
-            LoadMode::Merge => {
-                for pt in parsed.types.values_mut() {
-                    keep_last(pt)?;
-                }
-            }
-            LoadMode::Overwrite | LoadMode::Append => {
-                for pt in parsed.types.values() {
-                    if pt.explicit_ids > 0 {
-                        no_duplicates(pt)?;
-                    }
-                }
+        if mode == LoadMode::Merge {
+            for pt in parsed.types.values_mut() {
+                keep_last(pt)?;
             }
         }
-        Ok(Self { parsed, mode })
+        // Each node type's ids are indexed once, for every check after;
+        // the pass that builds the index also refuses a repeated id.
+        let mut file_ids = FxHashMap::default();
+        for pt in parsed.types.values() {
+            let all = IdIndex::concat(
+                &pt.batches
+                    .iter()
+                    .map(|b| ids(b).clone())
+                    .collect::<Vec<_>>(),
+            )?;
+            let index = match mode != LoadMode::Merge && pt.explicit_ids > 0 {
+                true => {
+                    IdIndex::unique(all).map_err(|(first, again)| repeated(pt, first, again))?
+                }
+                false if pt.def.is_edge() => continue,
+                false => IdIndex::new(all),
+            };
+            if !pt.def.is_edge() {
+                file_ids.insert(pt.def.id, Arc::new(index));
+            }
+        }
+        Ok(Self {
+            parsed,
+            mode,
+            file_ids,
+        })
     }
 
     pub fn mode(&self) -> LoadMode {
@@ -164,18 +182,13 @@ impl LoadWork {
     async fn check_endpoints(&self, cx: &PrepareCx) -> Result<()> {
         let catalog = cx.catalog();
         // One index of the file's ids per endpoint type, shared by src and dst.
-        let mut indexes: FxHashMap<u32, IdIndex> = FxHashMap::default();
         for pt in self.parsed.types.values() {
             let TypeKind::Edge { from, to, .. } = &pt.def.kind else {
                 continue;
             };
             for (column, node_type) in [(SRC, from), (DST, to)] {
                 let node = catalog.node(node_type).expect("edge endpoints are nodes");
-                let known = match indexes.entry(node.id) {
-                    std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-                    std::collections::hash_map::Entry::Vacant(e) => e.insert(self.file_ids(node)?),
-                };
-                let missing = missing_endpoints(pt, column, known);
+                let missing = missing_endpoints(pt, column, &self.file_ids(node));
                 if missing.is_empty() {
                     continue;
                 }
@@ -206,12 +219,11 @@ impl LoadWork {
     }
 
     /// The ids the file gives a node type.
-    fn file_ids(&self, node: &TypeDef) -> Result<IdIndex> {
-        let parts: Vec<StringArray> = match self.parsed.types.get(&node.id) {
-            Some(pt) => pt.batches.iter().map(|b| ids(b).clone()).collect(),
-            None => Vec::new(),
-        };
-        IdIndex::from_parts(&parts)
+    fn file_ids(&self, node: &TypeDef) -> Arc<IdIndex> {
+        match self.file_ids.get(&node.id) {
+            Some(index) => index.clone(),
+            None => Arc::new(IdIndex::new(StringArray::from(Vec::<&str>::new()))),
+        }
     }
 
     /// Append is a strict insert: an id already in the graph is a conflict.
@@ -244,7 +256,7 @@ impl LoadWork {
     async fn check_orphans(&self, cx: &PrepareCx) -> Result<()> {
         let catalog: &Catalog = cx.catalog();
         for pt in self.parsed.types.values().filter(|p| !p.def.is_edge()) {
-            let new_ids = self.file_ids(&pt.def)?;
+            let new_ids = self.file_ids(&pt.def);
             for edge in catalog.edges() {
                 if self.overwrites(edge) {
                     continue; // its rows are checked against the file
@@ -317,26 +329,33 @@ fn missing_endpoints<'a>(
     out
 }
 
-fn no_duplicates(pt: &ParsedType) -> Result<()> {
-    let mut seen: FxHashMap<&str, usize> = FxHashMap::default();
-    for (bi, b) in pt.batches.iter().enumerate() {
-        let a = ids(b);
-        for i in 0..a.len() {
-            let line = line_of(pt, bi, i);
-            if let Some(first) = seen.insert(a.value(i), line) {
-                return Err(OmniError::invalid(
-                    loc(
-                        line,
-                        &pt.def.name,
-                        Some("id"),
-                        Some(format!("{:?}", a.value(i))),
-                    ),
-                    format!("duplicate id in the file (first at line {first})"),
-                ));
+/// The error for an id the file gives twice: at its rows `first` and
+/// `again` (numbered across the type's batches).
+fn repeated(pt: &ParsedType, first: u32, again: u32) -> OmniError {
+    let place = |row: u32| {
+        let mut row = row as usize;
+        for (bi, b) in pt.batches.iter().enumerate() {
+            if row < b.num_rows() {
+                return (bi, row);
             }
+            row -= b.num_rows();
         }
-    }
-    Ok(())
+        unreachable!("a row of the type's batches")
+    };
+    let ((fb, fi), (ab, ai)) = (place(first), place(again));
+    let id = ids(&pt.batches[ab]).value(ai);
+    OmniError::invalid(
+        loc(
+            line_of(pt, ab, ai),
+            &pt.def.name,
+            Some("id"),
+            Some(format!("{id:?}")),
+        ),
+        format!(
+            "duplicate id in the file (first at line {})",
+            line_of(pt, fb, fi)
+        ),
+    )
 }
 
 /// Merge keeps the last occurrence of each id.
@@ -392,7 +411,7 @@ impl PrepareWork for LoadWork {
             }
             for pt in self.parsed.types.values() {
                 if staged_rules::applies(&pt.def) {
-                    let file_ids = self.file_ids(&pt.def)?;
+                    let file_ids = self.file_ids(&pt.def);
                     staged_rules::check(cx, pt, !self.overwrites(&pt.def), &file_ids).await?;
                 }
             }

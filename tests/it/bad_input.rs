@@ -120,10 +120,22 @@ async fn missing_required_enum_range_and_check_violations() {
 #[tokio::test]
 async fn duplicate_key_in_one_file() {
     let t = loaded_graph().await;
-    let dup = "{\"type\":\"Person\",\"data\":{\"name\":\"Z\"}}\n{\"type\":\"Person\",\"data\":{\"name\":\"Z\"}}";
-    let at = invalid(refused(&t, dup, LoadMode::Append).await);
-    assert_eq!((at.line, at.property.as_deref()), (Some(2), Some("id")));
-    invalid(refused(&t, dup, LoadMode::Overwrite).await);
+    let z = "{\"type\":\"Person\",\"data\":{\"name\":\"Z\"}}\n";
+    let y = "{\"type\":\"Person\",\"data\":{\"name\":\"Y\"}}\n";
+    let dup = format!("{y}{z}{y}{z}");
+    for mode in [LoadMode::Append, LoadMode::Overwrite] {
+        let err = refused(&t, &dup, mode).await;
+        assert!(
+            err.to_string()
+                .contains("duplicate id in the file (first at line 1)"),
+            "{err}"
+        );
+        let at = invalid(err);
+        assert_eq!(
+            (at.line, at.property.as_deref(), at.value.as_deref()),
+            (Some(3), Some("id"), Some("\"Y\""))
+        );
+    }
 }
 
 #[tokio::test]
