@@ -130,17 +130,17 @@ impl LoadWork {
         // the pass that builds the index also refuses a repeated id.
         let mut file_ids = FxHashMap::default();
         for pt in parsed.types.values() {
-            let all = IdIndex::concat(
-                &pt.batches
-                    .iter()
-                    .map(|b| ids(b).clone())
-                    .collect::<Vec<_>>(),
-            )?;
-            let index = match mode != LoadMode::Merge && pt.explicit_ids > 0 {
+            let unique = mode != LoadMode::Merge && pt.explicit_ids > 0;
+            if pt.def.is_edge() && !unique {
+                continue; // generated ids cannot repeat, and nothing looks edges up
+            }
+            let parts: Vec<StringArray> = pt.batches.iter().map(|b| ids(b).clone()).collect();
+            let all = IdIndex::concat(&parts)?;
+            drop(parts);
+            let index = match unique {
                 true => {
                     IdIndex::unique(all).map_err(|(first, again)| repeated(pt, first, again))?
                 }
-                false if pt.def.is_edge() => continue,
                 false => IdIndex::new(all),
             };
             if !pt.def.is_edge() {
