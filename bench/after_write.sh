@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Cold traversals right after a small write: on branches of an optimized
 # social graph, one with no write, one after a one-edge insert, one after a
-# one-person update (a row that moves) and one after a 1,000-edge insert,
-# then cold.py's q2..q5 on each.
+# one-person update (a row that moves), one after a 1,000-edge insert and
+# one after a one-person delete (its edges deleted with it), then cold.py's
+# q2..q5 on each.
 # Usage: bench/after_write.sh OMNIGRAPH_BIN GRAPH META_JSON [--repeats N]
 set -euo pipefail
 bin=$1 graph=$2 meta=$3
@@ -24,14 +25,16 @@ with open(out, "w") as f:
         f.write('{"edge":"Knows","from":"p%d","to":"p%d","data":{"since":2021}}\n'
                 % (rng.randrange(n), rng.randrange(n)))
 PY
-for b in after/none after/edge after/person after/edges; do
+for b in after/none after/edge after/person after/edges after/delete; do
   "$bin" branch delete "$b" --store "$graph" >/dev/null 2>&1 || true
   "$bin" branch create --from main "$b" --store "$graph" >/dev/null
 done
 "$bin" load --data "$tmp/edge.jsonl" --mode append --branch after/edge "$graph" >/dev/null
 "$bin" load --data "$tmp/person.jsonl" --mode merge --branch after/person "$graph" >/dev/null
 "$bin" load --data "$tmp/edges.jsonl" --mode append --branch after/edges "$graph" >/dev/null
-for b in after/none after/edge after/person after/edges; do
+"$bin" mutate --store "$graph" --branch after/delete \
+  -e "query d() { delete Person where handle = \"$median\" }" >/dev/null
+for b in after/none after/edge after/person after/edges after/delete; do
   echo "## $b"
   python3 "$here/cold.py" "$bin" "$graph" "$meta" --repeats "$repeats" --branch "$b" --only q2_hub,q3_hub,q4_hub,q5
 done

@@ -115,7 +115,7 @@ impl Ctx<'_> {
         sources: &[u32],
     ) -> Result<Arc<Graph>> {
         let key = self.graph_key(edge)?;
-        if let Some(g) = self.cached_graph(edge, &key) {
+        if let Some(g) = self.cached_graph(edge, &key).await? {
             return Ok(g);
         }
         if let Some(g) = self.carried(edge, &key).await? {
@@ -159,11 +159,52 @@ impl Ctx<'_> {
         Ok(Arc::new(Graph::whole(Arc::new(g))))
     }
 
-    /// The edge type's adjacency if the runtime cache holds it.
-    fn cached_graph(&self, edge: &str, key: &Key) -> Option<Arc<Graph>> {
-        let g = self.cache.get::<Graph>(key)?;
+    /// The edge type's adjacency if the runtime cache holds it. One read
+    /// through maps (nodes moved or edges deleted since its base) is
+    /// compacted into a new base on its second use: a one-shot process
+    /// never pays for that, a warm one pays once and then reads without
+    /// maps, and the new base is what later writes carry from. (A query
+    /// that reads it again, hop after hop, is still its first use.)
+    async fn cached_graph(&self, edge: &str, key: &Key) -> Result<Option<Arc<Graph>>> {
+        let Some(g) = self.cache.get::<Graph>(key) else {
+            return Ok(None);
+        };
+        let again_in_query = self.graphs.lock().iter().any(|(e, _)| e == edge);
         self.note(edge, Source::Cached);
-        Some(g)
+        if !g.remapped() || again_in_query {
+            return Ok(Some(g));
+        }
+        let (from, to) = self.def(edge).endpoints().expect("edge");
+        let nodes = [
+            coverage::rows(&self.layout(from).await?),
+            coverage::rows(&self.layout(to).await?),
+        ];
+        let basis = self.basis(edge).await?;
+        let t0 = Instant::now();
+        let compacted = tokio::task::spawn_blocking(move || g.compact(nodes))
+            .await
+            .map_err(|e| OmniError::Storage(format!("graph index compaction failed: {e}")))?;
+        tracing::info!(
+            edge,
+            ms = t0.elapsed().as_millis() as u64,
+            "graph index compacted into a new base"
+        );
+        self.cache
+            .stats
+            .graph_merges
+            .fetch_add(1, AtomicOrdering::Relaxed);
+        let compacted = Arc::new(compacted);
+        self.remember_base(
+            edge,
+            Based {
+                graph: compacted.clone(),
+                basis,
+                ids: None,
+            },
+        )?;
+        let whole = Arc::new(Graph::whole(compacted));
+        self.cache.put(key.clone(), whole.clone(), whole.bytes());
+        Ok(Some(whole))
     }
 
     fn note(&self, edge: &str, how: Source) {
@@ -183,7 +224,7 @@ impl Ctx<'_> {
 
     pub(super) async fn graph(&self, edge: &str) -> Result<Arc<Graph>> {
         let key = self.graph_key(edge)?;
-        if let Some(g) = self.cached_graph(edge, &key) {
+        if let Some(g) = self.cached_graph(edge, &key).await? {
             return Ok(g);
         }
         if let Some(g) = self.carried(edge, &key).await? {
@@ -396,9 +437,9 @@ impl Ctx<'_> {
                 Carry::Overlay { fresh } => {
                     return Ok(format!("{name} + delta ({fresh} new edges beside it)"));
                 }
-                Carry::Remap { fresh, moved } => {
+                Carry::Remap { fresh, moved, gone } => {
                     return Ok(format!(
-                        "{name} + delta ({fresh} new edges beside it, {moved} moved nodes remapped)"
+                        "{name} + delta ({fresh} new edges beside it, {moved} moved nodes remapped, {gone} deleted edges skipped)"
                     ));
                 }
                 Carry::Merge { fresh, moved } => {
@@ -441,10 +482,12 @@ impl Ctx<'_> {
         match carry {
             Carry::Same => return Ok(Some((Graph::whole(base.graph.clone()), how))),
             Carry::Rebuild => return Ok(None),
-            Carry::Merge { .. } if !base.graph.edge_rows_sound() => {
+            Carry::Merge { .. } | Carry::Remap { gone: 1.., .. }
+                if !base.graph.edge_rows_sound() =>
+            {
                 tracing::warn!(
                     edge,
-                    "a graph index file's edge rows are damaged: not merged"
+                    "a graph index file's edge rows are damaged: not carried"
                 );
                 return Ok(None);
             }
@@ -495,7 +538,15 @@ impl Ctx<'_> {
                 Carry::Remap { .. } => Source::Remapped,
                 _ => Source::Overlay,
             };
-            let g = Graph::overlay(base.graph.clone(), moved, &fresh);
+            // Edge rows move only when edges were deleted.
+            let (edge_rows, first) = match changes[0].mapped() {
+                Some(ce) if changes[0].moved() > 0 => (
+                    Some(Arc::new(adjacency::positions(ce, |_| ABSENT))),
+                    ce.rows - ce.fresh.len(),
+                ),
+                _ => (None, base.graph.edges),
+            };
+            let g = Graph::overlay(base.graph.clone(), moved, edge_rows, (&fresh, first as u32));
             return Ok(Some((g, how)));
         }
         let [ce, cf, ct] = [0, 1, 2].map(|i| changes[i].coverage(&b[i], &now[i]));

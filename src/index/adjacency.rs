@@ -318,15 +318,41 @@ pub struct Graph {
     pub base: Arc<GraphIndex>,
     pub added: Option<GraphIndex>,
     pub moved: [Option<Arc<NodeMap>>; 2],
+    /// Per base edge row its row today ([`ABSENT`]: deleted), when edges
+    /// were deleted since.
+    pub edge_rows: Option<Arc<Vec<u32>>>,
+    /// Today's edge rows.
+    rows: usize,
 }
 
 impl Graph {
     pub fn whole(base: Arc<GraphIndex>) -> Self {
         Self {
+            rows: base.edges,
             base,
             added: None,
             moved: [None, None],
+            edge_rows: None,
         }
+    }
+
+    /// Is the base read through maps (nodes moved or edges deleted since)?
+    pub fn remapped(&self) -> bool {
+        self.moved.iter().any(Option::is_some) || self.edge_rows.is_some()
+    }
+
+    /// Today's edges as one new base read without maps: every live entry
+    /// of the out side placed at its edge row, over `nodes` (today's rows
+    /// of the source and destination tables). Integer work over the edges.
+    pub fn compact(&self, [nodes_from, nodes_to]: [usize; 2]) -> GraphIndex {
+        let mut pairs = vec![(ABSENT, ABSENT); self.rows];
+        let out = self.out();
+        for n in 0..nodes_from as u32 {
+            for (row, t) in out.entries(n) {
+                pairs[row as usize] = (n, t);
+            }
+        }
+        GraphIndex::from_pairs(nodes_from, nodes_to, &pairs, 0)
     }
 
     /// See [`GraphIndex::edge_rows_sound`] (an overlay's own are built).
@@ -335,27 +361,30 @@ impl Graph {
     }
 
     /// `base` with the edges appended since: `pairs` are the new edge rows
-    /// (from the base's last row on), resolved over today's nodes; `moved`
-    /// where the source and destination tables' nodes are, when they moved.
+    /// (today's rows from `first` on), resolved over today's nodes; `moved`
+    /// where the source and destination tables' nodes are, when they moved;
+    /// `edge_rows` where the base's edge rows are, when edges were deleted.
     /// The overlay indexes nodes only up to the last one a new edge
     /// touches (past it a lookup finds nothing), so a few edges cost a few
     /// entries, not two arrays as long as the node tables.
     pub fn overlay(
         base: Arc<GraphIndex>,
         moved: [Option<Arc<NodeMap>>; 2],
-        pairs: &[(u32, u32)],
+        edge_rows: Option<Arc<Vec<u32>>>,
+        (pairs, first): (&[(u32, u32)], u32),
     ) -> Self {
         let span = |end: fn(&(u32, u32)) -> u32| {
             let last = pairs.iter().map(end).filter(|&n| n != ABSENT).max();
             last.map_or(0, |n| n as usize + 1)
         };
         let (nodes_from, nodes_to) = (span(|p| p.0), span(|p| p.1));
-        let first = base.edges as u32;
         let added = GraphIndex::from_pairs(nodes_from, nodes_to, pairs, first);
         Self {
+            rows: first as usize + pairs.len(),
             base,
             added: Some(added),
             moved,
+            edge_rows,
         }
     }
 
@@ -379,18 +408,20 @@ impl Graph {
             added,
             base_of_now: self.moved[src].as_ref().map(|m| &m.base_of_now[..]),
             now_of_base: self.moved[dst].as_ref().map(|m| &m.now_of_base[..]),
+            edge_rows: self.edge_rows.as_deref().map(|r| &r[..]),
         }
     }
 
     pub fn edges(&self) -> usize {
-        self.base.edges + self.added.as_ref().map_or(0, |a| a.edges)
+        self.rows
     }
 
     /// Heap bytes, the base's counted once per holder (a mapped file counts
     /// too: its pages are what a traversal touches).
     pub fn bytes(&self) -> usize {
         let moved: usize = self.moved.iter().flatten().map(|m| m.bytes()).sum();
-        self.base.bytes() + self.added.as_ref().map_or(0, |a| a.bytes()) + moved
+        let rows = self.edge_rows.as_ref().map_or(0, |r| r.len() * 4);
+        self.base.bytes() + self.added.as_ref().map_or(0, |a| a.bytes()) + moved + rows
     }
 }
 
@@ -403,6 +434,8 @@ pub struct Side<'a> {
     base_of_now: Option<&'a [u32]>,
     /// The targets' positions today, when they moved.
     now_of_base: Option<&'a [u32]>,
+    /// The base's edge rows today, when edges were deleted.
+    edge_rows: Option<&'a [u32]>,
 }
 
 impl<'a> Side<'a> {
@@ -424,19 +457,36 @@ impl<'a> Side<'a> {
         }
     }
 
-    /// A base entry's target today ([`ABSENT`]: gone since).
+    /// Base entry `i`'s target today ([`ABSENT`]: gone since).
     #[inline]
-    fn now(self, t: u32) -> u32 {
-        self.now_of_base.map_or(t, |m| m[t as usize])
+    fn target_now(self, i: usize) -> u32 {
+        let t = self.base.targets[i];
+        match self.now_of_base {
+            None => t,
+            Some(m) => m[t as usize],
+        }
+    }
+
+    /// Base entry `i`'s edge row today ([`ABSENT`]: deleted since).
+    #[inline]
+    fn row_now(self, i: usize) -> u32 {
+        let row = self.base.edges[i];
+        match self.edge_rows {
+            None => row,
+            Some(r) => r[row as usize],
+        }
     }
 
     /// The nodes `n` reaches, one per edge.
     #[inline]
     pub fn targets(self, n: u32) -> impl Iterator<Item = u32> + 'a {
-        let (b, a) = (self.base, self.added);
+        let a = self.added;
         let added = self.added_range(n);
+        // Without deletions the edge rows are never read.
+        let live = move |i: &usize| self.edge_rows.is_none() || self.row_now(*i) != ABSENT;
         self.base_range(n)
-            .map(move |i| self.now(b.targets[i]))
+            .filter(live)
+            .map(move |i| self.target_now(i))
             .filter(|&t| t != ABSENT)
             .chain(added.map(move |i| a.expect("an added range").targets[i]))
     }
@@ -444,11 +494,11 @@ impl<'a> Side<'a> {
     /// `(edge row, node reached)` of each edge of `n`.
     #[inline]
     pub fn entries(self, n: u32) -> impl Iterator<Item = (u32, u32)> + 'a {
-        let (b, a) = (self.base, self.added);
+        let a = self.added;
         let added = self.added_range(n);
         self.base_range(n)
-            .map(move |i| (b.edges[i], self.now(b.targets[i])))
-            .filter(|&(_, t)| t != ABSENT)
+            .map(move |i| (self.row_now(i), self.target_now(i)))
+            .filter(|&(row, t)| row != ABSENT && t != ABSENT)
             .chain(added.map(move |i| {
                 let a = a.expect("an added range");
                 (a.edges[i], a.targets[i])
@@ -463,10 +513,15 @@ pub enum Carry {
     Same,
     /// Rows were only appended: the base with `fresh` new edges beside it.
     Overlay { fresh: usize },
-    /// Edge rows were only appended, but `moved` nodes moved or went: the
-    /// base read through a map of node positions ([`NodeMap`]), with the
-    /// `fresh` edges beside it.
-    Remap { fresh: usize, moved: usize },
+    /// Edge rows were appended (after every row the base saw) or deleted,
+    /// or `moved` nodes moved or went: the base read through maps of node
+    /// positions ([`NodeMap`]) and, when `gone` edges were deleted, of edge
+    /// rows, with the `fresh` edges beside it.
+    Remap {
+        fresh: usize,
+        moved: usize,
+        gone: usize,
+    },
     /// A new base: the base's edges moved to today's rows, `moved` nodes
     /// found again by id, `fresh` new edges resolved.
     Merge { fresh: usize, moved: usize },
@@ -499,10 +554,13 @@ pub fn decide(skipped: usize, [edges, from, to]: [&Change; 3]) -> Carry {
     if moved > MOVED_NODES_MAX {
         return Carry::Rebuild;
     }
-    let fresh = edges.fresh();
-    match (edges.extends() && fresh <= OVERLAY_EDGES_MAX, moved) {
-        (true, 0) if from.extends() && to.extends() => Carry::Overlay { fresh },
-        (true, _) => Carry::Remap { fresh, moved },
+    let (fresh, gone) = (edges.fresh(), edges.moved());
+    // Read through maps while the base's entries are mostly live and the
+    // new edges few and after them; else a new base reads better.
+    let beside = fresh <= OVERLAY_EDGES_MAX && edges.fresh_at_end() && gone * 2 <= rows;
+    match (beside, moved + gone) {
+        (true, 0) if edges.extends() && from.extends() && to.extends() => Carry::Overlay { fresh },
+        (true, _) => Carry::Remap { fresh, moved, gone },
         (false, _) => Carry::Merge { fresh, moved },
     }
 }
@@ -580,7 +638,7 @@ mod tests {
     fn an_overlay_answers_as_a_rebuild_of_all_the_edges() {
         // Base: 3 nodes, edges a->b, b->c. Since: node d, edges c->d, a->d.
         let base = GraphIndex::from_pairs(3, 3, &[(0, 1), (1, 2)], 0);
-        let g = Graph::overlay(Arc::new(base), [None, None], &[(2, 3), (0, 3)]);
+        let g = Graph::overlay(Arc::new(base), [None, None], None, (&[(2, 3), (0, 3)], 2));
         let whole = GraphIndex::from_pairs(4, 4, &[(0, 1), (1, 2), (2, 3), (0, 3)], 0);
         let whole = Graph::whole(Arc::new(whole));
         for n in 0..4 {
@@ -623,12 +681,36 @@ mod tests {
         ));
         assert_eq!(map.base_of_now, [0, 2, 1]);
         let moved = [Some(map.clone()), Some(map)];
-        let g = Graph::overlay(Arc::new(base), moved, &[(1, 2)]);
+        let g = Graph::overlay(Arc::new(base), moved, None, (&[(1, 2)], 4));
         // Today's edge rows: a->b, b->c, c->a, a->(gone), c->b.
         let pairs = [(0, 2), (2, 1), (1, 0), (ABSENT, ABSENT), (1, 2)];
         let whole = Graph::whole(Arc::new(GraphIndex::from_pairs(3, 3, &pairs, 0)));
         assert_eq!(all_entries(&g, 3), all_entries(&whole, 3));
         assert!(g.out().targets(3).next().is_none(), "no node 3 today");
+        assert!(g.remapped());
+        let compacted = Graph::whole(Arc::new(g.compact([3, 3])));
+        assert_eq!(all_entries(&compacted, 3), all_entries(&whole, 3));
+        assert_eq!(compacted.base.skipped, 1, "the edge to the deleted node");
+    }
+
+    #[test]
+    fn deleted_edges_are_skipped_and_the_rest_renumbered() {
+        // Nodes a b c as they were. Edges a->b, b->c, c->a, a->c; since, b->c
+        // deleted (offset 1) and c->b appended, so today's rows are a->b,
+        // c->a, a->c, c->b.
+        let base = GraphIndex::from_pairs(3, 3, &[(0, 1), (1, 2), (2, 0), (0, 2)], 0);
+        let ec = cover(&[frag(5, 4, &[])], &[frag(5, 4, &[1]), frag(6, 1, &[])]);
+        let change = Change::Mapped(ec.clone());
+        assert!(change.fresh_at_end() && change.moved() == 1);
+        let rows = Arc::new(positions(&ec, |_| ABSENT));
+        let first = (ec.rows - ec.fresh.len()) as u32;
+        let g = Graph::overlay(Arc::new(base), [None, None], Some(rows), (&[(2, 1)], first));
+        let pairs = [(0, 1), (2, 0), (0, 2), (2, 1)];
+        let whole = Graph::whole(Arc::new(GraphIndex::from_pairs(3, 3, &pairs, 0)));
+        assert_eq!(all_entries(&g, 3), all_entries(&whole, 3));
+        assert_eq!(g.edges(), 4);
+        let compacted = g.compact([3, 3]);
+        assert_eq!(compacted.pairs(), pairs);
     }
 
     #[test]

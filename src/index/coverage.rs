@@ -146,6 +146,18 @@ impl Change {
         }
     }
 
+    /// Do the rows no document stands for all come after every row that
+    /// one does (rows appended, none rewritten in place)?
+    pub fn fresh_at_end(&self) -> bool {
+        match self {
+            Self::Appended { .. } => true,
+            Self::Mapped(c) => c
+                .fresh
+                .first()
+                .is_none_or(|&f| f as usize == c.rows - c.fresh.len()),
+        }
+    }
+
     /// Rows no document stands for.
     pub fn fresh(&self) -> usize {
         match self {
@@ -315,6 +327,10 @@ pub(crate) mod tests {
         let c = Change::of(&built, &now);
         assert!(!c.extends() && !c.is_same());
         assert_eq!((c.fresh(), c.rows(), c.moved()), (3, 6, 1));
+        assert!(c.fresh_at_end());
+        // A rewritten first fragment: its rows are fresh, ahead of others.
+        now[0].files = "rewritten".into();
+        assert!(!Change::of(&built, &now).fresh_at_end());
         assert_eq!(appended(&built, &built[..1]), None, "a fragment gone");
     }
 
