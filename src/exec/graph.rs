@@ -20,7 +20,7 @@ use super::run::{Ctx, POINT_LOOKUPS_MAX};
 use crate::compiler::catalog::ID;
 use crate::compiler::query::ir::Dir;
 use crate::error::{OmniError, Result};
-use crate::index::adjacency::{self, Carry, Graph, GraphIndex, NodeMap};
+use crate::index::adjacency::{self, Carry, EdgeRows, Graph, GraphIndex, NodeMap};
 use crate::index::adjacency_file::{self, Basis};
 use crate::index::coverage::{self, Change, Coverage, Layout};
 use crate::index::id_order::NodeIds;
@@ -363,6 +363,7 @@ impl Ctx<'_> {
         if let Some(b) = self.cache.get::<Based>(&key) {
             return Ok(Some(b));
         }
+        let t0 = Instant::now();
         let Some(map) = self.g.store.map(&r.file).await? else {
             tracing::warn!(edge, file = r.file, "the recorded graph index is missing");
             return Ok(None);
@@ -372,6 +373,12 @@ impl Ctx<'_> {
         let decoded = tokio::task::spawn_blocking(move || adjacency_file::decode(map, &file)).await;
         match decoded {
             Ok(Ok(p)) => {
+                tracing::info!(
+                    edge,
+                    bytes,
+                    us = t0.elapsed().as_micros() as u64,
+                    "graph index file opened and checked"
+                );
                 self.cache
                     .stats
                     .graph_opens
@@ -406,7 +413,7 @@ impl Ctx<'_> {
             self.layout(to).await?,
         ];
         let of = |i: usize| Arc::new(Change::of(&b[i], &now[i]));
-        let (e, f) = (of(0), of(1));
+        let (e, f) = (Arc::new(Change::of_rows(&b[0], &now[0])), of(1));
         // One table at both ends: one change, mapped once.
         let t = if from == to { f.clone() } else { of(2) };
         let carry = adjacency::decide(base.graph.skipped, [&e, &f, &t]);
@@ -539,10 +546,10 @@ impl Ctx<'_> {
                 _ => Source::Overlay,
             };
             // Edge rows move only when edges were deleted.
-            let (edge_rows, first) = match changes[0].mapped() {
-                Some(ce) if changes[0].moved() > 0 => (
-                    Some(Arc::new(adjacency::positions(ce, |_| ABSENT))),
-                    ce.rows - ce.fresh.len(),
+            let (edge_rows, first) = match &*changes[0] {
+                Change::Deleted { gone, count, .. } if *count > 0 => (
+                    Some(Arc::new(EdgeRows::new(gone.clone()))),
+                    base.graph.edges - count,
                 ),
                 _ => (None, base.graph.edges),
             };

@@ -308,6 +308,42 @@ impl NodeMap {
     }
 }
 
+/// Which base edge rows were deleted since, and where the others are
+/// today (rows only deleted and appended, so the rest keep their order): a
+/// bit per base row and the bits set before each 64-row word, so a row's
+/// position today is one popcount away. Built from the deletion lists.
+pub struct EdgeRows {
+    gone: Vec<u64>,
+    before: Vec<u32>,
+}
+
+impl EdgeRows {
+    pub fn new(gone: Vec<u64>) -> Self {
+        let mut before = Vec::with_capacity(gone.len());
+        let mut n = 0u32;
+        for w in &gone {
+            before.push(n);
+            n += w.count_ones();
+        }
+        Self { gone, before }
+    }
+
+    /// Base row `r`'s row today ([`ABSENT`]: deleted).
+    #[inline]
+    pub fn now(&self, r: u32) -> u32 {
+        let (w, b) = (r as usize / 64, r % 64);
+        let word = self.gone[w];
+        if word >> b & 1 == 1 {
+            return ABSENT;
+        }
+        r - self.before[w] - (word & ((1u64 << b) - 1)).count_ones()
+    }
+
+    fn bytes(&self) -> usize {
+        self.gone.len() * 8 + self.before.len() * 4
+    }
+}
+
 /// What a traversal reads: a base adjacency, and the edges added since it
 /// was built when they are few (numbered after the base's edge rows, over
 /// today's node numbering). When nodes moved since, the base is read
@@ -318,9 +354,8 @@ pub struct Graph {
     pub base: Arc<GraphIndex>,
     pub added: Option<GraphIndex>,
     pub moved: [Option<Arc<NodeMap>>; 2],
-    /// Per base edge row its row today ([`ABSENT`]: deleted), when edges
-    /// were deleted since.
-    pub edge_rows: Option<Arc<Vec<u32>>>,
+    /// Where the base's edge rows are today, when edges were deleted.
+    pub edge_rows: Option<Arc<EdgeRows>>,
     /// Today's edge rows.
     rows: usize,
 }
@@ -370,7 +405,7 @@ impl Graph {
     pub fn overlay(
         base: Arc<GraphIndex>,
         moved: [Option<Arc<NodeMap>>; 2],
-        edge_rows: Option<Arc<Vec<u32>>>,
+        edge_rows: Option<Arc<EdgeRows>>,
         (pairs, first): (&[(u32, u32)], u32),
     ) -> Self {
         let span = |end: fn(&(u32, u32)) -> u32| {
@@ -408,7 +443,7 @@ impl Graph {
             added,
             base_of_now: self.moved[src].as_ref().map(|m| &m.base_of_now[..]),
             now_of_base: self.moved[dst].as_ref().map(|m| &m.now_of_base[..]),
-            edge_rows: self.edge_rows.as_deref().map(|r| &r[..]),
+            edge_rows: self.edge_rows.as_deref(),
         }
     }
 
@@ -420,7 +455,7 @@ impl Graph {
     /// too: its pages are what a traversal touches).
     pub fn bytes(&self) -> usize {
         let moved: usize = self.moved.iter().flatten().map(|m| m.bytes()).sum();
-        let rows = self.edge_rows.as_ref().map_or(0, |r| r.len() * 4);
+        let rows = self.edge_rows.as_ref().map_or(0, |r| r.bytes());
         self.base.bytes() + self.added.as_ref().map_or(0, |a| a.bytes()) + moved + rows
     }
 }
@@ -435,7 +470,7 @@ pub struct Side<'a> {
     /// The targets' positions today, when they moved.
     now_of_base: Option<&'a [u32]>,
     /// The base's edge rows today, when edges were deleted.
-    edge_rows: Option<&'a [u32]>,
+    edge_rows: Option<&'a EdgeRows>,
 }
 
 impl<'a> Side<'a> {
@@ -473,7 +508,7 @@ impl<'a> Side<'a> {
         let row = self.base.edges[i];
         match self.edge_rows {
             None => row,
-            Some(r) => r[row as usize],
+            Some(r) => r.now(row),
         }
     }
 
@@ -555,9 +590,11 @@ pub fn decide(skipped: usize, [edges, from, to]: [&Change; 3]) -> Carry {
         return Carry::Rebuild;
     }
     let (fresh, gone) = (edges.fresh(), edges.moved());
-    // Read through maps while the base's entries are mostly live and the
-    // new edges few and after them; else a new base reads better.
-    let beside = fresh <= OVERLAY_EDGES_MAX && edges.fresh_at_end() && gone * 2 <= rows;
+    // Read through maps while the base's entries are mostly live, the
+    // deleted ones told by their deletion lists and the new edges few and
+    // after them; else a new base reads better.
+    let told = gone == 0 || matches!(edges, Change::Deleted { .. });
+    let beside = fresh <= OVERLAY_EDGES_MAX && edges.fresh_at_end() && told && gone * 2 <= rows;
     match (beside, moved + gone) {
         (true, 0) if edges.extends() && from.extends() && to.extends() => Carry::Overlay { fresh },
         (true, _) => Carry::Remap { fresh, moved, gone },
@@ -694,16 +731,38 @@ mod tests {
     }
 
     #[test]
+    fn edge_rows_today_count_the_deleted_before_them_across_words() {
+        let gone_rows = [0usize, 3, 63, 64, 65, 130, 199];
+        let mut gone = vec![0u64; 200usize.div_ceil(64)];
+        for r in gone_rows {
+            gone[r / 64] |= 1 << (r % 64);
+        }
+        let rows = EdgeRows::new(gone);
+        let mut next = 0;
+        for r in 0..200u32 {
+            if gone_rows.contains(&(r as usize)) {
+                assert_eq!(rows.now(r), ABSENT, "row {r}");
+            } else {
+                assert_eq!(rows.now(r), next, "row {r}");
+                next += 1;
+            }
+        }
+    }
+
+    #[test]
     fn deleted_edges_are_skipped_and_the_rest_renumbered() {
         // Nodes a b c as they were. Edges a->b, b->c, c->a, a->c; since, b->c
         // deleted (offset 1) and c->b appended, so today's rows are a->b,
         // c->a, a->c, c->b.
         let base = GraphIndex::from_pairs(3, 3, &[(0, 1), (1, 2), (2, 0), (0, 2)], 0);
-        let ec = cover(&[frag(5, 4, &[])], &[frag(5, 4, &[1]), frag(6, 1, &[])]);
-        let change = Change::Mapped(ec.clone());
-        assert!(change.fresh_at_end() && change.moved() == 1);
-        let rows = Arc::new(positions(&ec, |_| ABSENT));
-        let first = (ec.rows - ec.fresh.len()) as u32;
+        let (then, now) = ([frag(5, 4, &[])], [frag(5, 4, &[1]), frag(6, 1, &[])]);
+        let Change::Deleted { gone, count, .. } = Change::of_rows(&then, &now) else {
+            panic!("told from the deletion lists");
+        };
+        assert_eq!(count, 1);
+        let rows = Arc::new(EdgeRows::new(gone));
+        assert_eq!([0, 1, 2, 3].map(|r| rows.now(r)), [0, ABSENT, 1, 2]);
+        let first = 3;
         let g = Graph::overlay(Arc::new(base), [None, None], Some(rows), (&[(2, 1)], first));
         let pairs = [(0, 1), (2, 0), (0, 2), (2, 1)];
         let whole = Graph::whole(Arc::new(GraphIndex::from_pairs(3, 3, &pairs, 0)));

@@ -111,7 +111,18 @@ pub fn cover(built: &[FragmentRows], now: &[FragmentRows]) -> Coverage {
 /// row by row.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Change {
-    Appended { then: usize, added: usize },
+    Appended {
+        then: usize,
+        added: usize,
+    },
+    /// Rows deleted and fragments appended, told from the deletion lists
+    /// ([`deleted`]): a bit per document gone, `count` of them.
+    Deleted {
+        then: usize,
+        added: usize,
+        gone: Vec<u64>,
+        count: usize,
+    },
     Mapped(Coverage),
 }
 
@@ -126,10 +137,32 @@ impl Change {
         }
     }
 
+    /// Like [`Change::of`], but a table that only lost rows and gained
+    /// fragments is told from its deletion lists, without walking its rows
+    /// (an edge table of millions after a delete).
+    pub fn of_rows(built: &[FragmentRows], now: &[FragmentRows]) -> Self {
+        if let Some(added) = appended(built, now) {
+            return Self::Appended {
+                then: rows(built),
+                added,
+            };
+        }
+        match deleted(built, now) {
+            Some((gone, count, added)) => Self::Deleted {
+                then: rows(built),
+                added,
+                gone,
+                count,
+            },
+            None => Self::Mapped(cover(built, now)),
+        }
+    }
+
     /// No row changed.
     pub fn is_same(&self) -> bool {
         match self {
             Self::Appended { added, .. } => *added == 0,
+            Self::Deleted { added, count, .. } => *added == 0 && *count == 0,
             Self::Mapped(c) => c.is_identity(),
         }
     }
@@ -138,6 +171,7 @@ impl Change {
     pub fn extends(&self) -> bool {
         match self {
             Self::Appended { .. } => true,
+            Self::Deleted { count, .. } => *count == 0,
             Self::Mapped(c) => c
                 .doc_row
                 .iter()
@@ -150,7 +184,7 @@ impl Change {
     /// one does (rows appended, none rewritten in place)?
     pub fn fresh_at_end(&self) -> bool {
         match self {
-            Self::Appended { .. } => true,
+            Self::Appended { .. } | Self::Deleted { .. } => true,
             Self::Mapped(c) => c
                 .fresh
                 .first()
@@ -161,7 +195,7 @@ impl Change {
     /// Rows no document stands for.
     pub fn fresh(&self) -> usize {
         match self {
-            Self::Appended { added, .. } => *added,
+            Self::Appended { added, .. } | Self::Deleted { added, .. } => *added,
             Self::Mapped(c) => c.fresh.len(),
         }
     }
@@ -169,6 +203,9 @@ impl Change {
     pub fn rows(&self) -> usize {
         match self {
             Self::Appended { then, added } => then + added,
+            Self::Deleted {
+                then, added, count, ..
+            } => then - count + added,
             Self::Mapped(c) => c.rows,
         }
     }
@@ -177,6 +214,7 @@ impl Change {
     pub fn moved(&self) -> usize {
         match self {
             Self::Appended { .. } => 0,
+            Self::Deleted { count, .. } => *count,
             Self::Mapped(c) => c.doc_row.iter().filter(|r| r.is_none()).count(),
         }
     }
@@ -184,7 +222,7 @@ impl Change {
     /// The row-by-row coverage, when it was mapped.
     pub fn mapped(&self) -> Option<&Coverage> {
         match self {
-            Self::Appended { .. } => None,
+            Self::Appended { .. } | Self::Deleted { .. } => None,
             Self::Mapped(c) => Some(c),
         }
     }
@@ -196,7 +234,9 @@ impl Change {
         now: &[FragmentRows],
     ) -> std::borrow::Cow<'_, Coverage> {
         match self {
-            Self::Appended { .. } => std::borrow::Cow::Owned(cover(built, now)),
+            Self::Appended { .. } | Self::Deleted { .. } => {
+                std::borrow::Cow::Owned(cover(built, now))
+            }
             Self::Mapped(c) => std::borrow::Cow::Borrowed(c),
         }
     }
@@ -208,6 +248,57 @@ impl Change {
 pub fn appended(built: &[FragmentRows], now: &[FragmentRows]) -> Option<usize> {
     (now.len() >= built.len() && now[..built.len()] == *built)
         .then(|| now[built.len()..].iter().map(FragmentRows::live).sum())
+}
+
+/// The documents gone from `now` when it is `built` with rows deleted and
+/// fragments appended: each of `built`'s fragments dropped, or as it was
+/// but for more deleted offsets, in the same order, every other fragment
+/// after them. A bit per document (set: deleted since), how many, and the
+/// rows appended; `None` for any other change. Reads the deletion lists,
+/// not the rows.
+pub fn deleted(built: &[FragmentRows], now: &[FragmentRows]) -> Option<(Vec<u64>, usize, usize)> {
+    let at: std::collections::HashMap<u64, usize> =
+        now.iter().enumerate().map(|(i, f)| (f.id, i)).collect();
+    let mut gone = vec![0u64; rows(built).div_ceil(64)];
+    let mut set = |d: usize| gone[d / 64] |= 1 << (d % 64);
+    let (mut count, mut first, mut matched) = (0usize, 0usize, 0usize);
+    let mut last: Option<usize> = None;
+    for f in built {
+        match at.get(&f.id).map(|&i| (i, &now[i])) {
+            None => {
+                (first..first + f.live()).for_each(&mut set);
+                count += f.live();
+            }
+            Some((i, g)) if g.files == f.files && g.physical == f.physical => {
+                if last.is_some_and(|l| i <= l) {
+                    return None;
+                }
+                (last, matched) = (Some(i), matched + 1);
+                // Walks the build's deletions beside today's: each must
+                // still be one (a row is never deleted and back again).
+                let mut then = f.deleted.iter().copied().peekable();
+                let mut skipped = 0usize;
+                for &o in &g.deleted {
+                    if then.peek().is_some_and(|&t| t < o) {
+                        return None;
+                    }
+                    if then.next_if_eq(&o).is_some() {
+                        skipped += 1;
+                        continue;
+                    }
+                    set(first + o as usize - skipped);
+                    count += 1;
+                }
+                if then.next().is_some() {
+                    return None;
+                }
+            }
+            Some(_) => return None,
+        }
+        first += f.live();
+    }
+    let tail = last.map_or(0, |l| l + 1);
+    (matched == tail).then(|| (gone, count, rows(&now[tail..])))
 }
 
 /// The fragments of `now` that `built` never saw (another id, or the same
@@ -332,6 +423,28 @@ pub(crate) mod tests {
         now[0].files = "rewritten".into();
         assert!(!Change::of(&built, &now).fresh_at_end());
         assert_eq!(appended(&built, &built[..1]), None, "a fragment gone");
+    }
+
+    #[test]
+    fn deletions_are_told_from_the_deletion_lists() {
+        // Docs: f0 o0 o2 (o1 deleted then) = 0 1; f1 o0 o1 = 2 3; f2 o0 = 4.
+        let built = vec![frag(0, 3, &[1]), frag(1, 2, &[]), frag(2, 1, &[])];
+        // Since: f0 o2 deleted, f1 dropped, f3 appended (o0 deleted).
+        let now = vec![frag(0, 3, &[1, 2]), frag(2, 1, &[]), frag(3, 3, &[0])];
+        let (gone, count, added) = deleted(&built, &now).unwrap();
+        assert_eq!((gone, count, added), (vec![0b01110], 3, 2));
+        let c = cover(&built, &now);
+        let by_rows: Vec<bool> = c.doc_row.iter().map(Option::is_none).collect();
+        assert_eq!(by_rows, [false, true, true, true, false]);
+        // A deletion undone, a rewritten fragment, a new one in between.
+        assert_eq!(deleted(&built, &[frag(0, 3, &[])]), None);
+        let mut rewritten = now.clone();
+        rewritten[1].files = "other".into();
+        assert_eq!(deleted(&built, &rewritten), None);
+        let between = vec![frag(0, 3, &[1]), frag(9, 1, &[]), frag(2, 1, &[])];
+        assert_eq!(deleted(&built, &between), None);
+        let swapped = vec![frag(2, 1, &[]), frag(0, 3, &[1])];
+        assert_eq!(deleted(&built, &swapped), None);
     }
 
     #[test]
