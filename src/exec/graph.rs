@@ -20,7 +20,7 @@ use super::run::{Ctx, POINT_LOOKUPS_MAX};
 use crate::compiler::catalog::ID;
 use crate::compiler::query::ir::Dir;
 use crate::error::{OmniError, Result};
-use crate::index::adjacency::{self, Carry, EdgeRows, Graph, GraphIndex, NodeMap};
+use crate::index::adjacency::{self, Carry, Graph, GraphIndex, NodeMap, RowRank};
 use crate::index::adjacency_file::{self, Basis};
 use crate::index::coverage::{self, Change, Coverage, Layout};
 use crate::index::id_order::NodeIds;
@@ -548,7 +548,7 @@ impl Ctx<'_> {
             // Edge rows move only when edges were deleted.
             let (edge_rows, first) = match &*changes[0] {
                 Change::Deleted { gone, count, .. } if *count > 0 => (
-                    Some(Arc::new(EdgeRows::new(gone.clone()))),
+                    Some(Arc::new(RowRank::new(gone.clone()))),
                     base.graph.edges - count,
                 ),
                 _ => (None, base.graph.edges),

@@ -283,9 +283,25 @@ pub fn resolve(
 /// position its row today, and per row today its base position ([`ABSENT`]:
 /// gone, or new since). Building one costs the table's rows, not its edges.
 pub struct NodeMap {
-    pub now_of_base: Vec<u32>,
+    now: NowOfBase,
     pub base_of_now: Vec<u32>,
 }
+
+/// A base position's row today. A traversal asks it for every entry, at
+/// random, so the usual shape (rows deleted or moved to the end, the rest
+/// in order) is kept small enough to stay in cache: which positions left
+/// their place, the rest renumbered by rank, and where the moved ones went.
+enum NowOfBase {
+    Dense(Vec<u32>),
+    Ranked {
+        rank: RowRank,
+        /// `(base position, row today)` of the moved, ascending.
+        moved: Vec<(u32, u32)>,
+    },
+}
+
+/// Past this many nodes out of rank order, a dense array reads better.
+const OUT_OF_PLACE_MAX: usize = 4096;
 
 impl NodeMap {
     /// From where each base position is today ([`positions`]), over
@@ -298,26 +314,68 @@ impl NodeMap {
             }
         }
         Self {
-            now_of_base,
+            now: NowOfBase::of(now_of_base),
             base_of_now,
         }
     }
 
+    /// Base position `t`'s row today ([`ABSENT`]: gone).
+    #[inline]
+    pub fn now(&self, t: u32) -> u32 {
+        match &self.now {
+            NowOfBase::Dense(v) => v[t as usize],
+            NowOfBase::Ranked { rank, moved } => match rank.now(t) {
+                ABSENT => moved
+                    .binary_search_by_key(&t, |m| m.0)
+                    .map_or(ABSENT, |i| moved[i].1),
+                n => n,
+            },
+        }
+    }
+
     fn bytes(&self) -> usize {
-        (self.now_of_base.len() + self.base_of_now.len()) * 4
+        let now = match &self.now {
+            NowOfBase::Dense(v) => v.len() * 4,
+            NowOfBase::Ranked { rank, moved } => rank.bytes() + moved.len() * 8,
+        };
+        now + self.base_of_now.len() * 4
     }
 }
 
-/// Which base edge rows were deleted since, and where the others are
-/// today (rows only deleted and appended, so the rest keep their order): a
-/// bit per base row and the bits set before each 64-row word, so a row's
-/// position today is one popcount away. Built from the deletion lists.
-pub struct EdgeRows {
+impl NowOfBase {
+    fn of(now_of_base: Vec<u32>) -> Self {
+        let mut gone = vec![0u64; now_of_base.len().div_ceil(64)];
+        let (mut left, mut moved) = (0u32, Vec::new());
+        for (t, &n) in now_of_base.iter().enumerate() {
+            if n != ABSENT && n == t as u32 - left {
+                continue;
+            }
+            gone[t / 64] |= 1 << (t % 64);
+            left += 1;
+            if n != ABSENT {
+                if moved.len() == OUT_OF_PLACE_MAX {
+                    return Self::Dense(now_of_base);
+                }
+                moved.push((t as u32, n));
+            }
+        }
+        Self::Ranked {
+            rank: RowRank::new(gone),
+            moved,
+        }
+    }
+}
+
+/// Which base rows left their place since (deleted edges, built from the
+/// deletion lists; gone or moved nodes), and where the others are today
+/// (the rest keep their order): a bit per base row and the bits set
+/// before each 64-row word, so a row's position today is one popcount away.
+pub struct RowRank {
     gone: Vec<u64>,
     before: Vec<u32>,
 }
 
-impl EdgeRows {
+impl RowRank {
     pub fn new(gone: Vec<u64>) -> Self {
         let mut before = Vec::with_capacity(gone.len());
         let mut n = 0u32;
@@ -355,7 +413,7 @@ pub struct Graph {
     pub added: Option<GraphIndex>,
     pub moved: [Option<Arc<NodeMap>>; 2],
     /// Where the base's edge rows are today, when edges were deleted.
-    pub edge_rows: Option<Arc<EdgeRows>>,
+    pub edge_rows: Option<Arc<RowRank>>,
     /// Today's edge rows.
     rows: usize,
 }
@@ -405,7 +463,7 @@ impl Graph {
     pub fn overlay(
         base: Arc<GraphIndex>,
         moved: [Option<Arc<NodeMap>>; 2],
-        edge_rows: Option<Arc<EdgeRows>>,
+        edge_rows: Option<Arc<RowRank>>,
         (pairs, first): (&[(u32, u32)], u32),
     ) -> Self {
         let span = |end: fn(&(u32, u32)) -> u32| {
@@ -442,7 +500,7 @@ impl Graph {
             base,
             added,
             base_of_now: self.moved[src].as_ref().map(|m| &m.base_of_now[..]),
-            now_of_base: self.moved[dst].as_ref().map(|m| &m.now_of_base[..]),
+            now_of_base: self.moved[dst].as_deref(),
             edge_rows: self.edge_rows.as_deref(),
         }
     }
@@ -468,9 +526,9 @@ pub struct Side<'a> {
     /// The sources' base positions, when they moved.
     base_of_now: Option<&'a [u32]>,
     /// The targets' positions today, when they moved.
-    now_of_base: Option<&'a [u32]>,
+    now_of_base: Option<&'a NodeMap>,
     /// The base's edge rows today, when edges were deleted.
-    edge_rows: Option<&'a EdgeRows>,
+    edge_rows: Option<&'a RowRank>,
 }
 
 impl<'a> Side<'a> {
@@ -498,7 +556,7 @@ impl<'a> Side<'a> {
         let t = self.base.targets[i];
         match self.now_of_base {
             None => t,
-            Some(m) => m[t as usize],
+            Some(m) => m.now(t),
         }
     }
 
@@ -717,6 +775,7 @@ mod tests {
             nc.rows,
         ));
         assert_eq!(map.base_of_now, [0, 2, 1]);
+        assert_eq!([0, 1, 2, 3].map(|t| map.now(t)), [0, 2, 1, ABSENT]);
         let moved = [Some(map.clone()), Some(map)];
         let g = Graph::overlay(Arc::new(base), moved, None, (&[(1, 2)], 4));
         // Today's edge rows: a->b, b->c, c->a, a->(gone), c->b.
@@ -731,13 +790,44 @@ mod tests {
     }
 
     #[test]
+    fn node_positions_read_alike_ranked_or_dense() {
+        // 300 nodes: 5 deleted, 3 moved to the end (rows 292..295), the rest
+        // in order; and a shuffle, which no rank describes.
+        let mut now_of_base = Vec::new();
+        let (mut next, mut end) = (0u32, 292u32);
+        for t in 0..300u32 {
+            now_of_base.push(match t {
+                7 | 64 | 65 | 128 | 299 => ABSENT,
+                3 | 70 | 200 => {
+                    end += 1;
+                    end - 1
+                }
+                _ => {
+                    next += 1;
+                    next - 1
+                }
+            });
+        }
+        assert_eq!(next, 292);
+        let map = NodeMap::new(now_of_base.clone(), 295);
+        assert!(matches!(map.now, NowOfBase::Ranked { .. }));
+        for (t, &n) in now_of_base.iter().enumerate() {
+            assert_eq!(map.now(t as u32), n, "position {t}");
+        }
+        let shuffled: Vec<u32> = (0..10_000u32).map(|t| (t * 7919) % 10_000).collect();
+        let map = NodeMap::new(shuffled.clone(), 10_000);
+        assert!(matches!(map.now, NowOfBase::Dense(_)));
+        assert_eq!(map.now(1), shuffled[1]);
+    }
+
+    #[test]
     fn edge_rows_today_count_the_deleted_before_them_across_words() {
         let gone_rows = [0usize, 3, 63, 64, 65, 130, 199];
         let mut gone = vec![0u64; 200usize.div_ceil(64)];
         for r in gone_rows {
             gone[r / 64] |= 1 << (r % 64);
         }
-        let rows = EdgeRows::new(gone);
+        let rows = RowRank::new(gone);
         let mut next = 0;
         for r in 0..200u32 {
             if gone_rows.contains(&(r as usize)) {
@@ -760,7 +850,7 @@ mod tests {
             panic!("told from the deletion lists");
         };
         assert_eq!(count, 1);
-        let rows = Arc::new(EdgeRows::new(gone));
+        let rows = Arc::new(RowRank::new(gone));
         assert_eq!([0, 1, 2, 3].map(|r| rows.now(r)), [0, ABSENT, 1, 2]);
         let first = 3;
         let g = Graph::overlay(Arc::new(base), [None, None], Some(rows), (&[(2, 1)], first));
