@@ -83,8 +83,8 @@ pub enum Source {
     Persisted,
     /// A base with the edges added since beside it.
     Overlay,
-    /// A base read through where its nodes moved since, the edges added
-    /// since beside it.
+    /// A base read through where its nodes moved and which of its edges
+    /// were deleted since, the edges added since beside it.
     Remapped,
     /// A base merged with the rows changed since into a new base.
     Merged,
@@ -616,30 +616,28 @@ impl Ctx<'_> {
         }
         let then = &base.basis.layouts[i];
         let now = self.layout(type_name).await?;
+        let (first, rows_now) = (coverage::rows(then) as u32, coverage::rows(&now) as u32);
         let fresh_rows: Vec<u32> = match cov {
-            Some(c) => c.fresh.clone(),
-            None => (coverage::rows(then) as u32..coverage::rows(&now) as u32).collect(),
+            Some(c) if c.fresh.len() <= FRESH_NODES_MAX => c.fresh.clone(),
+            None if (rows_now - first) as usize <= FRESH_NODES_MAX => (first..rows_now).collect(),
+            _ => return Ok(None),
         };
-        if fresh_rows.len() > FRESH_NODES_MAX {
-            return Ok(None);
-        }
         let mut fresh = HashMap::new();
         if !fresh_rows.is_empty() {
             let table = self.g.read_table(self.snap, self.def(type_name)).await?;
             let read = table.strings_of(ID, &coverage::unseen(then, &now)).await?;
+            let read_rows: usize = read.iter().map(|a| a.len()).sum();
+            if read_rows != fresh_rows.len() {
+                return Err(OmniError::Storage(format!(
+                    "node table {type_name}: {read_rows} fresh rows read where its layout has {}",
+                    fresh_rows.len()
+                )));
+            }
             let ids = read
                 .iter()
                 .flat_map(|a| (0..a.len()).map(move |k| a.value(k)));
-            let mut rows = fresh_rows.iter();
-            for id in ids {
-                let Some(&row) = rows.next() else { break };
+            for (id, &row) in ids.zip(&fresh_rows) {
                 fresh.entry(id.to_string()).or_insert(row);
-            }
-            if fresh.len() > fresh_rows.len() || rows.next().is_some() {
-                return Err(OmniError::Storage(format!(
-                    "node table {type_name}: the fresh rows read are not the {} its layout has",
-                    fresh_rows.len()
-                )));
             }
         }
         Ok(Some(Finder { ids, cov, fresh }))

@@ -4,11 +4,12 @@
 //! XXH3; checked like any index file), then the six `u32` arrays raw and
 //! little-endian at 8-byte alignment, so a mapping of the file is the index:
 //! first the endpoint tables' ids at those versions ([`IdOrder`]: one when
-//! both ends are one table), then the adjacency's six. Each array has its own XXH3. On open the
-//! header, the offsets and the targets are verified (a file whose bytes or
-//! shape are wrong is refused); the edge rows, which only edge bindings and
-//! merges read, are verified the first time one is needed
-//! ([`GraphIndex::edge_rows_sound`]), the ids likewise ([`IdOrder::sound`]).
+//! both ends are one table), then the adjacency's six. Each array has its
+//! own XXH3. On open the header, the offsets and the targets are verified
+//! (a file whose bytes or shape are wrong is refused); the edge rows, which
+//! only edge bindings and merges read, are verified the first time one is
+//! needed ([`GraphIndex::edge_rows_sound`]), the ids likewise
+//! ([`IdOrder::sound`]).
 
 use std::sync::Arc;
 
@@ -74,19 +75,20 @@ fn put(body: &mut Vec<u8>, words: &[u32]) {
     }
 }
 
-/// How many id orders a file of `basis` holds: one per endpoint table.
-fn orders(basis: &Basis) -> usize {
-    if basis.tables[1] == basis.tables[2] {
-        1
-    } else {
-        2
-    }
+/// How many id orders a file of a basis' `tables` holds: one per endpoint
+/// table.
+fn orders(tables: &[String; 3]) -> usize {
+    if tables[1] == tables[2] { 1 } else { 2 }
 }
 
 /// `ids`: the source table's ids, then the destination's when it is
 /// another table (see [`orders`]).
 pub fn encode(g: &GraphIndex, basis: &Basis, ids: &[&IdOrder]) -> Vec<u8> {
-    assert_eq!(ids.len(), orders(basis), "one id order per endpoint table");
+    assert_eq!(
+        ids.len(),
+        orders(&basis.tables),
+        "one id order per endpoint table"
+    );
     let id_arrays: Vec<&Words> = ids.iter().flat_map(|o| o.arrays()).collect();
     let body_len = g.bytes() + ids.iter().map(|o| o.bytes_held()).sum::<usize>();
     let mut body = Vec::with_capacity(body_len);
@@ -165,16 +167,14 @@ pub fn decode(map: Arc<memmap2::Mmap>, what: &str) -> Result<Persisted> {
         *l = d.u64()? as usize;
         *h = d.u64()?;
     }
-    let basis = Basis { tables, layouts };
     let mut id_lens = Vec::new();
-    for _ in 0..orders(&basis) {
+    for _ in 0..orders(&tables) {
         id_lens.push((
             [d.u64()? as usize, d.u64()? as usize, d.u64()? as usize],
             d.u64()?,
         ));
     }
     d.end()?;
-    let Basis { tables, layouts } = basis;
     let start = align8(8 + len);
     let body = map
         .get(start..)

@@ -128,34 +128,31 @@ pub enum Change {
 
 impl Change {
     pub fn of(built: &[FragmentRows], now: &[FragmentRows]) -> Self {
-        match appended(built, now) {
-            Some(added) => Self::Appended {
-                then: rows(built),
-                added,
-            },
-            None => Self::Mapped(cover(built, now)),
-        }
+        Self::appended(built, now).unwrap_or_else(|| Self::Mapped(cover(built, now)))
     }
 
     /// Like [`Change::of`], but a table that only lost rows and gained
     /// fragments is told from its deletion lists, without walking its rows
     /// (an edge table of millions after a delete).
     pub fn of_rows(built: &[FragmentRows], now: &[FragmentRows]) -> Self {
-        if let Some(added) = appended(built, now) {
-            return Self::Appended {
-                then: rows(built),
-                added,
-            };
-        }
-        match deleted(built, now) {
-            Some((gone, count, added)) => Self::Deleted {
+        let deleted = || {
+            deleted(built, now).map(|(gone, count, added)| Self::Deleted {
                 then: rows(built),
                 added,
                 gone,
                 count,
-            },
-            None => Self::Mapped(cover(built, now)),
-        }
+            })
+        };
+        Self::appended(built, now)
+            .or_else(deleted)
+            .unwrap_or_else(|| Self::Mapped(cover(built, now)))
+    }
+
+    fn appended(built: &[FragmentRows], now: &[FragmentRows]) -> Option<Self> {
+        appended(built, now).map(|added| Self::Appended {
+            then: rows(built),
+            added,
+        })
     }
 
     /// No row changed.
