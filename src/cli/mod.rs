@@ -33,6 +33,8 @@ fn exit_code(e: &OmniError) -> i32 {
 }
 
 pub fn main() {
+    // SAFETY: the first thing the process does, before any thread starts.
+    unsafe { omnigraph::util::cores::let_lance_use_the_cores() };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("OMNIGRAPH_LOG")

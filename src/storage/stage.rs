@@ -28,6 +28,9 @@ pub async fn overwrite(Table(ds): Table, batches: Vec<RecordBatch>) -> Result<Ta
     insert(ds, batches, WriteMode::Overwrite).await
 }
 
+/// One insert of many files is written by several writers side by side:
+/// Lance's file writer waits for each batch's encoding before taking the
+/// next, so one writer keeps one core busy whatever the machine has.
 async fn insert(
     ds: Arc<Dataset>,
     batches: Vec<RecordBatch>,
@@ -35,12 +38,90 @@ async fn insert(
 ) -> Result<TableChange> {
     let session = ds.session();
     let params = write_params(&session, mode);
-    Ok(TableChange::one(
-        InsertBuilder::new(ds)
-            .with_params(&params)
-            .execute_uncommitted(batches)
-            .await?,
-    ))
+    let writers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    insert_with(ds, batches, params, writers).await
+}
+
+async fn insert_with(
+    ds: Arc<Dataset>,
+    batches: Vec<RecordBatch>,
+    params: lance::dataset::WriteParams,
+    writers: usize,
+) -> Result<TableChange> {
+    let parts = split_at_files(batches, params.max_rows_per_file, writers);
+    let written = parts.into_iter().map(|part| {
+        let (ds, params) = (ds.clone(), params.clone());
+        tokio::spawn(async move {
+            InsertBuilder::new(ds)
+                .with_params(&params)
+                .execute_uncommitted(part)
+                .await
+        })
+    });
+    let mut txns = Vec::new();
+    for t in futures::future::join_all(written).await {
+        match t {
+            Ok(t) => txns.push(t?),
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => return Err(OmniError::Storage(format!("a table writer stopped: {e}"))),
+        }
+    }
+    Ok(TableChange::one(one_transaction(txns)?))
+}
+
+/// `batches` cut into at most `parts` runs of whole files (`file_rows`
+/// each), in order, so the files written are the ones one writer would
+/// write.
+fn split_at_files(
+    batches: Vec<RecordBatch>,
+    file_rows: usize,
+    parts: usize,
+) -> Vec<Vec<RecordBatch>> {
+    let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+    let files = rows.div_ceil(file_rows.max(1)).max(1);
+    let per_part = files.div_ceil(parts.clamp(1, files)) * file_rows;
+    let mut out = vec![Vec::new()];
+    let mut room = per_part;
+    for mut b in batches {
+        while b.num_rows() > room {
+            out.last_mut().expect("a part").push(b.slice(0, room));
+            b = b.slice(room, b.num_rows() - room);
+            out.push(Vec::new());
+            room = per_part;
+        }
+        room -= b.num_rows();
+        out.last_mut().expect("a part").push(b);
+    }
+    out.retain(|p| !p.is_empty());
+    if out.is_empty() {
+        out.push(Vec::new());
+    }
+    out
+}
+
+/// The transactions of one insert's parts as one: their new fragments in
+/// order (ids and row ids are given at commit).
+fn one_transaction(txns: Vec<Transaction>) -> Result<Transaction> {
+    use lance::dataset::transaction::Operation;
+    let mut txns = txns.into_iter();
+    let mut first = txns.next().expect("an insert has a part");
+    for t in txns {
+        match (&mut first.operation, t.operation) {
+            (Operation::Append { fragments }, Operation::Append { fragments: more })
+            | (
+                Operation::Overwrite { fragments, .. },
+                Operation::Overwrite {
+                    fragments: more, ..
+                },
+            ) => fragments.extend(more),
+            (_, other) => {
+                return Err(OmniError::Storage(format!(
+                    "an insert's parts staged different operations: {other:?}"
+                )));
+            }
+        }
+    }
+    Ok(first)
 }
 
 /// Upsert by id: matched rows are replaced, new ids inserted.
@@ -483,4 +564,115 @@ pub async fn evolve_columns(
         field_metadata_updates: Default::default(),
     };
     Ok(change.then_index_records(TableChange::one(Transaction::new(base, op, None))))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow_array::{Int64Array, RecordBatch};
+    use arrow_schema::{DataType, Field, Schema};
+    use futures::TryStreamExt;
+    use lance::Dataset;
+    use lance::dataset::{CommitBuilder, WriteMode, WriteParams};
+
+    use super::{insert_with, split_at_files};
+
+    fn batch(from: i64, n: i64) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
+        RecordBatch::try_new(
+            schema,
+            vec![Arc::new(Int64Array::from_iter_values(from..from + n))],
+        )
+        .unwrap()
+    }
+
+    fn values(batches: &[RecordBatch]) -> Vec<i64> {
+        batches
+            .iter()
+            .flat_map(|b| {
+                let a = b.column_by_name("v").unwrap();
+                let a = a.as_any().downcast_ref::<Int64Array>().unwrap();
+                a.values().to_vec()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn parts_are_runs_of_whole_files_in_order() {
+        let input = || (0..4).map(|i| batch(i * 5, 5)).collect::<Vec<_>>();
+        // 20 rows, files of 3: 7 files, 4 + 3 of them per part.
+        let parts = split_at_files(input(), 3, 2);
+        let rows: Vec<usize> = parts
+            .iter()
+            .map(|p| p.iter().map(|b| b.num_rows()).sum())
+            .collect();
+        assert_eq!(rows, [12, 8]);
+        assert_eq!(values(&parts.concat()), (0..20).collect::<Vec<_>>());
+        // More writers than files: one file each, the last one short.
+        let rows: Vec<usize> = split_at_files(input(), 8, 5)
+            .iter()
+            .map(|p| p.iter().map(|b| b.num_rows()).sum())
+            .collect();
+        assert_eq!(rows, [8, 8, 4]);
+        assert_eq!(split_at_files(input(), 100, 2).len(), 1);
+        assert_eq!(split_at_files(input(), 3, 1).len(), 1);
+        let empty = split_at_files(Vec::new(), 3, 2);
+        assert_eq!(empty.len(), 1);
+        assert!(empty[0].is_empty());
+    }
+
+    /// Several writers' files commit as one transaction: every row once, in
+    /// input order, with distinct stable row ids.
+    #[tokio::test]
+    async fn an_insert_written_side_by_side_commits_every_file_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let uri = dir.path().join("t.lance");
+        let params = |mode| WriteParams {
+            mode,
+            enable_stable_row_ids: true,
+            max_rows_per_file: 3,
+            ..Default::default()
+        };
+        let first = vec![batch(-2, 2)];
+        let ds = Dataset::write(
+            arrow_array::RecordBatchIterator::new(first.into_iter().map(Ok), batch(0, 0).schema()),
+            uri.to_str().unwrap(),
+            Some(params(WriteMode::Create)),
+        )
+        .await
+        .unwrap();
+        let ds = Arc::new(ds);
+        let input: Vec<RecordBatch> = (0..4).map(|i| batch(i * 5, 5)).collect();
+        let change = insert_with(ds.clone(), input, params(WriteMode::Append), 2)
+            .await
+            .unwrap();
+        let [txn] = <[_; 1]>::try_from(change.0).ok().unwrap();
+        let ds = CommitBuilder::new(ds).execute(txn).await.unwrap();
+        assert_eq!(ds.get_fragments().len(), 1 + 7);
+        let read: Vec<RecordBatch> = ds
+            .scan()
+            .with_row_id()
+            .try_into_stream()
+            .await
+            .unwrap()
+            .try_collect()
+            .await
+            .unwrap();
+        assert_eq!(values(&read), (-2..20).collect::<Vec<_>>());
+        let mut row_ids: Vec<u64> = read
+            .iter()
+            .flat_map(|b| {
+                let a = b.column_by_name("_rowid").unwrap();
+                let a = a
+                    .as_any()
+                    .downcast_ref::<arrow_array::UInt64Array>()
+                    .unwrap();
+                a.values().to_vec()
+            })
+            .collect();
+        row_ids.sort_unstable();
+        row_ids.dedup();
+        assert_eq!(row_ids.len(), 22);
+    }
 }

@@ -653,6 +653,8 @@ async fn queries(dir: &str, uri: &str, repeats: usize, reference: Option<&str>) 
 }
 
 fn main() {
+    // SAFETY: the first thing the process does, before any thread starts.
+    unsafe { omnigraph::util::cores::let_lance_use_the_cores() };
     let args: Vec<String> = std::env::args().collect();
     let opt = |name: &str| {
         args.iter()
