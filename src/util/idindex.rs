@@ -3,10 +3,11 @@
 //! to position. The loader checks every edge endpoint against one and the
 //! graph index resolves every edge through one, so at 10 M edges lookups
 //! are the cost: each slot carries 32 bits of the hash (a probe rarely
-//! touches a wrong id's bytes) and where the id's bytes are, and
-//! [`IdIndex::lookup_all`] walks its input in groups, prefetching each
-//! group's slots and then its id bytes a stage ahead, so the cache misses of
-//! a group overlap instead of queueing.
+//! touches a wrong id's bytes) and the id itself when it is short, else
+//! where its bytes are, and [`IdIndex::lookup_all`] walks its input in
+//! groups, prefetching each group's slots and then the bytes of its long
+//! ids a stage ahead, so the cache misses of a group overlap instead of
+//! queueing.
 
 use std::hash::Hasher;
 
@@ -41,21 +42,50 @@ fn prefetch<T>(p: *const T) {
     let _ = p;
 }
 
-/// One slot names an id's position and where its bytes are, so checking a
-/// candidate touches the slot and the bytes, nothing in between.
+/// Ids of at most this many bytes live in their slot, so a probe for one
+/// touches the slot alone.
+const INLINE_MAX: usize = 7;
+/// The bit of [`Slot::key`] that marks an id kept in the slot.
+const INLINE: u64 = 1 << 63;
+
+/// One slot names an id's position and the id (or where its bytes are), so
+/// checking a candidate touches the slot and at most the bytes.
 #[derive(Clone, Copy)]
 struct Slot {
     /// `tag << 32 | position`, where the tag is the hash's high half.
     tag_pos: u64,
-    offset: u32,
-    len: u32,
+    /// A short id: [`INLINE`], its length in bits 56..59 and its bytes in
+    /// the low seven bytes. A long one: `len << 32 | offset` (an Arrow
+    /// string array's bytes stay under 2 GiB, so bit 63 is clear).
+    key: u64,
 }
 
 const EMPTY: Slot = Slot {
     tag_pos: EMPTY_TAG,
-    offset: 0,
-    len: 0,
+    key: 0,
 };
+
+/// What a short id's slot holds as its key.
+#[inline]
+fn inline_key(id: &[u8]) -> Option<u64> {
+    (id.len() <= INLINE_MAX).then(|| {
+        let mut b = [0u8; 8];
+        b[..id.len()].copy_from_slice(id);
+        u64::from_le_bytes(b) | (id.len() as u64) << 56 | INLINE
+    })
+}
+
+/// Does the slot hold `id` (whose inline key, if short, is `short`)?
+#[inline]
+fn holds(slot: Slot, bytes: &[u8], id: &[u8], short: Option<u64>) -> bool {
+    match short {
+        Some(k) => slot.key == k,
+        None => {
+            let (offset, len) = (slot.key as u32 as usize, (slot.key >> 32) as usize);
+            slot.key & INLINE == 0 && len == id.len() && &bytes[offset..][..len] == id
+        }
+    }
+}
 
 pub struct IdIndex {
     pub ids: StringArray,
@@ -93,22 +123,22 @@ impl IdIndex {
         for i in 0..ids.len() {
             let id = ids.value(i);
             let h = hash(id);
+            let short = inline_key(id.as_bytes());
             let mut s = h as usize & mask;
             while slots[s].tag_pos != EMPTY_TAG {
                 let slot = slots[s];
                 if unique
                     && slot.tag_pos >> 32 == h >> 32
-                    && slot.len as usize == id.len()
-                    && &bytes[slot.offset as usize..][..id.len()] == id.as_bytes()
+                    && holds(slot, bytes, id.as_bytes(), short)
                 {
                     return Err((slot.tag_pos as u32, i as u32));
                 }
                 s = (s + 1) & mask;
             }
+            let long = || ((offsets[i + 1] - offsets[i]) as u64) << 32 | offsets[i] as u64;
             slots[s] = Slot {
                 tag_pos: (h >> 32) << 32 | i as u64,
-                offset: offsets[i] as u32,
-                len: (offsets[i + 1] - offsets[i]) as u32,
+                key: short.unwrap_or_else(long),
             };
         }
         Ok(Self { ids, slots, mask })
@@ -144,16 +174,14 @@ impl IdIndex {
     fn find(&self, id: &str, h: u64) -> Option<u32> {
         let tag = h >> 32;
         let bytes = self.ids.values().as_slice();
+        let short = inline_key(id.as_bytes());
         let mut s = h as usize & self.mask;
         loop {
             let slot = self.slots[s];
             if slot.tag_pos == EMPTY_TAG {
                 return None;
             }
-            if slot.tag_pos >> 32 == tag
-                && slot.len as usize == id.len()
-                && &bytes[slot.offset as usize..][..id.len()] == id.as_bytes()
-            {
+            if slot.tag_pos >> 32 == tag && holds(slot, bytes, id.as_bytes(), short) {
                 return Some(slot.tag_pos as u32);
             }
             s = (s + 1) & self.mask;
@@ -188,8 +216,11 @@ impl IdIndex {
                 let g = step - 1;
                 for h in &hashes[g % 3][..range(g).len()] {
                     let slot = self.slots[*h as usize & self.mask];
-                    if slot.tag_pos != EMPTY_TAG && slot.tag_pos >> 32 == h >> 32 {
-                        prefetch(bytes.wrapping_add(slot.offset as usize));
+                    if slot.tag_pos != EMPTY_TAG
+                        && slot.tag_pos >> 32 == h >> 32
+                        && slot.key & INLINE == 0
+                    {
+                        prefetch(bytes.wrapping_add(slot.key as u32 as usize));
                     }
                 }
             }
@@ -244,6 +275,40 @@ mod tests {
         assert_eq!(out[3], ABSENT);
         assert_eq!(out[6999], ABSENT);
         assert_eq!(out[10], 10);
+    }
+
+    /// Ids kept in their slots and ids kept as offsets never match each
+    /// other: a short id that is a prefix of a long one, ids that differ
+    /// in length only by NUL bytes, and ids of exactly the inline length.
+    #[test]
+    fn short_and_long_ids_are_told_apart() {
+        let ids = [
+            "",
+            "\0",
+            "\0\0",
+            "a",
+            "a\0",
+            "abcdefg",
+            "abcdefgh",
+            "abcdefg\0",
+            "p1234567",
+            "p123456",
+        ];
+        let index = IdIndex::unique(StringArray::from(ids.to_vec()))
+            .ok()
+            .unwrap();
+        for (i, id) in ids.iter().enumerate() {
+            assert_eq!(index.get(id), Some(i as u32), "{id:?}");
+        }
+        for absent in ["b", "abcdef", "abcdefgi", "p12345", "\0\0\0", "p1234568"] {
+            assert_eq!(index.get(absent), None, "{absent:?}");
+        }
+        let values = StringArray::from(vec!["abcdefgh", "abcdefg", "zz", "\0"]);
+        let mut out = Vec::new();
+        index.lookup_all(&values, &mut out);
+        assert_eq!(out, [6, 5, ABSENT, 1]);
+        let repeats = StringArray::from(vec!["abcdefgh", "x", "abcdefgh"]);
+        assert_eq!(IdIndex::unique(repeats).err(), Some((0, 2)));
     }
 
     #[test]
