@@ -359,39 +359,40 @@ impl TableBuilder {
     }
 
     /// Validate `cells` (one per property, in property order; `None` = absent)
-    /// and return the converted values, or an error naming line, type,
-    /// property and value.
+    /// and return the converted values (in the cells' allocation), or an
+    /// error naming line, type, property and value.
     pub fn validate<'a>(
         &self,
         cells: Vec<Option<Value<'a>>>,
         line: Option<usize>,
     ) -> Result<Vec<Value<'a>>> {
-        let mut vals = Vec::with_capacity(cells.len());
-        for (rule, cell) in self.rules.props.iter().zip(cells) {
-            match rule.validate(cell) {
-                Ok(v) => vals.push(v),
-                Err((message, value)) => {
-                    return Err(OmniError::invalid(
+        let props = &self.rules.props;
+        assert_eq!(cells.len(), props.len(), "one cell per property");
+        cells
+            .into_iter()
+            .enumerate()
+            .map(|(i, cell)| {
+                props[i].validate(cell).map_err(|(message, value)| {
+                    OmniError::invalid(
                         Location {
                             line,
                             type_name: Some(self.rules.def.name.clone()),
-                            property: Some(rule.def.name.clone()),
+                            property: Some(props[i].def.name.clone()),
                             value,
                         },
                         message,
-                    ));
-                }
-            }
-        }
-        Ok(vals)
+                    )
+                })
+            })
+            .collect()
     }
 
-    /// Append a validated row.
+    /// Append a validated row, leaving `vals` empty.
     pub fn push(
         &mut self,
         id: &str,
         endpoints: Option<(&str, &str)>,
-        vals: Vec<Value<'_>>,
+        vals: &mut Vec<Value<'_>>,
         line: usize,
         explicit_id: bool,
     ) {
@@ -400,7 +401,7 @@ impl TableBuilder {
             self.src.append_value(s);
             self.dst.append_value(d);
         }
-        for (col, v) in self.cols.iter_mut().zip(vals) {
+        for (col, v) in self.cols.iter_mut().zip(vals.drain(..)) {
             col.push(v);
         }
         self.lines.push(u32::try_from(line).unwrap_or(u32::MAX));
@@ -466,10 +467,10 @@ mod tests {
             Value::Bool(true),
         ];
         let mut b = TableBuilder::new(r.clone(), 1);
-        b.push("p1", None, vals.clone(), 0, true);
+        b.push("p1", None, &mut vals.clone(), 0, true);
         let mut nulls = vec![Value::Str("y".into())];
         nulls.extend(std::iter::repeat_n(Value::Null, 8));
-        b.push("p2", None, nulls.clone(), 0, true);
+        b.push("p2", None, &mut nulls.clone(), 0, true);
         let (batch, _) = b.finish().unwrap();
         for (row, want) in [vals, nulls].iter().enumerate() {
             let got: Vec<Value> = r
@@ -602,7 +603,7 @@ mod tests {
             "P",
         );
         let mut b = TableBuilder::new(r, 2);
-        let vals = b
+        let mut vals = b
             .validate(
                 vec![
                     Some(Value::List(vec![Value::Str("a".into())])),
@@ -617,11 +618,11 @@ mod tests {
         assert_eq!(vals[1], Value::Date(1));
         assert_eq!(vals[2], Value::DateTime(1000));
         assert_eq!(vals[3], Value::Bytes(b"hi".to_vec()));
-        b.push("1", None, vals, 1, true);
-        let vals = b
+        b.push("1", None, &mut vals, 1, true);
+        let mut vals = b
             .validate(vec![None, None, None, None, None], Some(2))
             .unwrap();
-        b.push("2", None, vals, 2, true);
+        b.push("2", None, &mut vals, 2, true);
         let (batch, lines) = b.finish().unwrap();
         assert_eq!(batch.num_rows(), 2);
         assert_eq!(lines, vec![1, 2]);

@@ -27,6 +27,41 @@ const BLOCK_BYTES: usize = 4 << 20;
 /// Every type's checks, by type name.
 pub(super) type RulesByName = FxHashMap<String, Arc<TypeRules>>;
 
+/// Every type's checks by name, remembering the last one asked for: a
+/// file's lines come in runs of one type.
+pub(super) struct Types<'c> {
+    by_name: &'c RulesByName,
+    last: Option<(&'c str, &'c Arc<TypeRules>)>,
+}
+
+impl<'c> Types<'c> {
+    pub(super) fn new(by_name: &'c RulesByName) -> Self {
+        Self {
+            by_name,
+            last: None,
+        }
+    }
+
+    pub(super) fn get(&mut self, name: &str) -> Option<&'c Arc<TypeRules>> {
+        if let Some((last, rules)) = self.last
+            && last == name
+        {
+            return Some(rules);
+        }
+        let (name, rules) = self.by_name.get_key_value(name)?;
+        self.last = Some((name, rules));
+        Some(rules)
+    }
+}
+
+/// An emptied vector's allocation, for items of the same size under
+/// another lifetime: a block's lines borrow their own text, and one buffer
+/// of cells serves them all.
+fn reuse<T, U>(mut v: Vec<T>) -> Vec<U> {
+    v.clear();
+    v.into_iter().map(|_| unreachable!("emptied")).collect()
+}
+
 /// One type's rows from a file.
 pub struct ParsedType {
     pub def: Arc<TypeDef>,
@@ -277,8 +312,11 @@ pub(super) fn read_line<'a>(text: &'a str, rules: &RulesByName, line: usize) -> 
 /// Parses lines of one block.
 struct BlockParser<'c> {
     rules: &'c RulesByName,
+    types: Types<'c>,
     builders: BTreeMap<u32, TableBuilder>,
     ids: crate::util::ulid::Monotonic,
+    /// The last line's cells, emptied.
+    spare: Vec<Option<Value<'static>>>,
 }
 
 fn at_line(line: usize, type_name: Option<&str>) -> Location {
@@ -293,8 +331,10 @@ impl<'c> BlockParser<'c> {
     fn new(rules: &'c RulesByName) -> Self {
         Self {
             rules,
+            types: Types::new(rules),
             builders: BTreeMap::new(),
             ids: crate::util::ulid::Monotonic::new(),
+            spare: Vec::new(),
         }
     }
 
@@ -302,9 +342,10 @@ impl<'c> BlockParser<'c> {
     // allocating per cell; kept whole so that nothing is re-dispatched per
     // line.
     fn line(&mut self, text: &str, line: usize) -> Result<()> {
-        let raw = match super::jsonl_fast::line(text, self.rules) {
-            Some(l) => l,
-            None => read_line(text, self.rules, line)?,
+        let cells = reuse(std::mem::take(&mut self.spare));
+        let (raw, found) = match super::jsonl_fast::line(text, &mut self.types, cells) {
+            Some(read) => read,
+            None => (read_line(text, self.rules, line)?, None),
         };
         let (name, is_edge) = match (&raw.node, &raw.edge) {
             (Some(n), None) => (n.as_ref(), false),
@@ -322,7 +363,7 @@ impl<'c> BlockParser<'c> {
                 ));
             }
         };
-        let rules = match self.rules.get(name) {
+        let rules = match found.or_else(|| self.types.get(name)) {
             Some(r) if r.def.is_edge() == is_edge => r,
             Some(r) => {
                 let what = if r.def.is_edge() { "an edge" } else { "a node" };
@@ -373,7 +414,7 @@ impl<'c> BlockParser<'c> {
             .builders
             .entry(def.id)
             .or_insert_with(|| TableBuilder::new(rules.clone(), 1024));
-        let vals = builder.validate(row.cells, Some(line))?;
+        let mut vals = builder.validate(row.cells, Some(line))?;
         let given_id = match &row.id {
             None | Some(Value::Null) => None,
             Some(c) => Some(ids::endpoint_id(c).ok_or_else(|| {
@@ -420,10 +461,11 @@ impl<'c> BlockParser<'c> {
         builder.push(
             &id,
             endpoints.as_ref().map(|(s, d)| (s.as_ref(), d.as_ref())),
-            vals,
+            &mut vals,
             line,
             explicit,
         );
+        self.spare = reuse(vals);
         Ok(())
     }
 
@@ -539,7 +581,7 @@ fn read_blocks(
         total_bytes += n as u64;
         progress(total_bytes);
         if !eof {
-            match block.iter().rposition(|b| *b == b'\n') {
+            match memchr::memrchr(b'\n', &block) {
                 Some(cut) => carry = block.split_off(cut + 1),
                 None => {
                     carry = block;
@@ -550,7 +592,7 @@ fn read_blocks(
         if block.is_empty() {
             continue;
         }
-        let newlines = block.iter().filter(|b| **b == b'\n').count();
+        let newlines = memchr::memchr_iter(b'\n', &block).count();
         let lines_here = newlines + usize::from(!block.ends_with(b"\n"));
         let first = next_line;
         next_line += newlines;
@@ -601,6 +643,19 @@ mod tests {
 
     fn run(text: &str) -> Result<Parsed> {
         parse(&cat(), text.as_bytes(), &|_| {})
+    }
+
+    /// Cells and values share one allocation from line to line.
+    #[test]
+    fn a_buffer_of_cells_is_reused_across_lifetimes() {
+        let mut cells: Vec<Option<Value<'static>>> = Vec::with_capacity(8);
+        cells.push(Some(Value::Int(1)));
+        let text = String::from("x");
+        let mut vals: Vec<Value<'_>> = reuse(cells);
+        assert!(vals.is_empty() && vals.capacity() == 8);
+        vals.push(Value::Str(Cow::Borrowed(&text)));
+        let back: Vec<Option<Value<'static>>> = reuse(vals);
+        assert!(back.is_empty() && back.capacity() == 8);
     }
 
     #[test]

@@ -9,19 +9,28 @@
 
 use std::borrow::Cow;
 
+use std::sync::Arc;
+
 use super::columns::TypeRules;
-use super::jsonl::{Data, Line, Row, RulesByName};
+use super::jsonl::{Data, Line, Row, Types};
 use crate::compiler::value::Value;
 
-/// Read `text` (one trimmed line) if it has the usual shape.
-pub(super) fn line<'a>(text: &'a str, rules: &RulesByName) -> Option<Line<'a>> {
+/// Read `text` (one trimmed line) if it has the usual shape, with the
+/// checks of its type when it has `data`. The data's cells go into `cells`
+/// (empty; its allocation is reused).
+pub(super) fn line<'a, 'c>(
+    text: &'a str,
+    types: &mut Types<'c>,
+    cells: Vec<Option<Value<'a>>>,
+) -> Option<(Line<'a>, Option<&'c Arc<TypeRules>>)> {
     let mut s = Scan {
         b: text.as_bytes(),
         text,
         at: 0,
     };
     let mut line = Line::empty();
-    let mut seen_data = false;
+    let mut found = None;
+    let mut cells = Some(cells);
     s.eat(b'{')?;
     if s.peek()? == b'}' {
         s.at += 1;
@@ -34,14 +43,14 @@ pub(super) fn line<'a>(text: &'a str, rules: &RulesByName) -> Option<Line<'a>> {
                 "edge" if line.edge.is_none() => line.edge = Some(Cow::Borrowed(s.string()?)),
                 "from" if line.from.is_none() => line.from = Some(s.value()?),
                 "to" if line.to.is_none() => line.to = Some(s.value()?),
-                "data" if !seen_data => {
-                    seen_data = true;
+                "data" if found.is_none() => {
                     let rules = match (&line.node, &line.edge) {
-                        (Some(n), None) => rules.get(n.as_ref()).filter(|r| !r.def.is_edge()),
-                        (None, Some(e)) => rules.get(e.as_ref()).filter(|r| r.def.is_edge()),
+                        (Some(n), None) => types.get(n).filter(|r| !r.def.is_edge()),
+                        (None, Some(e)) => types.get(e).filter(|r| r.def.is_edge()),
                         _ => None,
                     }?;
-                    line.data = Data::Read(s.data(rules)?);
+                    found = Some(rules);
+                    line.data = Data::Read(s.data(rules, cells.take()?)?);
                 }
                 _ => return None,
             }
@@ -53,7 +62,7 @@ pub(super) fn line<'a>(text: &'a str, rules: &RulesByName) -> Option<Line<'a>> {
         }
     }
     s.ws();
-    (s.at == s.b.len()).then_some(line)
+    (s.at == s.b.len()).then_some((line, found))
 }
 
 struct Scan<'a> {
@@ -90,17 +99,15 @@ impl<'a> Scan<'a> {
     fn string(&mut self) -> Option<&'a str> {
         self.eat(b'"')?;
         let start = self.at;
-        loop {
-            match *self.b.get(self.at)? {
-                b'"' => break,
-                // Escapes and control characters: the serde reader's.
-                b'\\' | 0..=0x1f => return None,
-                _ => self.at += 1,
-            }
+        let len = self.b[start..]
+            .iter()
+            .position(|&c| matches!(c, b'"' | b'\\' | 0..=0x1f))?;
+        // Escapes and control characters: the serde reader's.
+        if self.b[start + len] != b'"' {
+            return None;
         }
-        let s = &self.text[start..self.at];
-        self.at += 1;
-        Some(s)
+        self.at = start + len + 1;
+        Some(&self.text[start..start + len])
     }
 
     fn literal(&mut self, word: &[u8]) -> Option<()> {
@@ -159,11 +166,9 @@ impl<'a> Scan<'a> {
     }
 
     /// A `data` object (or null) straight into the type's cells.
-    fn data(&mut self, rules: &TypeRules) -> Option<Row<'a>> {
-        let mut row = Row {
-            cells: vec![None; rules.props.len()],
-            id: None,
-        };
+    fn data(&mut self, rules: &TypeRules, mut cells: Vec<Option<Value<'a>>>) -> Option<Row<'a>> {
+        cells.resize(rules.props.len(), None);
+        let mut row = Row { cells, id: None };
         match self.peek()? {
             b'n' => {
                 self.literal(b"null")?;
@@ -205,6 +210,7 @@ mod tests {
 
     use super::*;
     use crate::compiler::schema::compile;
+    use crate::write::jsonl::RulesByName;
 
     fn rules() -> RulesByName {
         let c = compile(
@@ -215,6 +221,16 @@ mod tests {
             .iter()
             .map(|t| (t.name.clone(), Arc::new(TypeRules::new(t).unwrap())))
             .collect()
+    }
+
+    fn fast<'a>(text: &'a str, r: &RulesByName) -> Option<Line<'a>> {
+        let (l, rules) = line(text, &mut Types::new(r), Vec::new())?;
+        // The checks handed back are the ones of the line's type.
+        if let Some(rules) = rules {
+            let name = l.node.as_ref().or(l.edge.as_ref()).unwrap();
+            assert_eq!(rules.def.name, name.as_ref());
+        }
+        Some(l)
     }
 
     /// A line's fields, spelled so that borrowed and owned strings compare equal.
@@ -249,7 +265,7 @@ mod tests {
             r#"{"edge":"Knows","from":7,"to":true}"#,
             r#"{}"#,
         ] {
-            let fast = line(text, &r).map(|l| spell(&l));
+            let fast = fast(text, &r).map(|l| spell(&l));
             assert!(fast.is_some(), "{text} should read fast");
             assert_eq!(fast, serde(text, &r), "{text}");
         }
@@ -282,7 +298,7 @@ mod tests {
             r#"{"type":"Person","data":{"name":"a"}"#,
             "{\"type\":\"Person\",\"data\":{\"name\":\"a\tb\"}}",
         ] {
-            assert!(line(text, &r).is_none(), "{text} should go to serde");
+            assert!(fast(text, &r).is_none(), "{text} should go to serde");
         }
     }
 
@@ -321,7 +337,7 @@ mod tests {
                 continue;
             };
             let text = text.trim();
-            if let Some(l) = line(text, &r) {
+            if let Some(l) = fast(text, &r) {
                 fast_reads += 1;
                 assert_eq!(Some(spell(&l)), serde(text, &r), "{text}");
             }

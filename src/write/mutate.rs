@@ -699,7 +699,7 @@ fn rows_batch<'r>(
         b.push(
             &r.id,
             r.ends.as_ref().map(|(a, d)| (a.as_str(), d.as_str())),
-            r.vals.clone(),
+            &mut r.vals.clone(),
             0,
             true,
         );
