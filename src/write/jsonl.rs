@@ -313,6 +313,7 @@ pub(super) fn read_line<'a>(text: &'a str, rules: &RulesByName, line: usize) -> 
 struct BlockParser<'c> {
     rules: &'c RulesByName,
     types: Types<'c>,
+    shapes: super::jsonl_fast::Shapes<'c>,
     builders: BTreeMap<u32, TableBuilder>,
     ids: crate::util::ulid::Monotonic,
     /// The last line's cells, emptied.
@@ -332,6 +333,7 @@ impl<'c> BlockParser<'c> {
         Self {
             rules,
             types: Types::new(rules),
+            shapes: Default::default(),
             builders: BTreeMap::new(),
             ids: crate::util::ulid::Monotonic::new(),
             spare: Vec::new(),
@@ -343,7 +345,8 @@ impl<'c> BlockParser<'c> {
     // line.
     fn line(&mut self, text: &str, line: usize) -> Result<()> {
         let cells = reuse(std::mem::take(&mut self.spare));
-        let (raw, found) = match super::jsonl_fast::line(text, &mut self.types, cells) {
+        let read = super::jsonl_fast::line(text, &mut self.types, &mut self.shapes, cells);
+        let (raw, found) = match read {
             Some(read) => read,
             None => (read_line(text, self.rules, line)?, None),
         };

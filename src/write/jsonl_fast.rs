@@ -6,6 +6,13 @@
 //! malformed text) returns `None`, and the serde reader reads the line from
 //! the start: it alone spells every error, so both paths accept exactly the
 //! same lines with exactly the same values.
+//!
+//! Lines of one file mostly differ only in their values. Each line the
+//! scanner reads leaves its [`Shape`]: the bytes between its values and
+//! what each value fills. A later line with exactly those bytes between its
+//! values is read by comparing them and scanning the values alone, to the
+//! fields the scanner would have read (the keys, their order and the type
+//! are in the bytes compared).
 
 use std::borrow::Cow;
 
@@ -15,12 +22,134 @@ use super::columns::TypeRules;
 use super::jsonl::{Data, Line, Row, Types};
 use crate::compiler::value::Value;
 
+/// Shapes kept per block, most recent first.
+const SHAPES_MAX: usize = 4;
+/// Lines in a row that match no shape before a block stops keeping them
+/// (a file whose lines all differ in their keys).
+const SHAPE_MISSES_MAX: u32 = 256;
+
+/// What one value of a line fills.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Fills {
+    From,
+    To,
+    Id,
+    Cell(usize),
+}
+
+/// One line's bytes between its values, and what each value fills.
+pub(super) struct Shape<'c> {
+    /// `fills.len() + 1` runs of bytes: before the first value, between
+    /// values, after the last.
+    between: Vec<Box<[u8]>>,
+    fills: Vec<Fills>,
+    rules: &'c Arc<TypeRules>,
+}
+
+/// A block's recent shapes.
+#[derive(Default)]
+pub(super) struct Shapes<'c> {
+    recent: Vec<Shape<'c>>,
+    misses: u32,
+    /// Where the scanner's values were, for the shape of the line it read.
+    values: Vec<(usize, usize, Fills)>,
+}
+
+impl<'c> Shape<'c> {
+    /// `text` read to a line and its cells, if its bytes between values
+    /// are this shape's.
+    fn read<'a>(
+        &self,
+        text: &'a str,
+        cells: &mut Vec<Option<Value<'a>>>,
+    ) -> Option<(Line<'a>, &'c Arc<TypeRules>)>
+    where
+        'c: 'a,
+    {
+        let b = text.as_bytes();
+        let mut s = Scan { b, text, at: 0 };
+        let mut line = Line::empty();
+        let mut id = None;
+        cells.clear();
+        cells.resize(self.rules.props.len(), None);
+        for (between, fills) in self.between.iter().zip(&self.fills) {
+            s.at += b
+                .get(s.at..)?
+                .starts_with(between)
+                .then_some(between.len())?;
+            let v = s.value()?;
+            match *fills {
+                Fills::From => line.from = Some(v),
+                Fills::To => line.to = Some(v),
+                Fills::Id => id = Some(v),
+                Fills::Cell(i) => cells[i] = Some(v),
+            }
+        }
+        let last = self.between.last().expect("a shape ends with bytes");
+        (b.get(s.at..)? == &**last).then_some(())?;
+        let name = Cow::Borrowed(self.rules.def.name.as_str());
+        match self.rules.def.is_edge() {
+            true => line.edge = Some(name),
+            false => line.node = Some(name),
+        }
+        line.data = Data::Read(Row {
+            cells: std::mem::take(cells),
+            id,
+        });
+        Some((line, self.rules))
+    }
+}
+
 /// Read `text` (one trimmed line) if it has the usual shape, with the
 /// checks of its type when it has `data`. The data's cells go into `cells`
 /// (empty; its allocation is reused).
-pub(super) fn line<'a, 'c>(
+pub(super) fn line<'a, 'c: 'a>(
     text: &'a str,
     types: &mut Types<'c>,
+    shapes: &mut Shapes<'c>,
+    mut cells: Vec<Option<Value<'a>>>,
+) -> Option<(Line<'a>, Option<&'c Arc<TypeRules>>)> {
+    let keep = shapes.misses < SHAPE_MISSES_MAX;
+    if keep {
+        for (i, shape) in shapes.recent.iter().enumerate() {
+            if let Some((line, rules)) = shape.read(text, &mut cells) {
+                shapes.recent[..=i].rotate_right(1);
+                shapes.misses = 0;
+                return Some((line, Some(rules)));
+            }
+        }
+        shapes.misses += 1;
+        cells.clear();
+    }
+    shapes.values.clear();
+    let read = scan(text, types, &mut shapes.values, cells)?;
+    if let (true, Some(rules)) = (keep, read.1) {
+        let mut between = Vec::with_capacity(shapes.values.len() + 1);
+        let mut at = 0;
+        for &(start, end, _) in &shapes.values {
+            between.push(text.as_bytes()[at..start].into());
+            at = end;
+        }
+        between.push(text.as_bytes()[at..].into());
+        shapes.recent.truncate(SHAPES_MAX - 1);
+        shapes.recent.insert(
+            0,
+            Shape {
+                between,
+                fills: shapes.values.iter().map(|v| v.2).collect(),
+                rules,
+            },
+        );
+    }
+    Some(read)
+}
+
+/// The scanner proper: `values` gets where each value was and what it
+/// filled.
+fn scan<'a, 'c>(
+    text: &'a str,
+    types: &mut Types<'c>,
+    values: &mut Vec<(usize, usize, Fills)>,
     cells: Vec<Option<Value<'a>>>,
 ) -> Option<(Line<'a>, Option<&'c Arc<TypeRules>>)> {
     let mut s = Scan {
@@ -41,8 +170,8 @@ pub(super) fn line<'a, 'c>(
             match key {
                 "type" if line.node.is_none() => line.node = Some(Cow::Borrowed(s.string()?)),
                 "edge" if line.edge.is_none() => line.edge = Some(Cow::Borrowed(s.string()?)),
-                "from" if line.from.is_none() => line.from = Some(s.value()?),
-                "to" if line.to.is_none() => line.to = Some(s.value()?),
+                "from" if line.from.is_none() => line.from = Some(s.value_at(values, Fills::From)?),
+                "to" if line.to.is_none() => line.to = Some(s.value_at(values, Fills::To)?),
                 "data" if found.is_none() => {
                     let rules = match (&line.node, &line.edge) {
                         (Some(n), None) => types.get(n).filter(|r| !r.def.is_edge()),
@@ -50,7 +179,7 @@ pub(super) fn line<'a, 'c>(
                         _ => None,
                     }?;
                     found = Some(rules);
-                    line.data = Data::Read(s.data(rules, cells.take()?)?);
+                    line.data = Data::Read(s.data(rules, cells.take()?, values)?);
                 }
                 _ => return None,
             }
@@ -115,6 +244,18 @@ impl<'a> Scan<'a> {
         (self.b.get(self.at..end)? == word).then(|| self.at = end)
     }
 
+    /// A value, noting where it was and what it fills.
+    fn value_at(
+        &mut self,
+        values: &mut Vec<(usize, usize, Fills)>,
+        fills: Fills,
+    ) -> Option<Value<'a>> {
+        let start = self.at;
+        let v = self.value()?;
+        values.push((start, self.at, fills));
+        Some(v)
+    }
+
     fn value(&mut self) -> Option<Value<'a>> {
         Some(match self.peek()? {
             b'"' => Value::Str(Cow::Borrowed(self.string()?)),
@@ -166,7 +307,12 @@ impl<'a> Scan<'a> {
     }
 
     /// A `data` object (or null) straight into the type's cells.
-    fn data(&mut self, rules: &TypeRules, mut cells: Vec<Option<Value<'a>>>) -> Option<Row<'a>> {
+    fn data(
+        &mut self,
+        rules: &TypeRules,
+        mut cells: Vec<Option<Value<'a>>>,
+        values: &mut Vec<(usize, usize, Fills)>,
+    ) -> Option<Row<'a>> {
         cells.resize(rules.props.len(), None);
         let mut row = Row { cells, id: None };
         match self.peek()? {
@@ -184,14 +330,15 @@ impl<'a> Scan<'a> {
         loop {
             let key = self.string()?;
             self.eat(b':')?;
-            let v = self.value()?;
             if key == "id" {
+                let v = self.value_at(values, Fills::Id)?;
                 if row.id.replace(v).is_some() {
                     return None;
                 }
             } else {
-                let cell = &mut row.cells[rules.prop_index(key)?];
-                if cell.replace(v).is_some() {
+                let i = rules.prop_index(key)?;
+                let v = self.value_at(values, Fills::Cell(i))?;
+                if row.cells[i].replace(v).is_some() {
                     return None;
                 }
             }
@@ -223,8 +370,8 @@ mod tests {
             .collect()
     }
 
-    fn fast<'a>(text: &'a str, r: &RulesByName) -> Option<Line<'a>> {
-        let (l, rules) = line(text, &mut Types::new(r), Vec::new())?;
+    fn fast<'a>(text: &'a str, r: &'a RulesByName) -> Option<Line<'a>> {
+        let (l, rules) = line(text, &mut Types::new(r), &mut Shapes::default(), Vec::new())?;
         // The checks handed back are the ones of the line's type.
         if let Some(rules) = rules {
             let name = l.node.as_ref().or(l.edge.as_ref()).unwrap();
@@ -268,6 +415,50 @@ mod tests {
             let fast = fast(text, &r).map(|l| spell(&l));
             assert!(fast.is_some(), "{text} should read fast");
             assert_eq!(fast, serde(text, &r), "{text}");
+        }
+    }
+
+    /// A line read by a shape has the scanner's fields; one whose bytes
+    /// between values differ is read by the scanner and leaves its shape.
+    #[test]
+    fn lines_of_a_known_shape_are_read_by_it() {
+        let r = rules();
+        let mut types = Types::new(&r);
+        let mut shapes = Shapes::default();
+        let mut read = |text: &str| {
+            let (l, rules) = line(text, &mut types, &mut shapes, Vec::new()).unwrap();
+            assert_eq!(Some(spell(&l)), serde(text, &r), "{text}");
+            (
+                rules.unwrap().def.name.clone(),
+                shapes.misses == 0,
+                shapes.recent.len(),
+            )
+        };
+        let knows = |n: &str| {
+            format!(r#"{{"edge":"Knows","from":"p{n}","to":{n},"data":{{"since":{n}}}}}"#)
+        };
+        assert_eq!(read(&knows("1")), ("Knows".into(), false, 1));
+        assert_eq!(read(&knows("22")), ("Knows".into(), true, 1));
+        assert_eq!(read(&knows("-3")), ("Knows".into(), true, 1));
+        let person = r#"{"type":"Person","data":{"name":"Ann","age":null,"id":"Ann"}}"#;
+        assert_eq!(read(person), ("Person".into(), false, 2));
+        let person = r#"{"type":"Person","data":{"name":"Bo","age":7,"id":"Bo"}}"#;
+        assert_eq!(read(person), ("Person".into(), true, 2));
+        // Other keys, spacing or order: the scanner, and a new shape.
+        let person = r#"{"type":"Person","data":{"age":7,"name":"Bo"}}"#;
+        assert_eq!(read(person), ("Person".into(), false, 3));
+        let spaced = r#"{"edge":"Knows", "from":"p1","to":1,"data":{"since":1}}"#;
+        assert_eq!(read(spaced), ("Knows".into(), false, 4));
+        assert_eq!(read(&knows("5")), ("Knows".into(), true, 4));
+        // A shape's values still go through the scanner's value rules.
+        let mut cells = Vec::new();
+        for bad in [
+            r#"{"edge":"Knows","from":"p\"1","to":1,"data":{"since":1}}"#,
+            r#"{"edge":"Knows","from":"p1","to":1.5,"data":{"since":1}}"#,
+            r#"{"edge":"Knows","from":"p1","to":1,"data":{"since":1}} "#,
+            r#"{"edge":"Knows","from":"p1","to":1,"data":{"since":1},"x":1}"#,
+        ] {
+            assert!(shapes.recent[0].read(bad, &mut cells).is_none(), "{bad}");
         }
     }
 
@@ -321,6 +512,8 @@ mod tests {
             (state % n as u64) as usize
         };
         let mut fast_reads = 0;
+        let mut shaped = 0;
+        let mut types = Types::new(&r);
         for _ in 0..200_000 {
             let mut b = seeds[rand(seeds.len())].as_bytes().to_vec();
             for _ in 0..1 + rand(3) {
@@ -341,10 +534,21 @@ mod tests {
                 fast_reads += 1;
                 assert_eq!(Some(spell(&l)), serde(text, &r), "{text}");
             }
+            // The same line against the seeds' shapes.
+            let mut shapes = Shapes::default();
+            for seed in seeds {
+                line(seed, &mut types, &mut shapes, Vec::new()).unwrap();
+            }
+            shapes.misses = 0;
+            if let Some((l, _)) = line(text, &mut types, &mut shapes, Vec::new()) {
+                shaped += usize::from(shapes.misses == 0);
+                assert_eq!(Some(spell(&l)), serde(text, &r), "{text} (shaped)");
+            }
         }
         assert!(
             fast_reads > 10_000,
             "only {fast_reads} mutated lines read fast"
         );
+        assert!(shaped > 10_000, "only {shaped} mutated lines read by shape");
     }
 }
