@@ -333,6 +333,19 @@ impl NodeMap {
         }
     }
 
+    /// The base positions gone since (not moved: gone).
+    fn gone(&self) -> Vec<u32> {
+        match &self.now {
+            NowOfBase::Dense(v) => (0..v.len() as u32)
+                .filter(|&t| v[t as usize] == ABSENT)
+                .collect(),
+            NowOfBase::Ranked { rank, moved } => rank
+                .left()
+                .filter(|t| moved.binary_search_by_key(t, |m| m.0).is_err())
+                .collect(),
+        }
+    }
+
     fn bytes(&self) -> usize {
         let now = match &self.now {
             NowOfBase::Dense(v) => v.len() * 4,
@@ -386,6 +399,21 @@ impl RowRank {
         Self { gone, before }
     }
 
+    /// How many base rows left their place.
+    pub fn count(&self) -> usize {
+        let last = self.gone.last().map_or(0, |w| w.count_ones());
+        self.before.last().map_or(0, |&b| b as usize) + last as usize
+    }
+
+    /// The base rows that left their place, ascending.
+    fn left(&self) -> impl Iterator<Item = u32> + '_ {
+        self.gone.iter().enumerate().flat_map(|(w, &word)| {
+            (0..64u32)
+                .filter(move |b| word >> b & 1 == 1)
+                .map(move |b| w as u32 * 64 + b)
+        })
+    }
+
     /// Base row `r`'s row today ([`ABSENT`]: deleted).
     #[inline]
     pub fn now(&self, r: u32) -> u32 {
@@ -414,8 +442,41 @@ pub struct Graph {
     pub moved: [Option<Arc<NodeMap>>; 2],
     /// Where the base's edge rows are today, when edges were deleted.
     pub edge_rows: Option<Arc<RowRank>>,
+    /// Every deleted edge is an edge of a gone node, so the node maps
+    /// alone drop them and a traversal need not read edge rows.
+    deletions_follow_nodes: bool,
     /// Today's edge rows.
     rows: usize,
+}
+
+/// Is every deleted base edge (in `rows`) an edge of a node gone from
+/// `moved`? The usual delete (a node and the edges it takes with it) costs
+/// its nodes' edges to check, not the graph's.
+fn deletions_follow_nodes(
+    base: &GraphIndex,
+    moved: &[Option<Arc<NodeMap>>; 2],
+    rows: &RowRank,
+) -> bool {
+    let gone = |side: usize| moved[side].as_ref().map_or_else(Vec::new, |m| m.gone());
+    let src_gone = |s: u32| moved[0].as_ref().is_some_and(|m| m.now(s) == ABSENT);
+    let deleted = |edges: &Words, i: usize| rows.now(edges[i]) == ABSENT;
+    let mut told = 0;
+    for g in gone(0) {
+        told += base
+            .out
+            .range(g)
+            .filter(|&i| deleted(&base.out.edges, i))
+            .count();
+    }
+    for g in gone(1) {
+        // An edge whose source went too was counted on the out side.
+        told += base
+            .inn
+            .range(g)
+            .filter(|&i| !src_gone(base.inn.targets[i]) && deleted(&base.inn.edges, i))
+            .count();
+    }
+    told == rows.count()
 }
 
 impl Graph {
@@ -426,6 +487,7 @@ impl Graph {
             added: None,
             moved: [None, None],
             edge_rows: None,
+            deletions_follow_nodes: false,
         }
     }
 
@@ -472,12 +534,16 @@ impl Graph {
         };
         let (nodes_from, nodes_to) = (span(|p| p.0), span(|p| p.1));
         let added = GraphIndex::from_pairs(nodes_from, nodes_to, pairs, first);
+        let follow = edge_rows
+            .as_ref()
+            .is_some_and(|r| deletions_follow_nodes(&base, &moved, r));
         Self {
             rows: first as usize + pairs.len(),
             base,
             added: Some(added),
             moved,
             edge_rows,
+            deletions_follow_nodes: follow,
         }
     }
 
@@ -502,6 +568,10 @@ impl Graph {
             base_of_now: self.moved[src].as_ref().map(|m| &m.base_of_now[..]),
             now_of_base: self.moved[dst].as_deref(),
             edge_rows: self.edge_rows.as_deref(),
+            live: match self.deletions_follow_nodes {
+                true => None,
+                false => self.edge_rows.as_deref(),
+            },
         }
     }
 
@@ -529,6 +599,9 @@ pub struct Side<'a> {
     now_of_base: Option<&'a NodeMap>,
     /// The base's edge rows today, when edges were deleted.
     edge_rows: Option<&'a RowRank>,
+    /// What tells a live base entry by its edge row: `edge_rows`, unless
+    /// the node maps already drop every deleted edge.
+    live: Option<&'a RowRank>,
 }
 
 impl<'a> Side<'a> {
@@ -575,8 +648,12 @@ impl<'a> Side<'a> {
     pub fn targets(self, n: u32) -> impl Iterator<Item = u32> + 'a {
         let a = self.added;
         let added = self.added_range(n);
-        // Without deletions the edge rows are never read.
-        let live = move |i: &usize| self.edge_rows.is_none() || self.row_now(*i) != ABSENT;
+        // Without deletions (or with only a gone node's) the edge rows are
+        // never read.
+        let live = move |i: &usize| {
+            self.live
+                .is_none_or(|r| r.now(self.base.edges[*i]) != ABSENT)
+        };
         self.base_range(n)
             .filter(live)
             .map(move |i| self.target_now(i))
@@ -836,6 +913,64 @@ mod tests {
                 assert_eq!(rows.now(r), next, "row {r}");
                 next += 1;
             }
+        }
+    }
+
+    /// Nodes a b c d, edges a->b b->c c->a a->c d->b b->d (rows 0..6).
+    /// Deleting nodes with the edges they take along leaves the edge rows
+    /// unread; any other deleted edge is still told by its row.
+    #[test]
+    fn deletions_that_follow_gone_nodes_need_no_edge_rows() {
+        let pairs = [(0, 1), (1, 2), (2, 0), (0, 2), (3, 1), (1, 3)];
+        let base = Arc::new(GraphIndex::from_pairs(4, 4, &pairs, 0));
+        let bits = |rows: &[u32]| RowRank::new(vec![rows.iter().map(|r| 1u64 << r).sum()]);
+        let targets = |g: &Graph, nodes: u32| -> Vec<Vec<u32>> {
+            let mut out = Vec::new();
+            for n in 0..nodes {
+                for s in [g.out(), g.inn()] {
+                    let mut t: Vec<u32> = s.targets(n).collect();
+                    t.sort_unstable();
+                    out.push(t);
+                }
+            }
+            out
+        };
+        /// Base positions today, deleted edge rows, whether the deletions
+        /// follow the nodes, and today's edges.
+        type Case<'a> = (&'a [u32], &'a [u32], bool, &'a [(u32, u32)]);
+        let cases: [Case; 3] = [
+            // b gone with its four edges: today a c d, edges c->a a->c.
+            (&[0, ABSENT, 1, 2], &[0, 1, 4, 5], true, &[(1, 0), (0, 1)]),
+            // ... and a->c deleted on its own.
+            (&[0, ABSENT, 1, 2], &[0, 1, 3, 4, 5], false, &[(1, 0)]),
+            // b and d gone: d->b and b->d are counted once.
+            (
+                &[0, ABSENT, 1, ABSENT],
+                &[0, 1, 4, 5],
+                true,
+                &[(1, 0), (0, 1)],
+            ),
+        ];
+        for (now_of_base, deleted, follow, today) in cases {
+            let rows = now_of_base.iter().filter(|&&n| n != ABSENT).count();
+            let map = Arc::new(NodeMap::new(now_of_base.to_vec(), rows));
+            let g = Graph::overlay(
+                base.clone(),
+                [Some(map.clone()), Some(map)],
+                Some(Arc::new(bits(deleted))),
+                (&[], (pairs.len() - deleted.len()) as u32),
+            );
+            assert_eq!(g.deletions_follow_nodes, follow, "{deleted:?}");
+            let whole = Graph::whole(Arc::new(GraphIndex::from_pairs(rows, rows, today, 0)));
+            assert_eq!(
+                targets(&g, rows as u32),
+                targets(&whole, rows as u32),
+                "{deleted:?}"
+            );
+            assert_eq!(
+                all_entries(&g, rows as u32),
+                all_entries(&whole, rows as u32)
+            );
         }
     }
 
