@@ -105,6 +105,20 @@ impl PropRule {
         &self,
         cell: Option<Value<'a>>,
     ) -> std::result::Result<Value<'a>, (String, Option<String>)> {
+        // The usual cells, already of their property's type with nothing
+        // more to check, are taken as they are (what `typed` would return).
+        if self.range.is_none() && self.check.is_none() {
+            match (&self.def.ty, &cell) {
+                (PropType::String, Some(Value::Str(_)))
+                | (PropType::Bool, Some(Value::Bool(_)))
+                | (PropType::I64, Some(Value::Int(_))) => return Ok(cell.expect("matched")),
+                (PropType::I32, Some(Value::Int(i))) if i32::try_from(*i).is_ok() => {
+                    return Ok(cell.expect("matched"));
+                }
+                (_, None | Some(Value::Null)) if self.def.nullable => return Ok(Value::Null),
+                _ => {}
+            }
+        }
         let cell = match cell {
             None | Some(Value::Null) if !self.def.nullable => {
                 let shown = cell.as_ref().map(|c| c.show());
@@ -447,6 +461,48 @@ mod tests {
     fn rules(src: &str, ty: &str) -> Arc<TypeRules> {
         let c = compile(src).unwrap();
         Arc::new(TypeRules::new(c.get(ty).unwrap()).unwrap())
+    }
+
+    /// The cells taken as they are get exactly what the full check gives
+    /// (a rule with an unbounded range takes the full check).
+    #[test]
+    fn usual_cells_are_taken_as_the_full_check_would() {
+        let cells = [
+            None,
+            Some(Value::Null),
+            Some(Value::Str("x".into())),
+            Some(Value::Bool(true)),
+            Some(Value::Int(-7)),
+            Some(Value::Int(i32::MAX as i64 + 1)),
+            Some(Value::Int(i64::MIN)),
+            Some(Value::Float(1.5)),
+        ];
+        for ty in [PropType::String, PropType::Bool, PropType::I32, PropType::I64] {
+            for nullable in [false, true] {
+                let def = PropDef {
+                    id: 0,
+                    name: "p".into(),
+                    ty: ty.clone(),
+                    nullable,
+                    embed: None,
+                    annotations: Vec::new(),
+                };
+                let plain = PropRule {
+                    def: def.clone(),
+                    range: None,
+                    check: None,
+                };
+                let full = PropRule {
+                    def,
+                    range: Some((None, None)),
+                    check: None,
+                };
+                for c in &cells {
+                    let (a, b) = (plain.validate(c.clone()), full.validate(c.clone()));
+                    assert_eq!(a, b, "{ty:?} nullable {nullable} {c:?}");
+                }
+            }
+        }
     }
 
     #[test]
