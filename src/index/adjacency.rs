@@ -825,17 +825,26 @@ mod tests {
         assert_eq!(g.edges(), 4);
     }
 
-    /// Every node's entries, sorted, both sides.
-    fn all_entries(g: &Graph, nodes: u32) -> Vec<Vec<(u32, u32)>> {
+    /// What `items` gives for every node on both sides, each sorted.
+    fn per_node<T: Ord>(
+        g: &Graph,
+        nodes: u32,
+        items: impl Fn(Side<'_>, u32) -> Vec<T>,
+    ) -> Vec<Vec<T>> {
         let mut out = Vec::new();
         for n in 0..nodes {
             for s in [g.out(), g.inn()] {
-                let mut e: Vec<_> = s.entries(n).collect();
+                let mut e = items(s, n);
                 e.sort_unstable();
                 out.push(e);
             }
         }
         out
+    }
+
+    /// Every node's entries, sorted, both sides.
+    fn all_entries(g: &Graph, nodes: u32) -> Vec<Vec<(u32, u32)>> {
+        per_node(g, nodes, |s, n| s.entries(n).collect())
     }
 
     #[test]
@@ -924,17 +933,7 @@ mod tests {
         let pairs = [(0, 1), (1, 2), (2, 0), (0, 2), (3, 1), (1, 3)];
         let base = Arc::new(GraphIndex::from_pairs(4, 4, &pairs, 0));
         let bits = |rows: &[u32]| RowRank::new(vec![rows.iter().map(|r| 1u64 << r).sum()]);
-        let targets = |g: &Graph, nodes: u32| -> Vec<Vec<u32>> {
-            let mut out = Vec::new();
-            for n in 0..nodes {
-                for s in [g.out(), g.inn()] {
-                    let mut t: Vec<u32> = s.targets(n).collect();
-                    t.sort_unstable();
-                    out.push(t);
-                }
-            }
-            out
-        };
+        let targets = |g: &Graph, nodes: u32| per_node(g, nodes, |s, n| s.targets(n).collect());
         /// Base positions today, deleted edge rows, whether the deletions
         /// follow the nodes, and today's edges.
         type Case<'a> = (&'a [u32], &'a [u32], bool, &'a [(u32, u32)]);

@@ -478,7 +478,12 @@ mod tests {
             Some(Value::Int(i64::MIN)),
             Some(Value::Float(1.5)),
         ];
-        for ty in [PropType::String, PropType::Bool, PropType::I32, PropType::I64] {
+        for ty in [
+            PropType::String,
+            PropType::Bool,
+            PropType::I32,
+            PropType::I64,
+        ] {
             for nullable in [false, true] {
                 let def = PropDef {
                     id: 0,
