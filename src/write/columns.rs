@@ -346,7 +346,6 @@ pub struct TableBuilder {
 
 impl TableBuilder {
     pub fn new(rules: Arc<TypeRules>, cap: usize) -> Self {
-        let ends = if rules.def.is_edge() { cap } else { 0 };
         let schema = crate::storage::tables::table_schema(&rules.def);
         let cols = rules
             .props
@@ -356,9 +355,9 @@ impl TableBuilder {
         Self {
             rules,
             schema,
-            id: StringBuilder::with_capacity(cap, cap * 26),
-            src: StringBuilder::with_capacity(ends, ends * 16),
-            dst: StringBuilder::with_capacity(ends, ends * 16),
+            id: StringBuilder::with_capacity(cap, cap * 16),
+            src: StringBuilder::with_capacity(0, 0),
+            dst: StringBuilder::with_capacity(0, 0),
             cols,
             lines: Vec::with_capacity(cap),
             explicit_ids: 0,

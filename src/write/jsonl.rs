@@ -343,7 +343,7 @@ impl<'c> BlockParser<'c> {
     // The loader's hot path: one line, parsed and validated without
     // allocating per cell; kept whole so that nothing is re-dispatched per
     // line.
-    fn line(&mut self, text: &str, line: usize, rest: usize) -> Result<()> {
+    fn line(&mut self, text: &str, line: usize) -> Result<()> {
         let cells = reuse(std::mem::take(&mut self.spare));
         let read = super::jsonl_fast::line(text, &mut self.types, &mut self.shapes, cells);
         let (raw, found) = match read {
@@ -416,7 +416,7 @@ impl<'c> BlockParser<'c> {
         let builder = self
             .builders
             .entry(def.id)
-            .or_insert_with(|| TableBuilder::new(rules.clone(), rows_ahead(rest, text.len())));
+            .or_insert_with(|| TableBuilder::new(rules.clone(), 1024));
         let mut vals = builder.validate(row.cells, Some(line))?;
         let given_id = match &row.id {
             None | Some(Value::Null) => None,
@@ -473,13 +473,12 @@ impl<'c> BlockParser<'c> {
     }
 
     fn block(mut self, text: &str, first_line: usize) -> Result<BlockRows> {
-        let mut rest = text.len();
         for (i, raw) in text.split('\n').enumerate() {
             let l = raw.trim();
-            if !(l.is_empty() || l.starts_with("//")) {
-                self.line(l, first_line + i, rest)?;
+            if l.is_empty() || l.starts_with("//") {
+                continue;
             }
-            rest = rest.saturating_sub(raw.len() + 1);
+            self.line(l, first_line + i)?;
         }
         let mut out = BTreeMap::new();
         for (id, b) in self.builders {
@@ -489,14 +488,6 @@ impl<'c> BlockParser<'c> {
         }
         Ok(out)
     }
-}
-
-/// Rows a type's builder starts with: as many as lines like this one fit in
-/// the rest of the block. Growing by doubling instead copies each column
-/// several times and faults in its pages twice; capacity never filled is
-/// never touched, so it costs no memory.
-fn rows_ahead(rest: usize, line_len: usize) -> usize {
-    (rest / line_len.max(1)).clamp(1024, 1 << 17)
 }
 
 /// One block's rows per type: the batch, its lines, and how many ids were explicit.
