@@ -20,6 +20,7 @@ use crate::exec::export;
 use crate::exec::params;
 use crate::exec::run::{self, QueryResult};
 use crate::storage::external;
+use crate::storage::index_files::{self, GcReport};
 use crate::storage::manifest::{CommitRecord, MAIN, validate_branch_name};
 use crate::storage::requests::{Counters, Requests, StorageSession, counted_session};
 use crate::storage::substrate::{LanceSubstrate, Pinned, PrepareWork};
@@ -617,6 +618,16 @@ impl Omnigraph {
         )
         .await?;
         Ok(())
+    }
+
+    /// Remove the index files no version of any table records: those of
+    /// optimizes that crashed or lost a race, and of deleted branches' forks.
+    /// A file whose writing process may still record it stays (another
+    /// process while it lives, this one while a write of its own runs); with `dry_run`, nothing is removed and the report lists
+    /// what would be. Not a write: it changes nothing any version reads.
+    pub async fn gc(&self, dry_run: bool) -> Result<GcReport> {
+        let w = self.writes("gc")?;
+        index_files::collect(&w.substrate, dry_run).await
     }
 
     /// Build or refresh every declared search index of `branch` in one

@@ -32,6 +32,7 @@ pub use handle::{
     TableInfo,
 };
 pub use storage::Target;
+pub use storage::index_files::GcReport;
 pub use storage::manifest::CommitRecord;
 pub use write::load::LoadMode;
 pub use write::merge::changes::EntityChange;

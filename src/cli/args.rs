@@ -79,6 +79,9 @@ pub enum Cmd {
     },
     /// Build or refresh every declared search index of a branch, as one commit.
     Optimize(Optimize),
+    /// Remove index files no version records (left by crashed or losing
+    /// optimizes and deleted branches); files of running processes stay.
+    Gc(Gc),
     /// Test harness: append write after write and print `ACK <n>` after each
     /// acknowledged one (the chaos test kills this process at random moments).
     #[command(hide = true)]
@@ -154,6 +157,17 @@ pub struct Optimize {
     pub graph: Graph,
     #[arg(long, default_value = "main")]
     pub branch: String,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct Gc {
+    #[command(flatten)]
+    pub graph: Graph,
+    /// List what would be removed, and remove nothing.
+    #[arg(long)]
+    pub dry_run: bool,
     #[arg(long)]
     pub json: bool,
 }

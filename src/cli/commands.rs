@@ -7,7 +7,7 @@ use omnigraph::{Blob, BlobCell, LoadMode, OmniError, Omnigraph, Target};
 use serde::Serialize;
 
 use super::args::{
-    BlobCellArgs, BlobCmd, BranchCmd, Cmd, CommitCmd, Export, Graph, Init, Load, Merge, Mutate,
+    BlobCellArgs, BlobCmd, BranchCmd, Cmd, CommitCmd, Export, Gc, Graph, Init, Load, Merge, Mutate,
     Optimize, Query, SchemaCmd, Snapshot, StressWriter, query_inputs, target,
 };
 use super::progress::Progress;
@@ -79,6 +79,7 @@ pub async fn run(cmd: Cmd) -> Result<()> {
         },
         Cmd::Schema { cmd } => Box::pin(schema(cmd)),
         Cmd::Optimize(a) => Box::pin(optimize(a)),
+        Cmd::Gc(a) => Box::pin(gc(a)),
         Cmd::StressWriter(a) => Box::pin(stress_writer(a)),
         Cmd::Demo { dir } => Box::pin(demo::run(dir)),
     };
@@ -340,6 +341,19 @@ async fn optimize(a: Optimize) -> Result<()> {
     } else {
         table::print_optimize(&r);
         println!("({:.1} s)", started.elapsed().as_secs_f64());
+    }
+    Ok(())
+}
+
+async fn gc(a: Gc) -> Result<()> {
+    let g = Omnigraph::open(a.graph.uri()?).await?;
+    let r = g.gc(a.dry_run).await;
+    g.close().await;
+    let r = r?;
+    if a.json {
+        print_json(&r);
+    } else {
+        table::print_gc(&r);
     }
     Ok(())
 }

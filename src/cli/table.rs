@@ -78,6 +78,23 @@ pub fn print_optimize(r: &omnigraph::OptimizeReport) {
     }
 }
 
+pub fn print_gc(r: &omnigraph::GcReport) {
+    let verb = if r.dry_run { "would remove" } else { "removed" };
+    for f in &r.removed {
+        println!("{verb} {} ({} bytes)", f.file, f.bytes);
+    }
+    println!(
+        "{verb} {} index files ({} bytes) after reading {} table versions; kept {} recorded, {} of running processes, {} recent without a writer, {} not index files",
+        r.removed.len(),
+        r.removed_bytes,
+        r.table_versions,
+        r.kept.recorded,
+        r.kept.writer_alive,
+        r.kept.recent,
+        r.kept.foreign
+    );
+}
+
 pub fn print_load(r: &LoadReport) {
     let created = if r.branch_created { " (created)" } else { "" };
     println!(

@@ -16,11 +16,13 @@
 //! _graph/owners/<proc>.json    liveness lease of each read-write process (object stores)
 //! nodes/<Type>.lance           one Lance dataset per node type
 //! edges/<Type>.lance           one Lance dataset per edge type
-//! _indexes/<table>/<prop>-<ulid>.{text,ivf}  search index files (recorded in their table's metadata)
+//! _indexes/<table>/<prop>-<ulid>.<writer>.{text,ivf}  search index files (recorded in their table's metadata)
+//! _indexes/graph/<table>-<ulid>.<writer>.adj        graph index files (recorded alike; see `index_files`)
 //! ```
 
 pub mod blob;
 pub mod external;
+pub mod index_files;
 pub mod leases;
 pub mod locks;
 pub mod manifest;

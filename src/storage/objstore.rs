@@ -235,6 +235,50 @@ impl Store {
         Ok(names)
     }
 
+    /// Every object under a folder, at any depth: its path relative to the
+    /// folder and its size, sorted by path.
+    pub async fn list_all(&self, dir: &str) -> Result<Vec<(String, u64)>> {
+        let prefix = self.path(dir);
+        let entries: Vec<_> = match self.os.inner.list(Some(&prefix)).try_collect().await {
+            Ok(v) => v,
+            Err(e) if not_found(&e) => return Ok(Vec::new()),
+            Err(e) => return Err(OmniError::storage(e)),
+        };
+        let mut out: Vec<(String, u64)> = entries
+            .into_iter()
+            .filter_map(|m| {
+                let parts: Vec<String> = m
+                    .location
+                    .prefix_match(&prefix)?
+                    .map(|p| p.as_ref().to_string())
+                    .collect();
+                Some((parts.join("/"), m.size))
+            })
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
+    /// The names of the folders directly under a folder.
+    pub async fn list_dirs(&self, dir: &str) -> Result<Vec<String>> {
+        let prefix = self.path(dir);
+        let listed = match self.os.inner.list_with_delimiter(Some(&prefix)).await {
+            Ok(l) => l,
+            Err(e) if not_found(&e) => return Ok(Vec::new()),
+            Err(e) => return Err(OmniError::storage(e)),
+        };
+        let mut names: Vec<String> = listed
+            .common_prefixes
+            .iter()
+            .filter_map(|p| {
+                let parts: Vec<_> = p.prefix_match(&prefix)?.collect();
+                (parts.len() == 1).then(|| parts[0].as_ref().to_string())
+            })
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
     pub async fn remove_dir(&self, rel: &str) -> Result<()> {
         match self.os.remove_dir_all(self.path(rel)).await {
             Ok(()) => Ok(()),

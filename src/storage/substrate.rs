@@ -90,6 +90,9 @@ struct StagedTable {
 pub struct PrepareCx {
     pub graph: Arc<GraphStorage>,
     pub snapshot: Snapshot,
+    /// This process's incarnation: files the write puts outside any table
+    /// carry it, so that collection can ask whether their writer lives.
+    pub writer: String,
     op: OpId,
     attempt: u32,
     staged: BTreeMap<String, StagedTable>,
@@ -328,6 +331,11 @@ impl LanceSubstrate {
         );
     }
 
+    /// Is any write of this process between its start and its end?
+    pub fn writes_in_flight(&self) -> bool {
+        !self.ops.lock().is_empty()
+    }
+
     /// Take an operation's context once it has finished.
     pub fn finish(&self, op: &OpId) -> OpCtx {
         self.ops.lock().remove(op).unwrap_or_default()
@@ -500,6 +508,7 @@ impl LanceSubstrate {
         let mut cx = PrepareCx {
             graph: self.g.clone(),
             snapshot,
+            writer: self.locks.incarnation().to_string(),
             op: op.clone(),
             attempt,
             staged: BTreeMap::new(),

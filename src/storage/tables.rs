@@ -27,6 +27,9 @@ use omnigraph_actors::CommitResult;
 /// How many opened table versions stay cached.
 const OPEN_CACHE_LIMIT: usize = 512;
 
+/// Table versions a walk over a table's history reads at once.
+const WALK_READS: usize = 16;
+
 type Physical = (String, Option<String>);
 /// A table version exactly: (folder, Lance branch, version).
 type Exact = (String, Option<String>, u64);
@@ -209,6 +212,21 @@ impl Table {
         Ok(out)
     }
 
+    /// Every file this version's index records name: its graph index's and
+    /// each column's (relative to the graph's root).
+    pub fn recorded_files(&self) -> Result<Vec<String>> {
+        let mut files = Vec::new();
+        for key in self.0.metadata().keys() {
+            if key == GRAPH_INDEX_KEY {
+                files.extend(self.graph_index()?.map(|r| r.file));
+            } else if let Some(column) = key.strip_prefix(INDEX_KEY_PREFIX) {
+                files.extend(self.index_of(column)?.map(|r| r.file));
+            }
+        }
+        files.sort();
+        Ok(files)
+    }
+
     /// The persisted index of `column` this version records, if any.
     pub fn index_of(&self, column: &str) -> Result<Option<IndexRef>> {
         match self.0.metadata().get(&index_key(column)) {
@@ -228,9 +246,11 @@ const ROW_ADDR: &str = "_rowaddr";
 /// The table-metadata key of an edge table's persisted graph index.
 pub const GRAPH_INDEX_KEY: &str = "omnigraph.graph_index";
 
+const INDEX_KEY_PREFIX: &str = "omnigraph.index.";
+
 /// The table-metadata key that records a column's persisted index.
 pub fn index_key(column: &str) -> String {
-    format!("omnigraph.index.{column}")
+    format!("{INDEX_KEY_PREFIX}{column}")
 }
 
 /// A change staged against a [`Table`]: its files are written, but no
@@ -627,6 +647,50 @@ impl Tables {
             }
         }
         Ok((landed, Some(top)))
+    }
+
+    /// Every version of a physical table on every Lance branch it has, each
+    /// as it was committed (a maintenance walk: the versions are not kept in
+    /// the open-table cache).
+    pub async fn every_version(&self, dir: &str) -> Result<Vec<Table>> {
+        use futures::{StreamExt, TryStreamExt};
+        let Some(main) = self.latest(dir, None).await? else {
+            return Ok(Vec::new());
+        };
+        let mut lines: Vec<(Option<String>, Vec<u64>)> = Vec::new();
+        let versions = |ds: &Dataset| {
+            let ds = ds.clone();
+            async move {
+                let listed = ds.versions().await?;
+                Ok::<_, OmniError>(listed.iter().map(|v| v.version).collect::<Vec<_>>())
+            }
+        };
+        lines.push((None, versions(&main).await?));
+        let mut branches: Vec<String> = main.list_branches().await?.into_keys().collect();
+        branches.sort();
+        for b in branches {
+            self.forget_latest(dir, Some(&b));
+            // A branch removed meanwhile has no versions left to record anything.
+            if let Some(ds) = self.latest(dir, Some(&b)).await? {
+                lines.push((Some(b), versions(&ds).await?));
+            }
+        }
+        let wanted = lines
+            .iter()
+            .flat_map(|(b, vs)| vs.iter().map(move |&v| (b.clone(), v)));
+        futures::stream::iter(wanted)
+            .map(|(b, v)| async move {
+                match self.load_version(dir, b.as_deref(), v).await {
+                    Ok(ds) => Ok(Some(Table(Arc::new(ds)))),
+                    // Its branch was removed meanwhile.
+                    Err(e) if b.is_some() && missing_branch(&e) => Ok(None),
+                    Err(e) => Err(OmniError::from(e)),
+                }
+            })
+            .buffered(WALK_READS)
+            .try_filter_map(|t| async move { Ok(t) })
+            .try_collect()
+            .await
     }
 
     /// Best effort: remove a Lance branch (a deleted graph branch's fork).

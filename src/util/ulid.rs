@@ -6,12 +6,16 @@ use rand::Rng;
 
 const ALPHABET: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
 
-pub fn new_ulid() -> String {
-    let ms = std::time::SystemTime::now()
+/// Milliseconds since the Unix epoch, now (0 on a clock set before it).
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis())
+        .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
-        & ((1u128 << 48) - 1);
+}
+
+pub fn new_ulid() -> String {
+    let ms = now_ms() as u128 & ((1u128 << 48) - 1);
     let random: u128 = rand::rng().random::<u128>() & ((1u128 << 80) - 1);
     encode((ms << 80) | random)
 }
@@ -58,6 +62,14 @@ fn decode(s: &str) -> u128 {
     })
 }
 
+/// When a ULID was made (milliseconds since the Unix epoch), or `None` for
+/// anything that is not one.
+pub fn millis(ulid: &str) -> Option<u64> {
+    let valid = ulid.len() == 26 && ulid.bytes().all(|b| ALPHABET.contains(&b));
+    // 26 characters hold 130 bits: the top one must leave room for 128.
+    (valid && ulid.as_bytes()[0] <= b'7').then(|| (decode(ulid) >> 80) as u64)
+}
+
 fn spell(mut v: u128) -> [u8; 26] {
     let mut out = [0u8; 26];
     for slot in out.iter_mut().rev() {
@@ -74,6 +86,27 @@ fn encode(v: u128) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_ulid_tells_when_it_was_made() {
+        let before = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        let made = millis(&new_ulid()).expect("a fresh ulid reads back");
+        assert!(
+            (before..before + 60_000).contains(&made),
+            "{made} vs {before}"
+        );
+        assert_eq!(millis("00000000010000000000000000"), Some(1 << 0));
+        assert_eq!(millis("0000000001000000000000000"), None, "25 characters");
+        assert_eq!(
+            millis("0000000001000000000000000U"),
+            None,
+            "not in the alphabet"
+        );
+        assert_eq!(millis("80000000000000000000000000"), None, "past 128 bits");
+    }
 
     #[test]
     fn ulids_are_26_crockford_chars_and_distinct() {

@@ -24,6 +24,7 @@ use crate::index::id_order::IdOrder;
 use crate::index::ivf::Ivf;
 use crate::index::text::TextIndex;
 use crate::index::{IndexKind, IndexRef};
+use crate::storage::index_files::new_index_file;
 use crate::storage::objstore::Store;
 use crate::storage::substrate::{BoxFut, PrepareCx, PrepareWork, Prepared};
 use crate::storage::tables::Table;
@@ -240,10 +241,11 @@ async fn graph_index(
     })
     .await
     .map_err(|e| OmniError::Storage(format!("the graph index build failed: {e}")))?;
-    let file = format!(
-        "_indexes/graph/{}-{}.adj",
-        def.table_key().replace(':', "-"),
-        crate::util::ulid::new_ulid()
+    let file = new_index_file(
+        "graph",
+        &def.table_key().replace(':', "-"),
+        "adj",
+        &cx.writer,
     );
     cx.graph.store.put(&file, &bytes).await?;
     let info = serde_json::json!({
@@ -271,11 +273,7 @@ async fn build(
         IndexKind::Text => "text",
         IndexKind::Vector => "ivf",
     };
-    let file = format!(
-        "_indexes/{}/{prop}-{}.{ext}",
-        def.table_key().replace(':', "-"),
-        crate::util::ulid::new_ulid()
-    );
+    let file = new_index_file(&def.table_key().replace(':', "-"), prop, ext, &cx.writer);
     cx.graph.store.put(&file, &bytes).await?;
     Ok(IndexRef {
         kind,

@@ -11,6 +11,7 @@ mod chaos;
 mod concurrency;
 mod differential;
 mod export;
+mod gc;
 mod indexes;
 mod load;
 mod merge;
