@@ -15,6 +15,8 @@ pub const NAMES: &[&str] = &[
     "delete-sidecar-before-restore",
     "recover-merge-without-source",
     "schema-apply-shared",
+    "gc-records-first",
+    "gc-ignores-writers",
 ];
 
 #[cfg(feature = "planted-bugs")]
@@ -31,6 +33,8 @@ pub struct Bugs {
     delete_sidecar_before_restore: bool,
     recover_merge_without_source: bool,
     schema_apply_shared: bool,
+    gc_records_first: bool,
+    gc_ignores_writers: bool,
 }
 
 #[cfg(feature = "planted-bugs")]
@@ -49,6 +53,8 @@ impl Bugs {
             "delete-sidecar-before-restore" => b.delete_sidecar_before_restore = true,
             "recover-merge-without-source" => b.recover_merge_without_source = true,
             "schema-apply-shared" => b.schema_apply_shared = true,
+            "gc-records-first" => b.gc_records_first = true,
+            "gc-ignores-writers" => b.gc_ignores_writers = true,
             _ => return None,
         }
         Some(b)
@@ -87,6 +93,14 @@ impl Bugs {
     /// A schema apply takes the schema gate shared, like a data write.
     pub fn schema_apply_shared(&self) -> bool {
         self.schema_apply_shared
+    }
+    /// Index-file collection reads the records before it judges the writers.
+    pub fn gc_records_first(&self) -> bool {
+        self.gc_records_first
+    }
+    /// Index-file collection takes every unrecorded file for garbage.
+    pub fn gc_ignores_writers(&self) -> bool {
+        self.gc_ignores_writers
     }
 }
 
@@ -135,6 +149,12 @@ impl Bugs {
         false
     }
     pub const fn schema_apply_shared(&self) -> bool {
+        false
+    }
+    pub const fn gc_records_first(&self) -> bool {
+        false
+    }
+    pub const fn gc_ignores_writers(&self) -> bool {
         false
     }
 }

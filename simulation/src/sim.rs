@@ -13,6 +13,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use omnigraph_actors::collector::{Collector, GcIo, GcOut, GcStep};
 use omnigraph_actors::owners::{GateOwner, OwnerKind};
 use omnigraph_actors::publisher::Publisher;
 use omnigraph_actors::recovery::Recovery;
@@ -27,6 +28,10 @@ pub const MAX_STEPS: usize = 60_000;
 pub const MAX_CRASHES: u32 = 3;
 /// At most this many processes share the graph in one run.
 pub const MAX_PROCS: usize = 3;
+/// At most this many index-file collections start in one run.
+pub const MAX_COLLECTIONS: usize = 4;
+/// A collection's request completes in a step with odds 1 in this.
+pub const GC_SLOWNESS: u64 = 8;
 
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -92,6 +97,13 @@ impl Node {
     }
 }
 
+/// An index-file collection running in a process, with its next request.
+struct GcJob {
+    slot: Slot,
+    collector: Collector,
+    io: GcIo,
+}
+
 struct PendingIo {
     slot: Slot,
     owner: Addr,
@@ -136,6 +148,8 @@ pub struct Sim {
     /// Started once the early operations have settled.
     late: VecDeque<Planned>,
     clients: BTreeMap<OpId, Client>,
+    gcs: Vec<GcJob>,
+    gcs_started: usize,
     /// Commits acknowledged to clients: (branch, its incarnation, commit).
     acked: Vec<(String, u64, CommitId)>,
     /// Gates each operation currently asked for, in order.
@@ -179,6 +193,8 @@ impl Sim {
             planned: workload.early.into(),
             late: workload.late.into(),
             clients: BTreeMap::new(),
+            gcs: Vec::new(),
+            gcs_started: 0,
             acked: Vec::new(),
             gate_log: BTreeMap::new(),
             effect_gates: BTreeMap::new(),
@@ -474,6 +490,16 @@ impl Sim {
         self.timers.retain(|t| t.slot != slot);
         self.gate_log.retain(|(s, _), _| *s != slot);
         self.effect_gates.retain(|(s, _), _| *s != slot);
+        for g in std::mem::take(&mut self.gcs) {
+            match (g.slot == slot, &g.io) {
+                (false, _) => self.gcs.push(g),
+                (true, GcIo::Remove(paths)) if self.rng.chance(1, 2) => {
+                    self.world.remove_index_files(paths);
+                    self.log(format!("  landed before the crash: gc {:?}", g.io));
+                }
+                (true, _) => {}
+            }
+        }
         for c in self.clients.values_mut() {
             if c.slot == slot && c.state == ClientState::Running {
                 c.state = ClientState::Lost;
@@ -486,6 +512,73 @@ impl Sim {
         let p = self.planned.pop_front().expect("planned op");
         let slot = self.rng.below(self.procs.len());
         self.start_planned(slot, p);
+        if self.gcs_started < MAX_COLLECTIONS && self.rng.chance(1, 3) {
+            let slot = self.rng.below(self.procs.len());
+            self.start_gc(slot);
+        }
+    }
+
+    /// A collection of index files starts in process `slot` (as `omnigraph
+    /// gc` or `Omnigraph::gc` would, beside whatever else runs).
+    fn start_gc(&mut self, slot: Slot) {
+        self.gcs_started += 1;
+        self.log(format!("p{slot} start index-file collection"));
+        let mut collector = Collector::new(false, self.cfg.bugs);
+        match collector.start() {
+            GcStep::Io(io) => self.gcs.push(GcJob {
+                slot,
+                collector,
+                io,
+            }),
+            GcStep::Done(d) => self.log(format!("p{slot} collection done at once: {d:?}")),
+        }
+    }
+
+    /// May writer `w` (an incarnation) still record a file, as process
+    /// `slot` sees it: another process while it lives, this one while a
+    /// write of its own is running.
+    fn writer_alive(&self, slot: Slot, w: &str) -> bool {
+        let w: Proc = w.parse().expect("the world names writers by incarnation");
+        match w == self.procs[slot] {
+            true => self
+                .clients
+                .values()
+                .any(|c| c.slot == slot && c.state == ClientState::Running),
+            false => self.world.alive.contains(&w),
+        }
+    }
+
+    fn complete_gc(&mut self, i: usize) {
+        let GcJob {
+            slot,
+            mut collector,
+            io,
+        } = self.gcs.remove(i);
+        let faulty = self.cfg.faults && self.rng.chance(1, 25);
+        let out = match &io {
+            _ if faulty => GcOut::Failed("injected failure".into()),
+            GcIo::ListFiles => GcOut::Files(self.world.index_file_listing()),
+            GcIo::WritersAlive(ws) => {
+                GcOut::Alive(ws.iter().map(|w| self.writer_alive(slot, w)).collect())
+            }
+            GcIo::ReadRecords => {
+                let (files, versions) = self.world.index_file_records();
+                GcOut::Records(files, versions)
+            }
+            GcIo::Remove(paths) => {
+                self.world.remove_index_files(paths);
+                GcOut::Removed
+            }
+        };
+        self.log(format!("p{slot} gc {io:?} -> {out:?}"));
+        match collector.on(out) {
+            GcStep::Io(io) => self.gcs.push(GcJob {
+                slot,
+                collector,
+                io,
+            }),
+            GcStep::Done(d) => self.log(format!("p{slot} collection done: {d:?}")),
+        }
     }
 
     fn start_planned(&mut self, slot: Slot, p: Planned) {
@@ -511,7 +604,7 @@ impl Sim {
     }
 
     fn quiescent(&self) -> bool {
-        self.queues.values().all(|q| q.is_empty()) && self.ios.is_empty()
+        self.queues.values().all(|q| q.is_empty()) && self.ios.is_empty() && self.gcs.is_empty()
     }
 
     /// One scheduler step. Returns false when nothing can happen any more.
@@ -522,10 +615,22 @@ impl Sim {
         let due: Vec<usize> = (0..self.timers.len())
             .filter(|&i| self.timers[i].due <= self.tick)
             .collect();
-        let mut n = queue_keys.len() + ready.len() + due.len();
+        // A collection's requests walk the whole store (every file, every
+        // table version), so each is slow beside a write's steps: other
+        // things happen meanwhile, which is where its races live.
+        let gcs: Vec<usize> = (0..self.gcs.len())
+            .filter(|_| self.rng.chance(1, GC_SLOWNESS))
+            .collect();
+        let mut n = queue_keys.len() + ready.len() + due.len() + gcs.len();
         let can_start = !self.planned.is_empty();
         if can_start {
             n += 1;
+        }
+        if n == 0 && !self.gcs.is_empty() {
+            // Nothing else can happen: the slow request finishes.
+            self.tick += 1;
+            self.complete_gc(0);
+            return true;
         }
         if n == 0 {
             // Only future timers: let time pass.
@@ -566,6 +671,11 @@ impl Sim {
             return true;
         }
         choice -= ready.len();
+        if choice < gcs.len() {
+            self.complete_gc(gcs[choice]);
+            return true;
+        }
+        choice -= gcs.len();
         if choice < due.len() {
             let t = self.timers.remove(due[choice]);
             self.log(format!("p{} timer {:?} #{}", t.slot, t.owner, t.id));
@@ -625,6 +735,7 @@ impl Sim {
             .or_else(|| self.world.durability_violation(&self.acked))
             .or_else(|| self.world.unowned_effect_violation())
             .or_else(|| self.world.merge_violation())
+            .or_else(|| self.world.index_file_violation())
         {
             self.fail(inv, detail);
         }

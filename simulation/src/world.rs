@@ -140,6 +140,8 @@ struct Staged {
     inserts: Vec<String>,
     /// The index an optimize records: the rows it was built from.
     index: Option<Rows>,
+    /// The index file it wrote for them (durable since its prepare).
+    index_file: Option<String>,
     /// The layout a schema apply moves the table to.
     layout: Option<String>,
     txn: String,
@@ -168,6 +170,13 @@ pub struct World {
     /// The index each table version records (lance line, table, version):
     /// the rows it was built from.
     pub indexes: BTreeMap<(String, String, u64), Rows>,
+    /// The index file each table version records (lance line, table,
+    /// version), as Lance table metadata names one.
+    pub index_files: BTreeMap<(String, String, u64), String>,
+    /// Every index file on storage, with the process that wrote it: an
+    /// optimize writes one per table in its prepare, before any commit.
+    pub files: BTreeMap<String, Proc>,
+    next_file: u64,
     /// The schema each table version is laid out for (lance line, table,
     /// version); absent: the first schema.
     pub layouts: BTreeMap<(String, String, u64), String>,
@@ -332,6 +341,7 @@ impl World {
         let gone = |l: &String, t: &String| l == lance && table.is_none_or(|x| x == t);
         self.tables.retain(|(l, t), _| !gone(l, t));
         self.indexes.retain(|(l, t, _), _| !gone(l, t));
+        self.index_files.retain(|(l, t, _), _| !gone(l, t));
         self.layouts.retain(|(l, t, _), _| !gone(l, t));
     }
 
@@ -348,6 +358,10 @@ impl World {
         let key = (into.to_string(), table.to_string(), to);
         if let Some(ix) = self.index(lance, table, from).cloned() {
             self.indexes.insert(key.clone(), ix);
+        }
+        let file = (lance.to_string(), table.to_string(), from);
+        if let Some(f) = self.index_files.get(&file).cloned() {
+            self.index_files.insert(key.clone(), f);
         }
         let layout = self.layout(lance, table, from).to_string();
         self.layouts.insert(key, layout);
@@ -591,6 +605,12 @@ impl World {
         for (t, ch) in &changes {
             let base = self.base_on_own_line(&own, t, &rec.tables[t]);
             let txn = format!("{}-{attempt}-{t}", op.0);
+            let index_file = indexed.contains_key(t).then(|| {
+                self.next_file += 1;
+                let f = format!("ix{}-{t}", self.next_file);
+                self.files.insert(f.clone(), p);
+                f
+            });
             staged.insert(
                 t.clone(),
                 Staged {
@@ -599,6 +619,7 @@ impl World {
                     changes: ch.clone(),
                     inserts: inserts.get(t).cloned().unwrap_or_default(),
                     index: indexed.get(t).cloned(),
+                    index_file,
                     layout: None,
                     txn: txn.clone(),
                 },
@@ -683,6 +704,7 @@ impl World {
                         changes: Vec::new(),
                         inserts: Vec::new(),
                         index: None,
+                        index_file: None,
                         layout: Some(to.to_string()),
                         txn: txn.clone(),
                     },
@@ -887,6 +909,9 @@ impl World {
         let at = (st.lance.clone(), table.table.clone(), v);
         if let Some(ix) = st.index {
             self.indexes.insert(at.clone(), ix);
+        }
+        if let Some(f) = st.index_file {
+            self.index_files.insert(at.clone(), f);
         }
         if let Some(layout) = st.layout {
             self.layouts.insert(at, layout);
@@ -1201,6 +1226,43 @@ impl World {
     }
 
     /// What the protocol itself reported breaking while it ran.
+    /// The index files on storage, as a listing names them.
+    pub fn index_file_listing(&self) -> Vec<collector::IndexFile> {
+        self.files
+            .iter()
+            .map(|(f, p)| collector::IndexFile {
+                path: f.clone(),
+                bytes: 1,
+                writer: collector::FileWriter::Process(p.to_string()),
+            })
+            .collect()
+    }
+
+    /// Every index file any table version records, and how many versions
+    /// there are.
+    pub fn index_file_records(&self) -> (std::collections::BTreeSet<String>, usize) {
+        let versions = self.tables.values().map(|h| h.len()).sum();
+        (self.index_files.values().cloned().collect(), versions)
+    }
+
+    pub fn remove_index_files(&mut self, paths: &[String]) {
+        for p in paths {
+            self.files.remove(p);
+        }
+    }
+
+    /// A file a table version records is never removed.
+    pub fn index_file_violation(&self) -> Option<(&'static str, String)> {
+        let (at, f) = self
+            .index_files
+            .iter()
+            .find(|(_, f)| !self.files.contains_key(*f))?;
+        Some((
+            "an index file a table version records is never removed",
+            format!("{at:?} records {f}, which is gone"),
+        ))
+    }
+
     pub fn effect_violation(&self) -> Option<(&'static str, String)> {
         self.violations.first().map(|v| {
             let inv = if v.starts_with("no lost update") {

@@ -1,24 +1,23 @@
 //! The files of persisted indexes under `_indexes/`: how a new one is named
-//! (which process wrote it, and when), and the removal of those no table
-//! version records.
+//! (which process wrote it, and when), and the storage side of collecting
+//! those no table version records (the protocol is
+//! `omnigraph_actors::collector`).
 //!
-//! An index file is written before the table version that records it is
-//! committed, so between the two a file no version records is not garbage
-//! yet. Its name carries its writer's incarnation, and liveness settles it:
-//! a writer found gone commits nothing afterwards, so once every writer has
-//! been judged, the records read next name every file a gone writer will
-//! ever have recorded. Files of live writers are kept whatever they are;
-//! this process's own, only while one of its writes is in flight.
-//! Recovery never records a file either: it publishes versions already
-//! committed or restores older content, whose records were read too.
+//! A file's name carries its writer's incarnation, so collection can ask
+//! whether the writer may still record it: another process while it lives,
+//! this one while a write of its own is in flight. Recovery never records
+//! a file: it publishes versions already committed or restores older
+//! content, whose records are read too.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 
+use omnigraph_actors::Bugs;
+use omnigraph_actors::collector::{Collector, FileWriter, GcIo, GcOut, GcStep, IndexFile};
 use serde::Serialize;
 
 use super::GraphStorage;
 use super::substrate::LanceSubstrate;
-use crate::error::Result;
+use crate::error::{OmniError, Result};
 
 /// The folder every index file lies under.
 pub const INDEXES: &str = "_indexes";
@@ -36,61 +35,27 @@ pub fn new_index_file(folder: &str, stem: &str, ext: &str, writer: &str) -> Stri
     )
 }
 
-/// What an index file's name says about it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Written {
-    /// By this writer incarnation.
-    By(String),
-    /// With no writer in its name, at this time (ms since the epoch).
-    At(u64),
-    /// A name no writer of index files gives: not ours to remove.
-    Foreign,
-}
-
-/// Read an index file's name (the last part of its path).
-pub fn written(path: &str) -> Written {
+/// Who wrote an index file, as its name (the last part of its path) says.
+pub fn written(path: &str, now_ms: u64) -> FileWriter {
     let name = path.rsplit('/').next().unwrap_or(path);
     let parts: Vec<&str> = name.split('.').collect();
     let (stem, writer) = match parts.as_slice() {
         [stem, writer, _ext] => (*stem, Some(*writer)),
         [stem, _ext] => (*stem, None),
-        _ => return Written::Foreign,
+        _ => return FileWriter::Foreign,
     };
     let Some(ms) = stem
         .rsplit_once('-')
         .and_then(|(_, ulid)| crate::util::ulid::millis(ulid))
     else {
-        return Written::Foreign;
+        return FileWriter::Foreign;
     };
     match writer {
-        Some(w) if super::locks::valid_incarnation(w) => Written::By(w.to_string()),
-        Some(_) => Written::Foreign,
-        None => Written::At(ms),
-    }
-}
-
-/// Whether one file goes, and why it stays.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verdict {
-    Recorded,
-    WriterAlive,
-    /// No writer in its name, and younger than [`UNNAMED_WRITER_GRACE_MS`].
-    Recent,
-    Foreign,
-    Garbage,
-}
-
-/// The rule, given what was found about the file. `writer_alive` is asked
-/// only of files `By` a writer, and must have been answered before
-/// `recorded` was read.
-pub fn verdict(written: &Written, writer_alive: bool, recorded: bool, now_ms: u64) -> Verdict {
-    match written {
-        _ if recorded => Verdict::Recorded,
-        Written::Foreign => Verdict::Foreign,
-        Written::By(_) if writer_alive => Verdict::WriterAlive,
-        Written::By(_) => Verdict::Garbage,
-        Written::At(ms) if now_ms.saturating_sub(*ms) < UNNAMED_WRITER_GRACE_MS => Verdict::Recent,
-        Written::At(_) => Verdict::Garbage,
+        Some(w) if super::locks::valid_incarnation(w) => FileWriter::Process(w.to_string()),
+        Some(_) => FileWriter::Foreign,
+        None => FileWriter::Unnamed {
+            expired: now_ms.saturating_sub(ms) >= UNNAMED_WRITER_GRACE_MS,
+        },
     }
 }
 
@@ -118,65 +83,98 @@ pub struct RemovedFile {
 pub struct Kept {
     pub recorded: usize,
     pub writer_alive: usize,
+    /// Without a writer in their name, and younger than a day.
     pub recent: usize,
+    /// Names no writer of index files gives.
     pub foreign: usize,
 }
 
 /// Remove every index file no table version records and no live process
-/// may still record (with `dry_run`, only say which).
+/// may still record (with `dry_run`, only say which): the protocol's
+/// [`Collector`], its requests answered here one at a time.
 pub async fn collect(s: &LanceSubstrate, dry_run: bool) -> Result<GcReport> {
-    let g = s.graph();
-    let now_ms = crate::util::ulid::now_ms();
-    let files = g.store.list_all(INDEXES).await?;
-    // Writers after the listing, records after the writers: see the module
-    // comment for why the order matters.
-    let mut alive: HashMap<String, bool> = HashMap::new();
-    let mut judged = Vec::with_capacity(files.len());
-    for (rel, bytes) in files {
-        let path = format!("{INDEXES}/{rel}");
-        let w = written(&path);
-        let writer_alive = match &w {
-            Written::By(inc) => match alive.get(inc) {
-                Some(a) => *a,
-                None => {
-                    let a = writer_alive(s, inc).await;
-                    alive.insert(inc.clone(), a);
-                    a
-                }
-            },
-            _ => false,
+    let mut c = Collector::new(dry_run, Bugs::default());
+    let mut step = c.start();
+    let done = loop {
+        let io = match step {
+            GcStep::Done(done) => break done,
+            GcStep::Io(io) => io,
         };
-        judged.push((path, bytes, w, writer_alive));
-    }
-    let (recorded, table_versions) = recorded_files(g).await?;
-    let mut report = GcReport {
-        dry_run,
-        table_versions,
-        ..Default::default()
+        let out = match answer(s, io).await {
+            Ok(out) => out,
+            Err(e) => GcOut::Failed(e.to_string()),
+        };
+        step = c.on(out);
     };
-    for (path, bytes, w, writer_alive) in judged {
-        match verdict(&w, writer_alive, recorded.contains(&path), now_ms) {
-            Verdict::Recorded => report.kept.recorded += 1,
-            Verdict::WriterAlive => report.kept.writer_alive += 1,
-            Verdict::Recent => report.kept.recent += 1,
-            Verdict::Foreign => report.kept.foreign += 1,
-            Verdict::Garbage => {
-                if !dry_run {
-                    g.store.delete(&path).await?;
-                }
-                report.removed_bytes += bytes;
-                report.removed.push(RemovedFile { file: path, bytes });
-            }
-        }
-    }
+    let done = done.map_err(OmniError::Storage)?;
+    let report = GcReport {
+        dry_run,
+        table_versions: done.table_versions,
+        removed_bytes: done.removed.iter().map(|f| f.bytes).sum(),
+        removed: done
+            .removed
+            .into_iter()
+            .map(|f| RemovedFile {
+                file: f.path,
+                bytes: f.bytes,
+            })
+            .collect(),
+        kept: Kept {
+            recorded: done.kept.recorded,
+            writer_alive: done.kept.writer_alive,
+            recent: done.kept.recent,
+            foreign: done.kept.foreign,
+        },
+    };
     tracing::info!(
         removed = report.removed.len(),
         bytes = report.removed_bytes,
-        table_versions,
+        table_versions = report.table_versions,
         dry_run,
         "index files collected"
     );
     Ok(report)
+}
+
+async fn answer(s: &LanceSubstrate, io: GcIo) -> Result<GcOut> {
+    let g = s.graph();
+    Ok(match io {
+        GcIo::ListFiles => {
+            let now_ms = crate::util::ulid::now_ms();
+            let files = g.store.list_all(INDEXES).await?;
+            GcOut::Files(
+                files
+                    .into_iter()
+                    .map(|(rel, bytes)| {
+                        let path = format!("{INDEXES}/{rel}");
+                        let writer = written(&path, now_ms);
+                        IndexFile {
+                            path,
+                            bytes,
+                            writer,
+                        }
+                    })
+                    .collect(),
+            )
+        }
+        GcIo::WritersAlive(writers) => {
+            let mut alive = Vec::with_capacity(writers.len());
+            for w in &writers {
+                alive.push(writer_alive(s, w).await);
+            }
+            GcOut::Alive(alive)
+        }
+        GcIo::ReadRecords => {
+            let (files, versions) = recorded_files(g).await?;
+            GcOut::Records(files, versions)
+        }
+        GcIo::Remove(paths) => {
+            for p in &paths {
+                g.store.delete(p).await?;
+            }
+            GcOut::Removed
+        }
+    })
 }
 
 /// May the writer `incarnation` still record a file it wrote? Another
@@ -213,13 +211,21 @@ mod tests {
 
     #[test]
     fn a_new_name_reads_back_as_its_writers() {
+        let now = crate::util::ulid::now_ms();
         let f = new_index_file("node-Doc", "body", "text", "W1");
         assert!(f.starts_with("_indexes/node-Doc/body-"), "{f}");
-        assert_eq!(written(&f), Written::By("W1".into()));
-        let old = "_indexes/graph/edge-Knows-01JD8X3V7Q2W9G5N4M6K8P0R2T.adj";
+        assert_eq!(written(&f, now), FileWriter::Process("W1".into()));
+        let ulid = "01JD8X3V7Q2W9G5N4M6K8P0R2T";
+        let made = crate::util::ulid::millis(ulid).unwrap();
+        let old = format!("_indexes/graph/edge-Knows-{ulid}.adj");
+        let at = |ms| written(&old, ms);
         assert_eq!(
-            written(old),
-            Written::At(crate::util::ulid::millis("01JD8X3V7Q2W9G5N4M6K8P0R2T").unwrap())
+            at(made + UNNAMED_WRITER_GRACE_MS - 1),
+            FileWriter::Unnamed { expired: false }
+        );
+        assert_eq!(
+            at(made + UNNAMED_WRITER_GRACE_MS),
+            FileWriter::Unnamed { expired: true }
         );
         for foreign in [
             "_indexes/graph/notes.txt",
@@ -227,26 +233,7 @@ mod tests {
             "_indexes/graph/edge-Knows-01JD8X3V7Q2W9G5N4M6K8P0R2T.a-b.adj",
             "_indexes/graph/a.b.c.d",
         ] {
-            assert_eq!(written(foreign), Written::Foreign, "{foreign}");
+            assert_eq!(written(foreign, now), FileWriter::Foreign, "{foreign}");
         }
-    }
-
-    #[test]
-    fn only_unrecorded_files_of_gone_or_long_unnamed_writers_go() {
-        let by = Written::By("W".into());
-        let now = 10 * UNNAMED_WRITER_GRACE_MS;
-        let old = Written::At(now - UNNAMED_WRITER_GRACE_MS);
-        let young = Written::At(now - UNNAMED_WRITER_GRACE_MS + 1);
-        assert_eq!(verdict(&by, false, true, now), Verdict::Recorded);
-        assert_eq!(verdict(&by, true, true, now), Verdict::Recorded);
-        assert_eq!(verdict(&by, true, false, now), Verdict::WriterAlive);
-        assert_eq!(verdict(&by, false, false, now), Verdict::Garbage);
-        assert_eq!(verdict(&old, false, false, now), Verdict::Garbage);
-        assert_eq!(verdict(&old, false, true, now), Verdict::Recorded);
-        assert_eq!(verdict(&young, false, false, now), Verdict::Recent);
-        assert_eq!(
-            verdict(&Written::Foreign, false, false, now),
-            Verdict::Foreign
-        );
     }
 }
