@@ -798,12 +798,7 @@ async fn the_cli_changes_and_shows_the_policy_and_stats_external_cells() {
     let e = Ext::new().await;
     let uri = e.t.uri();
     e.t.g.clone().close().await;
-    let run = |args: &[&str]| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_omnigraph"))
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let run = crate::common::cli;
     let base = format!("file://{}/in", e.dir.display());
     let out = run(&[
         "blob", "policy", "--allow", &base, "--store", &uri, "--json",

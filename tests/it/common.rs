@@ -302,3 +302,22 @@ impl Lcg {
         (self.next() % 2001) as f64 / 1000.0 - 1.0
     }
 }
+
+/// Run the `omnigraph` binary with `args`.
+pub fn cli(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_omnigraph"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// A CLI run that must have succeeded: its stdout.
+pub fn cli_ok(args: &[&str]) -> String {
+    let out = cli(args);
+    assert!(
+        out.status.success(),
+        "omnigraph {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}

@@ -9,7 +9,7 @@ use omnigraph::storage::substrate::CrashPoint;
 use omnigraph::{LoadMode, OmniError, Omnigraph, Target};
 use serde_json::{Value, json};
 
-use crate::common::Place;
+use crate::common::{Place, cli_ok};
 
 const SCHEMA: &str = "node Doc { slug: String @key\n body: String @index }\nedge Cites: Doc -> Doc";
 
@@ -224,32 +224,13 @@ async fn the_cli_collects_with_a_dry_run_and_json() {
         omnigraph::util::ulid::new_ulid()
     );
     std::fs::write(std::path::Path::new(&uri).join(&stray), b"stray").unwrap();
-    let cli = |args: &[&str]| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_omnigraph"))
-            .arg("gc")
-            .args(args)
-            .output()
-            .unwrap()
-    };
-    let out = cli(&[&uri, "--dry-run"]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = cli_ok(&["gc", &uri, "--dry-run"]);
     assert!(
         stdout.contains(&format!("would remove {stray} (5 bytes)")),
         "{stdout}"
     );
     assert!(std::path::Path::new(&uri).join(&stray).exists());
-    let out = cli(&[&uri, "--json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let j: Value = serde_json::from_str(&cli_ok(&["gc", &uri, "--json"])).unwrap();
     assert_eq!(j["dry_run"], false);
     assert_eq!(j["removed"], json!([{ "file": stray, "bytes": 5 }]), "{j}");
     assert_eq!(j["removed_bytes"], 5);

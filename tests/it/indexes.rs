@@ -376,13 +376,7 @@ async fn the_cli_optimizes_with_json_and_refuses_an_unknown_branch() {
     let g = graph(&dir, "g.omni").await;
     g.close().await;
     let uri = dir.path().join("g.omni").to_string_lossy().to_string();
-    let cli = |args: &[&str]| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_omnigraph"))
-            .arg("optimize")
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let cli = |args: &[&str]| crate::common::cli(&[&["optimize"], args].concat());
     let out = cli(&[&uri, "--json"]);
     assert!(
         out.status.success(),

@@ -479,12 +479,7 @@ async fn the_cli_merges_prints_its_json_and_exits_5_on_conflicts() {
     set_age(g, "x", "Alice", 1).await;
     set_age(g, "y", "Alice", 2).await;
     g.clone().close().await;
-    let run = |args: &[&str]| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_omnigraph"))
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let run = crate::common::cli;
     let out = run(&[
         "branch", "merge", "x", "--into", "main", "--store", &uri, "--json",
     ]);
