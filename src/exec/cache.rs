@@ -99,6 +99,8 @@ pub struct CacheStats {
     pub column_loads: AtomicU64,
     pub text_builds: AtomicU64,
     pub evictions: AtomicU64,
+    /// Point reads that found their row through a persisted id order.
+    pub id_order_reads: AtomicU64,
 }
 
 impl CacheStats {
@@ -118,6 +120,7 @@ impl CacheStats {
             "column_loads": g(&self.column_loads),
             "text_builds": g(&self.text_builds),
             "evictions": g(&self.evictions),
+            "id_order_reads": g(&self.id_order_reads),
         })
     }
 }

@@ -14,6 +14,7 @@ use super::scan::{in_memory, pushdown};
 use crate::compiler::catalog::ID;
 use crate::compiler::query::ir::{Dir, Op, Plan, Pred, TextTest, ValExpr};
 use crate::error::Result;
+use crate::index::coverage::rows_digest;
 use crate::storage::stage;
 
 /// One step of a plan.
@@ -199,8 +200,15 @@ impl Ctx<'_> {
                 let rest: Vec<&Pred> = match super::point::key_lookup(self, t, &active) {
                     Some((i, _)) => {
                         detail.push_str(&format!(", key lookup {}", pred(self, plan, active[i])));
+                        let ordered = match table.id_order()? {
+                            Some(r) => r.rows == rows_digest(&table.layout().await?),
+                            None => false,
+                        };
                         uses.push(match (warm, btrees.iter().any(|c| c == ID)) {
                             (true, _) => "the cached id index".into(),
+                            (false, _) if ordered => {
+                                "the persisted id order (the id BTREE for an id it lacks)".into()
+                            }
                             (false, true) => "the id BTREE".into(),
                             (false, false) => {
                                 "a filtered scan of id (no BTREE: run optimize)".into()

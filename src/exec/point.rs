@@ -1,11 +1,13 @@
 //! Point reads. A query that reaches a node type only through one key (or
 //! id) equality, and whose type is cold in this process, reads just the
-//! matching rows from storage (through the `id` BTREE when `optimize`
-//! built one) instead of the type's whole id column and every property
-//! column it returns. The executor then runs unchanged over a view of the
+//! matching rows from storage (through the persisted id order when
+//! `optimize` wrote one for exactly the table's rows, else the `id` BTREE
+//! when it built one) instead of the type's whole id column and every
+//! property column it returns. The executor then runs unchanged over a view of the
 //! type that holds only those rows; nothing of the view enters the cache.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use arrow_array::RecordBatch;
 
@@ -14,8 +16,10 @@ use crate::compiler::catalog::{ID, PropType, TypeDef};
 use crate::compiler::query::ast::CmpOp;
 use crate::compiler::query::ir::{Op, Plan, Pred, RetExpr, ValExpr};
 use crate::error::Result;
+use crate::index::{coverage, id_file};
 use crate::storage::scan::{self, Filter};
 use crate::storage::stage;
+use crate::storage::tables::Table;
 use crate::util::idindex::IdIndex;
 
 /// One node type as a point read sees it: the rows its key matched.
@@ -48,6 +52,55 @@ pub(super) fn key_lookup(
         let c = ctx.const_of(other)?;
         Some((i, c.key_part()))
     })
+}
+
+/// The row of `id` found through the table version's persisted id order,
+/// when it records one of exactly its rows: a binary search in the mapped
+/// file, then that one row read. `None` (read it through the BTREE
+/// instead) when there is no such file, it cannot be read, it does not
+/// hold `id`, or the row it points at holds another id: the file is never
+/// trusted for a row it cannot show.
+async fn by_id_order(
+    ctx: &Ctx<'_>,
+    table: &Table,
+    id: &str,
+    cols: &[&str],
+) -> Result<Option<RecordBatch>> {
+    let Some(r) = table.id_order()? else {
+        return Ok(None);
+    };
+    let layout = table.layout().await?;
+    if r.rows != coverage::rows_digest(&layout) {
+        return Ok(None);
+    }
+    let Some(map) = ctx.g.store.map(&r.file).await? else {
+        return Ok(None);
+    };
+    let position = match id_file::decode(map, &r.file) {
+        Ok((order, built)) if built == layout => order.position_guarded(id),
+        Ok(_) => None,
+        Err(e) => {
+            tracing::warn!("{e}; the id BTREE answers instead");
+            None
+        }
+    };
+    let Some(p) = position else {
+        return Ok(None);
+    };
+    let row = table.take_columns(&[p], cols).await?;
+    let found = stage::string_column(&row, ID)?;
+    if row.num_rows() != 1 || found.value(0) != id {
+        tracing::warn!(
+            "id order {} points {id} at a row of another id; the id BTREE answers instead",
+            r.file
+        );
+        return Ok(None);
+    }
+    ctx.cache
+        .stats
+        .id_order_reads
+        .fetch_add(1, Ordering::Relaxed);
+    Ok(Some(row))
 }
 
 fn reads_only(e: &ValExpr, var: usize) -> bool {
@@ -100,13 +153,16 @@ pub(super) async fn view(ctx: &Ctx<'_>, plan: &Plan) -> Result<Option<PointView>
     );
     let table = ctx.g.read_table(ctx.snap, t).await?;
     let batches = match id {
-        Some(id) => {
-            let only = Filter::AnyOf {
-                column: ID.to_string(),
-                values: vec![id],
-            };
-            scan::scan(&table, &cols, Some(&only)).await?
-        }
+        Some(id) => match by_id_order(ctx, &table, &id, &cols).await? {
+            Some(row) => vec![row],
+            None => {
+                let only = Filter::AnyOf {
+                    column: ID.to_string(),
+                    values: vec![id],
+                };
+                scan::scan(&table, &cols, Some(&only)).await?
+            }
+        },
         None => Vec::new(),
     };
     let rows = match batches.first() {

@@ -361,6 +361,14 @@ pub fn digest(layout: &[FragmentRows]) -> String {
     crate::util::hash::sha256_hex(text.as_bytes(), 16)
 }
 
+/// A name for the rows of a layout: its fragments and their deletions, so
+/// two layouts share it exactly when each row sits at the same position.
+pub fn rows_digest(layout: &[FragmentRows]) -> String {
+    let mut e = Encoder::new(b"ROWS");
+    encode(layout, &mut e);
+    crate::util::hash::sha256_hex(&e.finish(), 16)
+}
+
 pub fn encode(layout: &[FragmentRows], e: &mut Encoder) {
     e.u64(layout.len() as u64);
     for f in layout {

@@ -130,6 +130,34 @@ impl IdOrder {
         None
     }
 
+    /// As [`IdOrder::position`], on arrays nobody checked: every read is
+    /// bounds-checked, so a damaged file gives a wrong position or none,
+    /// never a panic. Whoever uses the answer checks it.
+    pub fn position_guarded(&self, id: &str) -> Option<u32> {
+        let id = id.as_bytes();
+        let n = self.offsets.len().checked_sub(1)?;
+        let bytes = self.bytes.as_bytes();
+        let at = |p: u32| -> Option<&[u8]> {
+            let p = p as usize;
+            if p >= n {
+                return None;
+            }
+            let (a, b) = (self.offsets[p] as usize, self.offsets[p + 1] as usize);
+            bytes.get(a..b)
+        };
+        let (mut lo, mut hi) = (0usize, self.sorted.len());
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            let p = self.sorted[mid];
+            match at(p)?.cmp(id) {
+                Ordering::Less => lo = mid + 1,
+                Ordering::Greater => hi = mid,
+                Ordering::Equal => return Some(p),
+            }
+        }
+        None
+    }
+
     /// The id at position `p`, if there is one.
     pub fn id(&self, p: u32) -> Option<&str> {
         ((p as usize) < self.len())

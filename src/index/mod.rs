@@ -10,6 +10,7 @@ pub mod adjacency;
 pub mod adjacency_file;
 pub mod codec;
 pub mod coverage;
+pub mod id_file;
 pub mod id_order;
 pub mod ivf;
 pub mod text;

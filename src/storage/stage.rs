@@ -11,11 +11,12 @@ use lance::Dataset;
 use lance::dataset::transaction::Transaction;
 use lance::dataset::{InsertBuilder, MergeInsertBuilder, WhenMatched, WhenNotMatched, WriteMode};
 
-use super::tables::{GRAPH_INDEX_KEY, Table, TableChange, index_key, write_params};
+use super::tables::{GRAPH_INDEX_KEY, ID_ORDER_KEY, Table, TableChange, index_key, write_params};
 use crate::compiler::catalog::ID;
 use crate::error::{OmniError, Result};
 use crate::index::IndexRef;
 use crate::index::adjacency_file::GraphIndexRef;
+use crate::index::id_file::IdOrderRef;
 
 /// How many ids one `IN (...)` probe carries.
 pub const PROBE_CHUNK: usize = 4096;
@@ -172,14 +173,14 @@ pub async fn compaction(Table(ds): Table) -> Result<Option<TableChange>> {
     ))))
 }
 
-/// Record these columns' persisted indexes in the table's metadata (a
-/// commit that changes no row).
-/// The change that records a table's persisted indexes: search indexes by
-/// column, and an edge table's graph index.
+/// The change that records a table's persisted indexes in its metadata (a
+/// commit that changes no row): search indexes by column, an edge table's
+/// graph index, a node table's id order.
 pub fn index_records(
     table: Table,
     records: &[(String, IndexRef)],
     graph: Option<&GraphIndexRef>,
+    id_order: Option<&IdOrderRef>,
 ) -> Result<TableChange> {
     let mut entries = Vec::new();
     for (column, r) in records {
@@ -187,6 +188,9 @@ pub fn index_records(
     }
     if let Some(r) = graph {
         entries.push((GRAPH_INDEX_KEY.to_string(), serde_json::to_string(r)?));
+    }
+    if let Some(r) = id_order {
+        entries.push((ID_ORDER_KEY.to_string(), serde_json::to_string(r)?));
     }
     metadata(table, entries)
 }

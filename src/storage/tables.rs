@@ -22,6 +22,7 @@ use crate::error::{OmniError, Result};
 use crate::index::IndexRef;
 use crate::index::adjacency_file::GraphIndexRef;
 use crate::index::coverage::{FragmentRows, Layout};
+use crate::index::id_file::IdOrderRef;
 use omnigraph_actors::CommitResult;
 
 /// How many opened table versions stay cached.
@@ -164,6 +165,14 @@ impl Table {
         Ok(out)
     }
 
+    /// Columns at positions `rows` of the scan order (ascending, each a
+    /// live row), in that order.
+    pub async fn take_columns(&self, rows: &[u32], columns: &[&str]) -> Result<RecordBatch> {
+        let rows: Vec<u64> = rows.iter().map(|&r| r as u64).collect();
+        let projection = self.0.schema().project(columns)?;
+        Ok(self.0.take(&rows, projection).await?)
+    }
+
     /// One column at positions `rows` of the scan order (ascending, each
     /// a live row), in that order.
     pub async fn take_positions(
@@ -212,13 +221,26 @@ impl Table {
         Ok(out)
     }
 
-    /// Every file this version's index records name: its graph index's and
-    /// each column's (relative to the graph's root).
+    /// The persisted id order this (node) table version records, if any
+    /// (see `index::id_file`).
+    pub fn id_order(&self) -> Result<Option<IdOrderRef>> {
+        match self.0.metadata().get(ID_ORDER_KEY) {
+            None => Ok(None),
+            Some(json) => serde_json::from_str(json)
+                .map(Some)
+                .map_err(|e| OmniError::Storage(format!("the id order record is unreadable: {e}"))),
+        }
+    }
+
+    /// Every file this version's index records name: its graph index's,
+    /// its id order's and each column's (relative to the graph's root).
     pub fn recorded_files(&self) -> Result<Vec<String>> {
         let mut files = Vec::new();
         for key in self.0.metadata().keys() {
             if key == GRAPH_INDEX_KEY {
                 files.extend(self.graph_index()?.map(|r| r.file));
+            } else if key == ID_ORDER_KEY {
+                files.extend(self.id_order()?.map(|r| r.file));
             } else if let Some(column) = key.strip_prefix(INDEX_KEY_PREFIX) {
                 files.extend(self.index_of(column)?.map(|r| r.file));
             }
@@ -245,6 +267,9 @@ const ROW_ADDR: &str = "_rowaddr";
 
 /// The table-metadata key of an edge table's persisted graph index.
 pub const GRAPH_INDEX_KEY: &str = "omnigraph.graph_index";
+
+/// The table-metadata key of a node table's persisted id order.
+pub const ID_ORDER_KEY: &str = "omnigraph.id_order";
 
 const INDEX_KEY_PREFIX: &str = "omnigraph.index.";
 

@@ -20,6 +20,7 @@ use crate::error::{OmniError, Result};
 use crate::index::adjacency::GraphIndex;
 use crate::index::adjacency_file::{self, Basis, GraphIndexRef};
 use crate::index::coverage::Layout;
+use crate::index::id_file::{self, IdOrderRef};
 use crate::index::id_order::IdOrder;
 use crate::index::ivf::Ivf;
 use crate::index::text::TextIndex;
@@ -124,7 +125,12 @@ impl PrepareWork for OptimizeWork {
                     true => graph_index(cx, def).await?,
                     false => None,
                 };
-                if stale_search.is_empty() && stale_btrees.is_empty() && graph.is_none() {
+                let ids_stale = !def.is_edge() && id_order_stale(cx, &read).await?;
+                if stale_search.is_empty()
+                    && stale_btrees.is_empty()
+                    && graph.is_none()
+                    && !ids_stale
+                {
                     continue;
                 }
                 // A branch that shares the table forks it here (invisible
@@ -157,8 +163,21 @@ impl PrepareWork for OptimizeWork {
                     built.push(info);
                     r
                 });
-                if !records.is_empty() || graph.is_some() {
-                    let recorded = stage::index_records(target.clone(), &records, graph.as_ref())?;
+                let id_order = match ids_stale {
+                    true => {
+                        let (r, info) = id_order(cx, def, &target).await?;
+                        built.push(info);
+                        Some(r)
+                    }
+                    false => None,
+                };
+                if !records.is_empty() || graph.is_some() || id_order.is_some() {
+                    let recorded = stage::index_records(
+                        target.clone(),
+                        &records,
+                        graph.as_ref(),
+                        id_order.as_ref(),
+                    )?;
                     change = Some(match change {
                         Some(b) => b.then_index_records(recorded),
                         None => recorded,
@@ -252,6 +271,56 @@ async fn graph_index(
         "type": def.name, "kind": "graph", "rows": edges, "bytes": bytes.len(), "file": file,
     });
     Ok(Some((GraphIndexRef { file, basis: name }, info)))
+}
+
+/// Does a node table version need its id order (built)? Not when empty,
+/// nor when it records one of exactly its rows whose file exists.
+async fn id_order_stale(cx: &PrepareCx, read: &Table) -> Result<bool> {
+    let layout = read.layout().await?;
+    if crate::index::coverage::rows(&layout) == 0 {
+        return Ok(false);
+    }
+    Ok(match read.id_order()? {
+        Some(r) => {
+            r.rows != crate::index::coverage::rows_digest(&layout)
+                || !cx.graph.store.exists(&r.file).await?
+        }
+        None => true,
+    })
+}
+
+/// A node table's id order, built from its rows and stored (its file
+/// unreferenced until the commit records it).
+async fn id_order(
+    cx: &PrepareCx,
+    def: &TypeDef,
+    table: &Table,
+) -> Result<(IdOrderRef, serde_json::Value)> {
+    let layout = table.layout().await?;
+    let parts = stage::scan_strings(table, ID).await?;
+    let rows = crate::index::coverage::rows_digest(&layout);
+    let (bytes, n) = tokio::task::spawn_blocking(move || {
+        let refs: Vec<&dyn Array> = parts.iter().map(|a| a as &dyn Array).collect();
+        let ids = arrow::compute::concat(&refs)?;
+        let ids = ids.as_string::<i32>();
+        if ids.len() != crate::index::coverage::rows(&layout) {
+            return Err(OmniError::Storage(format!(
+                "{} ids do not match the table's {} live rows",
+                ids.len(),
+                crate::index::coverage::rows(&layout)
+            )));
+        }
+        Ok((id_file::encode(&IdOrder::build(ids), &layout), ids.len()))
+    })
+    .await
+    .map_err(|e| OmniError::Storage(format!("the id order build failed: {e}")))??;
+    let file = new_index_file(&def.table_key().replace(':', "-"), ID, "ids", &cx.writer);
+    cx.graph.store.put(&file, &bytes).await?;
+    let info = serde_json::json!({
+        "type": def.name, "property": ID, "kind": "id order", "rows": n, "bytes": bytes.len(),
+        "file": file,
+    });
+    Ok((IdOrderRef { file, rows }, info))
 }
 
 /// Build one index from a table version and store its file.

@@ -191,6 +191,7 @@ async fn optimize_builds_indexes_searches_use_them_and_miss_no_fresh_row() {
             ("body".to_string(), "text".to_string(), DOCS as u64),
             ("emb".to_string(), "vector".to_string(), DOCS as u64),
             ("id".to_string(), "btree".to_string(), DOCS as u64),
+            ("id".to_string(), "id order".to_string(), DOCS as u64),
         ]
     );
     let again = g.optimize("main").await.unwrap();
@@ -290,7 +291,7 @@ async fn optimize_builds_indexes_searches_use_them_and_miss_no_fresh_row() {
     // The writes made the indexes stale: optimize refreshes them, and the
     // answers stay the same.
     let r = g.optimize("main").await.unwrap();
-    assert_eq!(r.indexes.len(), 3, "{r:?}");
+    assert_eq!(r.indexes.len(), 4, "{r:?}");
     let (_, how) = ask(&g, &Target::main(), "has", &json!({ "t": "zebra" })).await;
     assert!(
         how[0].contains(&format!("{} rows from it, 0 fresh", DOCS - 1 + 1)),
@@ -320,7 +321,7 @@ async fn a_branch_uses_its_parents_indexes_and_builds_its_own_on_its_fork() {
         .await
         .1;
     let r = g.optimize("b").await.unwrap();
-    assert_eq!(r.indexes.len(), 3, "{r:?}");
+    assert_eq!(r.indexes.len(), 4, "{r:?}");
     let (rows, how) = ask(&g, &on_b, "has", &json!({ "t": "okapi" })).await;
     assert_eq!(slugs(&rows), ["only-b"]);
     assert!(
@@ -387,7 +388,7 @@ async fn the_cli_optimizes_with_json_and_refuses_an_unknown_branch() {
     assert_eq!(j["branch"], "main");
     assert!(j["commit"].is_string(), "{j}");
     assert!(j["manifest_version"].as_u64().unwrap() > 1, "{j}");
-    assert_eq!(j["indexes"].as_array().unwrap().len(), 3, "{j}");
+    assert_eq!(j["indexes"].as_array().unwrap().len(), 4, "{j}");
     let out = cli(&["--store", &uri, "--json"]);
     let j: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(j["commit"].is_null(), "{j}");
@@ -444,12 +445,18 @@ async fn a_crash_inside_an_optimize_is_rolled_back_whole() {
     }
     // Doc's change was a chain (its BTREE, then its index record); the
     // roll-back restored the version below the record, which keeps the
-    // BTREE (no step of the chain changes a row), so only Note's BTREE and
-    // both text indexes are left to build.
+    // BTREE (no step of the chain changes a row), so only Note's BTREE,
+    // both text indexes and both id orders are left to build.
     let r = g.optimize("main").await.unwrap();
     assert_eq!(
         built(&r),
-        ["Doc.body text", "Note.id btree", "Note.text text"],
+        [
+            "Doc.body text",
+            "Doc.id id order",
+            "Note.id btree",
+            "Note.id id order",
+            "Note.text text"
+        ],
         "{r:?}"
     );
     for q in [doc, note] {
@@ -474,7 +481,7 @@ async fn key_checks_and_filters_stay_exact_over_btrees_through_appends_and_compa
     let first: String = (0..10).map(row).collect();
     g.load("main", &first, LoadMode::Overwrite).await.unwrap();
     let r = g.optimize("main").await.unwrap();
-    assert_eq!(built(&r), ["P.age btree", "P.id btree"]);
+    assert_eq!(built(&r), ["P.age btree", "P.id btree", "P.id id order"]);
     assert_eq!(g.optimize("main").await.unwrap().commit, None);
     // Enough single-row appends that the table is compacted on the way.
     for i in 10..45 {
@@ -512,8 +519,8 @@ async fn key_checks_and_filters_stay_exact_over_btrees_through_appends_and_compa
     let r = g.optimize("main").await.unwrap();
     assert_eq!(
         r.indexes.len(),
-        2,
-        "both BTREEs are stale after the appends: {r:?}"
+        3,
+        "both BTREEs and the id order are stale after the appends: {r:?}"
     );
     for i in [0, 44] {
         let err = g.load("main", &row(i), LoadMode::Append).await.unwrap_err();
@@ -544,7 +551,7 @@ async fn optimize_and_search_in(place: crate::common::Place) {
     .await
     .unwrap();
     let r = g.optimize("main").await.unwrap();
-    assert_eq!(r.indexes.len(), 2, "{r:?}");
+    assert_eq!(r.indexes.len(), 3, "{r:?}");
     g.load(
         "main",
         "{\"type\":\"Doc\",\"data\":{\"slug\":\"c\",\"body\":\"apple pie\"}}",
@@ -593,7 +600,7 @@ async fn two_optimizes_at_once_both_succeed_and_build_once() {
     // One builds and commits; the other loses the race, re-prepares under
     // the gates, finds every index current and commits nothing.
     assert!(a.commit.is_some() != b.commit.is_some(), "{a:?} {b:?}");
-    assert_eq!(a.indexes.len() + b.indexes.len(), 3, "{a:?} {b:?}");
+    assert_eq!(a.indexes.len() + b.indexes.len(), 4, "{a:?} {b:?}");
     assert_eq!(g.optimize("main").await.unwrap().commit, None);
     let (_, how) = ask(&g, &Target::main(), "bm", &json!({ "t": "graph" })).await;
     assert!(how[0].contains("persisted inverted index"), "{how:?}");
@@ -613,5 +620,96 @@ async fn optimize_skips_empty_tables_and_indexes_them_once_they_have_rows() {
     .await
     .unwrap();
     let r = g.optimize("main").await.unwrap();
-    assert_eq!(built(&r), ["Doc.body text", "Doc.id btree"], "{r:?}");
+    assert_eq!(
+        built(&r),
+        ["Doc.body text", "Doc.id btree", "Doc.id id order"],
+        "{r:?}"
+    );
+}
+
+/// A key lookup in a new process reads its row through the persisted id
+/// order while the table holds exactly the rows it was built from, and
+/// through the BTREE otherwise (a write since, an id the file lacks, a
+/// damaged file), with the same answers either way.
+#[tokio::test]
+async fn key_lookups_read_through_the_id_order_only_while_it_shows_the_row() {
+    const ONE: &str =
+        "query one($s: String) { match { $d: Doc { slug: $s } } return { $d.slug, $d.body } }";
+    let dir = tempfile::tempdir().unwrap();
+    let g = graph(&dir, "g.omni").await;
+    g.optimize("main").await.unwrap();
+    let uri = dir.path().join("g.omni").to_string_lossy().to_string();
+    // What each lookup answers, and whether the id order found the row.
+    let look = |slug: &'static str| {
+        let uri = uri.clone();
+        async move {
+            let g = Omnigraph::open_read_only(&uri).await.unwrap();
+            let r = g
+                .query(&Target::main(), ONE, "one", &json!({ "s": slug }))
+                .await
+                .unwrap();
+            let rows: Vec<Value> = omnigraph::exec::output::rows(&r)
+                .unwrap()
+                .into_iter()
+                .map(|m| json!([m["d.slug"], m["d.body"]]))
+                .collect();
+            (rows, g.cache_stats()["id_order_reads"].as_u64().unwrap())
+        }
+    };
+    let body = |i: usize| {
+        let doc: Value = serde_json::from_str(corpus(DOCS).lines().nth(i).unwrap()).unwrap();
+        doc["data"]["body"].clone()
+    };
+    for (slug, i) in [("d0000", 0), ("d2500", 2500), ("d4999", 4999)] {
+        assert_eq!(
+            look(slug).await,
+            (vec![json!([slug, body(i)])], 1),
+            "{slug}"
+        );
+    }
+    assert_eq!(look("d5000").await, (vec![], 0), "a miss asks the BTREE");
+
+    // A write moves the table past the file's rows: the BTREE answers.
+    g.mutate(
+        "main",
+        MUTATIONS,
+        "set_body",
+        &json!({ "s": "d2500", "b": "changed" }),
+    )
+    .await
+    .unwrap();
+    assert_eq!(look("d2500").await, (vec![json!(["d2500", "changed"])], 0));
+    assert_eq!(look("d0001").await, (vec![json!(["d0001", body(1)])], 0));
+    let r = g.optimize("main").await.unwrap();
+    assert!(built(&r).contains(&"Doc.id id order".to_string()), "{r:?}");
+    assert_eq!(look("d2500").await, (vec![json!(["d2500", "changed"])], 1));
+
+    // A damaged file: what it finds is checked against the row, and a
+    // file that cannot be read is passed over.
+    // The newest (names sort by their ULID).
+    let file = std::fs::read_dir(dir.path().join("g.omni/_indexes/node-Doc"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "ids"))
+        .max()
+        .expect("an id order file");
+    let good = std::fs::read(&file).unwrap();
+    let mut shifted = good.clone();
+    // The ids' bytes come before the positions sorted by id (the last
+    // array): shift them by one id ("dNNNN", 5 bytes), so the file puts
+    // each id one row before its own.
+    let ids_end = good.len() - DOCS * 4;
+    let ids_start = ids_end - (DOCS * 5).div_ceil(4) * 4;
+    shifted[ids_start..ids_start + DOCS * 5].rotate_left(5);
+    std::fs::write(&file, &shifted).unwrap();
+    assert_eq!(
+        look("d4000").await,
+        (vec![json!(["d4000", body(4000)])], 0),
+        "the file puts d4000 at d3999's row"
+    );
+    std::fs::write(&file, &good[..good.len() / 2]).unwrap();
+    assert_eq!(look("d0007").await, (vec![json!(["d0007", body(7)])], 0));
+    std::fs::write(&file, &good).unwrap();
+    assert_eq!(look("d0007").await, (vec![json!(["d0007", body(7)])], 1));
 }
