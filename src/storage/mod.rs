@@ -18,6 +18,7 @@
 //! edges/<Type>.lance           one Lance dataset per edge type
 //! _indexes/<table>/<prop>-<ulid>.<writer>.{text,ivf}  search index files (recorded in their table's metadata)
 //! _indexes/graph/<table>-<ulid>.<writer>.adj        graph index files (recorded alike; see `index_files`)
+//! _indexes/<table>/id-<ulid>.<writer>.ids          a node table's id order (recorded alike)
 //! ```
 
 pub mod blob;
