@@ -201,8 +201,10 @@ impl Ctx<'_> {
                     Some((i, _)) => {
                         detail.push_str(&format!(", key lookup {}", pred(self, plan, active[i])));
                         let ordered = match table.id_order()? {
-                            Some(r) => r.rows == rows_digest(&table.layout().await?),
-                            None => false,
+                            Some(r) if self.g.store.is_local() => {
+                                r.rows == rows_digest(&table.layout().await?)
+                            }
+                            _ => false,
                         };
                         uses.push(match (warm, btrees.iter().any(|c| c == ID)) {
                             (true, _) => "the cached id index".into(),

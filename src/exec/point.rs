@@ -55,8 +55,8 @@ pub(super) fn key_lookup(
 }
 
 /// The row of `id` found through the table version's persisted id order,
-/// when it records one of exactly its rows: a binary search in the mapped
-/// file, then that one row read. `None` (read it through the BTREE
+/// when it records one of exactly its rows and the graph is on local disk:
+/// a binary search in the mapped file, then that one row read. `None` (read it through the BTREE
 /// instead) when there is no such file, it cannot be read, it does not
 /// hold `id`, or the row it points at holds another id: the file is never
 /// trusted for a row it cannot show.
@@ -66,6 +66,11 @@ async fn by_id_order(
     id: &str,
     cols: &[&str],
 ) -> Result<Option<RecordBatch>> {
+    // On object storage the file would be fetched whole for one lookup,
+    // where the BTREE reads a page or two.
+    if !ctx.g.store.is_local() {
+        return Ok(None);
+    }
     let Some(r) = table.id_order()? else {
         return Ok(None);
     };

@@ -111,6 +111,12 @@ impl Store {
         Ok(Some(Arc::new(map)))
     }
 
+    /// Does the graph lie on this machine's file system (so a mapped file
+    /// pages in only what a reader touches)?
+    pub fn is_local(&self) -> bool {
+        self.local("").is_some()
+    }
+
     /// Where something under the root is on this machine's file system,
     /// for a local graph.
     fn local(&self, rel: &str) -> Option<std::path::PathBuf> {

@@ -552,6 +552,23 @@ async fn optimize_and_search_in(place: crate::common::Place) {
     .unwrap();
     let r = g.optimize("main").await.unwrap();
     assert_eq!(r.indexes.len(), 3, "{r:?}");
+    // A new process's key lookup reads its row through the id order on a
+    // local disk; on object storage (where the file would be fetched whole)
+    // through the BTREE.
+    let fresh = Omnigraph::open_read_only(&uri).await.unwrap();
+    let one = "query one($s: String) { match { $d: Doc { slug: $s } } return { $d.body } }";
+    let r = fresh
+        .query(&Target::main(), one, "one", &json!({ "s": "b" }))
+        .await
+        .unwrap();
+    let rows = omnigraph::exec::output::rows(&r).unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["d.body"], json!("green pear"));
+    let local = matches!(place, crate::common::Place::Local(_));
+    assert_eq!(
+        fresh.cache_stats()["id_order_reads"],
+        json!(u64::from(local))
+    );
     g.load(
         "main",
         "{\"type\":\"Doc\",\"data\":{\"slug\":\"c\",\"body\":\"apple pie\"}}",
