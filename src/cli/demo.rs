@@ -133,7 +133,9 @@ pub async fn run(dir: Option<PathBuf>) -> Result<(), OmniError> {
         m.commit, m.manifest_version, m.nodes, m.edges
     );
 
-    step("optimize: build the indexes (a BTREE on every table's id), one commit");
+    step(
+        "optimize: build the indexes (a BTREE on every table's id, an id order per node type, a graph index per edge type), one commit",
+    );
     table::print_optimize(&g.optimize("main").await?);
 
     step("branch feature/dan from main, and append on it");
@@ -174,6 +176,9 @@ pub async fn run(dir: Option<PathBuf>) -> Result<(), OmniError> {
     let mut out = Vec::new();
     g.export(&Target::main(), &mut out).await?;
     print!("{}", String::from_utf8_lossy(&out));
+
+    step("gc: index files no version records (every optimize here committed, so none)");
+    table::print_gc(&g.gc(false).await?);
 
     println!("\nThe demo graph is at {uri}; try `omnigraph snapshot {uri}`.");
     Ok(())

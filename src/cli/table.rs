@@ -55,22 +55,16 @@ pub fn print_result(r: &omnigraph::QueryResult) -> omnigraph::Result<()> {
 /// An optimize: each index built, and its commit (if any).
 pub fn print_optimize(r: &omnigraph::OptimizeReport) {
     for ix in &r.indexes {
-        if ix["kind"] == "graph" {
-            println!(
-                "built graph index of {} over {} edges ({} bytes)",
-                ix["type"].as_str().unwrap_or("?"),
-                ix["rows"],
-                ix["bytes"]
-            );
-            continue;
+        let ty = ix["type"].as_str().unwrap_or("?");
+        let (rows, bytes) = (&ix["rows"], &ix["bytes"]);
+        match ix["kind"].as_str().unwrap_or("?") {
+            "graph" => println!("built graph index of {ty} over {rows} edges ({bytes} bytes)"),
+            "id order" => println!("built id order of {ty} over {rows} rows ({bytes} bytes)"),
+            kind => println!(
+                "built {kind} index of {ty}.{} over {rows} rows",
+                ix["property"].as_str().unwrap_or("?")
+            ),
         }
-        println!(
-            "built {} index of {}.{} over {} rows",
-            ix["kind"].as_str().unwrap_or("?"),
-            ix["type"].as_str().unwrap_or("?"),
-            ix["property"].as_str().unwrap_or("?"),
-            ix["rows"]
-        );
     }
     match &r.commit {
         None => println!("every index of {} is current: nothing to commit", r.branch),
