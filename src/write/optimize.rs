@@ -1,9 +1,10 @@
 //! Optimize as a write: build or refresh every index of a branch. Every
 //! table gets a storage BTREE on `id` (and on each orderable scalar or enum
 //! `@index` property), so key probes and inserts' id checks look values up.
-//! A search index (`@index` on a String or a Vector) is derived state of
-//! ours: a file of its own (written first, unreferenced until committed)
-//! and a record in its table's metadata. A table's BTREEs and records are
+//! A search index (`@index` on a String or a Vector), a node table's id
+//! order and an edge table's graph index are derived state of ours: a file
+//! of its own (written first, unreferenced until committed) and a record in
+//! its table's metadata. A table's BTREEs and records are
 //! staged as that table's one change, so the write protocol commits every
 //! table's and publishes them in one graph version (gates, sidecar,
 //! recovery, all as for any write). Loads and mutations never build
