@@ -122,11 +122,17 @@ impl Table {
     /// The persisted graph index this (edge) table version records, if any:
     /// built at this version or an earlier one (see `index::adjacency_file`).
     pub fn graph_index(&self) -> Result<Option<GraphIndexRef>> {
-        match self.0.metadata().get(GRAPH_INDEX_KEY) {
+        self.record(GRAPH_INDEX_KEY, "the graph index record")
+    }
+
+    /// The record this version's metadata keeps under `key`, if any;
+    /// `what` names it when it cannot be read.
+    fn record<T: serde::de::DeserializeOwned>(&self, key: &str, what: &str) -> Result<Option<T>> {
+        match self.0.metadata().get(key) {
             None => Ok(None),
-            Some(json) => serde_json::from_str(json).map(Some).map_err(|e| {
-                OmniError::Storage(format!("the graph index record is unreadable: {e}"))
-            }),
+            Some(json) => serde_json::from_str(json)
+                .map(Some)
+                .map_err(|e| OmniError::Storage(format!("{what} is unreadable: {e}"))),
         }
     }
 
@@ -180,10 +186,8 @@ impl Table {
         rows: &[u32],
         column: &str,
     ) -> Result<arrow_array::ArrayRef> {
-        let rows: Vec<u64> = rows.iter().map(|&r| r as u64).collect();
-        let projection = self.0.schema().project(&[column])?;
-        let batch = self.0.take(&rows, projection).await?;
-        batch
+        self.take_columns(rows, &[column])
+            .await?
             .column_by_name(column)
             .cloned()
             .ok_or_else(|| OmniError::Storage(format!("a take returned no column {column}")))
@@ -224,12 +228,7 @@ impl Table {
     /// The persisted id order this (node) table version records, if any
     /// (see `index::id_file`).
     pub fn id_order(&self) -> Result<Option<IdOrderRef>> {
-        match self.0.metadata().get(ID_ORDER_KEY) {
-            None => Ok(None),
-            Some(json) => serde_json::from_str(json)
-                .map(Some)
-                .map_err(|e| OmniError::Storage(format!("the id order record is unreadable: {e}"))),
-        }
+        self.record(ID_ORDER_KEY, "the id order record")
     }
 
     /// Every file this version's index records name: its graph index's,
@@ -251,14 +250,10 @@ impl Table {
 
     /// The persisted index of `column` this version records, if any.
     pub fn index_of(&self, column: &str) -> Result<Option<IndexRef>> {
-        match self.0.metadata().get(&index_key(column)) {
-            None => Ok(None),
-            Some(json) => serde_json::from_str(json).map(Some).map_err(|e| {
-                OmniError::Storage(format!(
-                    "the index record of column {column} is unreadable: {e}"
-                ))
-            }),
-        }
+        self.record(
+            &index_key(column),
+            &format!("the index record of column {column}"),
+        )
     }
 }
 
@@ -682,15 +677,10 @@ impl Tables {
         let Some(main) = self.latest(dir, None).await? else {
             return Ok(Vec::new());
         };
-        let mut lines: Vec<(Option<String>, Vec<u64>)> = Vec::new();
-        let versions = |ds: &Dataset| {
-            let ds = ds.clone();
-            async move {
-                let listed = ds.versions().await?;
-                Ok::<_, OmniError>(listed.iter().map(|v| v.version).collect::<Vec<_>>())
-            }
-        };
-        lines.push((None, versions(&main).await?));
+        async fn versions(ds: &Dataset) -> Result<Vec<u64>> {
+            Ok(ds.versions().await?.iter().map(|v| v.version).collect())
+        }
+        let mut lines: Vec<(Option<String>, Vec<u64>)> = vec![(None, versions(&main).await?)];
         let mut branches: Vec<String> = main.list_branches().await?.into_keys().collect();
         branches.sort();
         for b in branches {
