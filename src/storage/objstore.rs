@@ -224,21 +224,13 @@ impl Store {
 
     /// File names directly under a folder.
     pub async fn list(&self, dir: &str) -> Result<Vec<String>> {
-        let prefix = self.path(dir);
-        let entries: Vec<_> = match self.os.inner.list(Some(&prefix)).try_collect().await {
-            Ok(v) => v,
-            Err(e) if not_found(&e) => return Ok(Vec::new()),
-            Err(e) => return Err(OmniError::storage(e)),
-        };
-        let mut names: Vec<String> = entries
+        Ok(self
+            .list_all(dir)
+            .await?
             .into_iter()
-            .filter_map(|m| {
-                let parts: Vec<_> = m.location.prefix_match(&prefix)?.collect();
-                (parts.len() == 1).then(|| parts[0].as_ref().to_string())
-            })
-            .collect();
-        names.sort();
-        Ok(names)
+            .filter(|(rel, _)| !rel.contains('/'))
+            .map(|(rel, _)| rel)
+            .collect())
     }
 
     /// Every object under a folder, at any depth: its path relative to the
