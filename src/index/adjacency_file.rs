@@ -16,7 +16,7 @@ use std::sync::Arc;
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::adjacency::{Adjacency, GraphIndex, Words};
-use super::codec::{Decoder, Encoder};
+use super::codec::{Decoder, Encoder, framed, put_words, unframe};
 use super::coverage::{self, Layout};
 use super::id_order::IdOrder;
 use crate::error::{OmniError, Result};
@@ -54,10 +54,6 @@ pub fn digest(basis: &Basis) -> String {
     crate::util::hash::sha256_hex(&e.finish(), 16)
 }
 
-fn align8(n: usize) -> usize {
-    n.div_ceil(8) * 8
-}
-
 fn arrays(g: &GraphIndex) -> [&[u32]; 6] {
     [
         &g.out.offsets,
@@ -67,12 +63,6 @@ fn arrays(g: &GraphIndex) -> [&[u32]; 6] {
         &g.inn.targets,
         &g.inn.edges,
     ]
-}
-
-fn put(body: &mut Vec<u8>, words: &[u32]) {
-    for w in words {
-        body.extend_from_slice(&w.to_le_bytes());
-    }
 }
 
 /// How many id orders a file of a basis' `tables` holds: one per endpoint
@@ -93,12 +83,12 @@ pub fn encode(g: &GraphIndex, basis: &Basis, ids: &[&IdOrder]) -> Vec<u8> {
     let body_len = g.bytes() + ids.iter().map(|o| o.bytes_held()).sum::<usize>();
     let mut body = Vec::with_capacity(body_len);
     for a in id_arrays {
-        put(&mut body, a);
+        put_words(&mut body, a);
     }
     let mut digests = Vec::new();
     for a in arrays(g) {
         let start = body.len();
-        put(&mut body, a);
+        put_words(&mut body, a);
         digests.push(xxh3_64(&body[start..]));
     }
     let mut e = Encoder::new(MAGIC);
@@ -118,12 +108,7 @@ pub fn encode(g: &GraphIndex, basis: &Basis, ids: &[&IdOrder]) -> Vec<u8> {
         }
         e.u64(o.digest());
     }
-    let header = e.finish();
-    let start = align8(8 + header.len());
-    let mut out = Vec::with_capacity(start + body.len());
-    out.extend_from_slice(&(header.len() as u64).to_le_bytes());
-    out.extend_from_slice(&header);
-    out.resize(start, 0);
+    let mut out = framed(&e.finish(), body.len());
     out.extend_from_slice(&body);
     out
 }
@@ -143,15 +128,7 @@ pub fn decode(map: Arc<memmap2::Mmap>, what: &str) -> Result<Persisted> {
     if !cfg!(target_endian = "little") {
         return Err(bad("this machine is not little-endian"));
     }
-    let len = u64::from_le_bytes(
-        map.get(..8)
-            .ok_or_else(|| bad("shorter than its header"))?
-            .try_into()
-            .expect("8"),
-    ) as usize;
-    let header = map
-        .get(8..8usize.saturating_add(len))
-        .ok_or_else(|| bad("shorter than its header"))?;
+    let (header, start) = unframe(&map).ok_or_else(|| bad("shorter than its header"))?;
     let mut d = Decoder::new(header, MAGIC, what)?;
     let mut tables: [String; 3] = Default::default();
     let mut layouts: [Layout; 3] = Default::default();
@@ -175,7 +152,6 @@ pub fn decode(map: Arc<memmap2::Mmap>, what: &str) -> Result<Persisted> {
         ));
     }
     d.end()?;
-    let start = align8(8 + len);
     let body = map
         .get(start..)
         .ok_or_else(|| bad("its arrays are missing"))?;

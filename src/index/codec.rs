@@ -89,6 +89,33 @@ impl Encoder {
     }
 }
 
+/// A file of mapped arrays: its header's length (8 bytes), the header (an
+/// [`Encoder`]'s bytes), zeros to a multiple of 8 bytes, then the arrays'
+/// words, which [`put_words`] appends. So each array maps aligned.
+pub fn framed(header: &[u8], body_len: usize) -> Vec<u8> {
+    let start = (8 + header.len()).div_ceil(8) * 8;
+    let mut out = Vec::with_capacity(start + body_len);
+    out.extend_from_slice(&(header.len() as u64).to_le_bytes());
+    out.extend_from_slice(header);
+    out.resize(start, 0);
+    out
+}
+
+/// Words as a file holds them, little-endian.
+pub fn put_words(out: &mut Vec<u8>, words: &[u32]) {
+    for w in words {
+        out.extend_from_slice(&w.to_le_bytes());
+    }
+}
+
+/// The header of a [`framed`] file and where its arrays start; `None` when
+/// the file is shorter than its header says.
+pub fn unframe(bytes: &[u8]) -> Option<(&[u8], usize)> {
+    let len = u64::from_le_bytes(bytes.get(..8)?.try_into().expect("8")) as usize;
+    let header = bytes.get(8..8usize.checked_add(len)?)?;
+    Some((header, (8 + len).div_ceil(8) * 8))
+}
+
 pub struct Decoder<'a> {
     buf: &'a [u8],
     at: usize,

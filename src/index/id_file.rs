@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use super::adjacency::Words;
-use super::codec::{Decoder, Encoder};
+use super::codec::{Decoder, Encoder, framed, put_words, unframe};
 use super::coverage::{self, Layout};
 use super::id_order::IdOrder;
 use crate::error::{OmniError, Result};
@@ -33,16 +33,9 @@ pub fn encode(order: &IdOrder, layout: &Layout) -> Vec<u8> {
         e.u64(a.len() as u64);
     }
     e.u64(order.digest());
-    let header = e.finish();
-    let start = (8 + header.len()).div_ceil(8) * 8;
-    let mut out = Vec::with_capacity(start + order.bytes_held());
-    out.extend_from_slice(&(header.len() as u64).to_le_bytes());
-    out.extend_from_slice(&header);
-    out.resize(start, 0);
+    let mut out = framed(&e.finish(), order.bytes_held());
     for a in order.arrays() {
-        for w in a.iter() {
-            out.extend_from_slice(&w.to_le_bytes());
-        }
+        put_words(&mut out, a);
     }
     out
 }
@@ -56,19 +49,12 @@ pub fn decode(map: Arc<memmap2::Mmap>, what: &str) -> Result<(IdOrder, Layout)> 
     if !cfg!(target_endian = "little") {
         return Err(bad("this machine is not little-endian"));
     }
-    let len = map
-        .get(..8)
-        .map(|b| u64::from_le_bytes(b.try_into().expect("8")) as usize)
-        .ok_or_else(|| bad("shorter than its header"))?;
-    let header = map
-        .get(8..8usize.saturating_add(len))
-        .ok_or_else(|| bad("shorter than its header"))?;
+    let (header, mut at) = unframe(&map).ok_or_else(|| bad("shorter than its header"))?;
     let mut d = Decoder::new(header, MAGIC, what)?;
     let layout = coverage::decode(&mut d)?;
     let lens = [d.u64()? as usize, d.u64()? as usize, d.u64()? as usize];
     let digest = d.u64()?;
     d.end()?;
-    let mut at = (8 + len).div_ceil(8) * 8;
     if at + lens.iter().sum::<usize>() * 4 != map.len() {
         return Err(bad("its arrays are not the length its header says"));
     }
