@@ -623,8 +623,9 @@ impl Omnigraph {
     /// Remove the index files no version of any table records: those of
     /// optimizes that crashed or lost a race, and of deleted branches' forks.
     /// A file whose writing process may still record it stays (another
-    /// process while it lives, this one while a write of its own runs); with `dry_run`, nothing is removed and the report lists
-    /// what would be. Not a write: it changes nothing any version reads.
+    /// process while it lives, this one while a write of its own runs);
+    /// with `dry_run`, nothing is removed and the report lists what would
+    /// be. Not a write: it changes nothing any version reads.
     pub async fn gc(&self, dry_run: bool) -> Result<GcReport> {
         let w = self.writes("gc")?;
         index_files::collect(&w.substrate, dry_run).await

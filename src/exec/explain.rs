@@ -14,7 +14,6 @@ use super::scan::{in_memory, pushdown};
 use crate::compiler::catalog::ID;
 use crate::compiler::query::ir::{Dir, Op, Plan, Pred, TextTest, ValExpr};
 use crate::error::Result;
-use crate::index::coverage::rows_digest;
 use crate::storage::stage;
 
 /// One step of a plan.
@@ -200,12 +199,7 @@ impl Ctx<'_> {
                 let rest: Vec<&Pred> = match super::point::key_lookup(self, t, &active) {
                     Some((i, _)) => {
                         detail.push_str(&format!(", key lookup {}", pred(self, plan, active[i])));
-                        let ordered = match table.id_order()? {
-                            Some(r) if self.g.store.is_local() => {
-                                r.rows == rows_digest(&table.layout().await?)
-                            }
-                            _ => false,
-                        };
+                        let ordered = super::point::usable_id_order(self, &table).await?.is_some();
                         uses.push(match (warm, btrees.iter().any(|c| c == ID)) {
                             (true, _) => "the cached id index".into(),
                             (false, _) if ordered => {

@@ -3,8 +3,9 @@
 //! matching rows from storage (through the persisted id order when
 //! `optimize` wrote one for exactly the table's rows, else the `id` BTREE
 //! when it built one) instead of the type's whole id column and every
-//! property column it returns. The executor then runs unchanged over a view of the
-//! type that holds only those rows; nothing of the view enters the cache.
+//! property column it returns. The executor then runs unchanged over a
+//! view of the type that holds only those rows; nothing of the view enters
+//! the cache.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -16,7 +17,8 @@ use crate::compiler::catalog::{ID, PropType, TypeDef};
 use crate::compiler::query::ast::CmpOp;
 use crate::compiler::query::ir::{Op, Plan, Pred, RetExpr, ValExpr};
 use crate::error::Result;
-use crate::index::{coverage, id_file};
+use crate::index::coverage::{self, Layout};
+use crate::index::id_file::{self, IdOrderRef};
 use crate::storage::scan::{self, Filter};
 use crate::storage::stage;
 use crate::storage::tables::Table;
@@ -54,20 +56,14 @@ pub(super) fn key_lookup(
     })
 }
 
-/// The row of `id` found through the table version's persisted id order,
-/// when it records one of exactly its rows and the graph is on local disk:
-/// a binary search in the mapped file, then that one row read. `None` (read it through the BTREE
-/// instead) when there is no such file, it cannot be read, it does not
-/// hold `id`, or the row it points at holds another id: the file is never
-/// trusted for a row it cannot show.
-async fn by_id_order(
+/// The table version's id order record, and the version's layout, when a
+/// point read may use the file: the graph is on local disk (on object
+/// storage the file would be fetched whole for one lookup, where the BTREE
+/// reads a page or two) and the record names exactly the version's rows.
+pub(super) async fn usable_id_order(
     ctx: &Ctx<'_>,
     table: &Table,
-    id: &str,
-    cols: &[&str],
-) -> Result<Option<RecordBatch>> {
-    // On object storage the file would be fetched whole for one lookup,
-    // where the BTREE reads a page or two.
+) -> Result<Option<(IdOrderRef, Layout)>> {
     if !ctx.g.store.is_local() {
         return Ok(None);
     }
@@ -75,9 +71,24 @@ async fn by_id_order(
         return Ok(None);
     };
     let layout = table.layout().await?;
-    if r.rows != coverage::rows_digest(&layout) {
+    Ok((r.rows == coverage::rows_digest(&layout)).then_some((r, layout)))
+}
+
+/// The row of `id` found through the table version's persisted id order
+/// ([`usable_id_order`]): a binary search in the mapped file, then that one
+/// row read. `None` (read it through the BTREE instead) when there is no
+/// usable file, it cannot be read, it does not hold `id`, or the row it
+/// points at holds another id: the file is never trusted for a row it
+/// cannot show.
+async fn by_id_order(
+    ctx: &Ctx<'_>,
+    table: &Table,
+    id: &str,
+    cols: &[&str],
+) -> Result<Option<RecordBatch>> {
+    let Some((r, layout)) = usable_id_order(ctx, table).await? else {
         return Ok(None);
-    }
+    };
     let Some(map) = ctx.g.store.map(&r.file).await? else {
         return Ok(None);
     };
