@@ -24,9 +24,9 @@ const EMPTY_TAG: u64 = u64::MAX;
 const GROUP: usize = 16;
 
 #[inline]
-fn hash(s: &str) -> u64 {
+fn hash_bytes(s: &[u8]) -> u64 {
     let mut h = FxHasher::default();
-    h.write(s.as_bytes());
+    h.write(s);
     h.finish()
 }
 
@@ -73,6 +73,31 @@ fn inline_key(id: &[u8]) -> Option<u64> {
         b[..id.len()].copy_from_slice(id);
         u64::from_le_bytes(b) | (id.len() as u64) << 56 | INLINE
     })
+}
+
+/// The hash and (when short) the inline key of the id at `start..start +
+/// len` of `bytes` (a string array's bytes). A short id whose eight bytes
+/// from its start lie inside `bytes` is read with one load, masked: the
+/// copies of a few bytes each that `hash` and `inline_key` make cost more
+/// than a probe of a table in cache.
+#[inline]
+fn hash_key(bytes: &[u8], start: usize, len: usize) -> (u64, Option<u64>) {
+    if (1..=INLINE_MAX).contains(&len)
+        && let Some(w) = bytes.get(start..start + 8)
+    {
+        let w = u64::from_le_bytes(w.try_into().expect("8 bytes")) & (u64::MAX >> (64 - 8 * len));
+        return (FxHasher::of_word(w), Some(w | (len as u64) << 56 | INLINE));
+    }
+    let id = &bytes[start..start + len];
+    (hash_bytes(id), inline_key(id))
+}
+
+/// The hash and inline key of value `i` of `a`.
+#[inline]
+fn hash_key_at(a: &StringArray, i: usize) -> (u64, Option<u64>) {
+    let offsets = a.value_offsets();
+    let start = offsets[i] as usize;
+    hash_key(a.values(), start, offsets[i + 1] as usize - start)
 }
 
 /// Does the slot hold `id` (whose inline key, if short, is `short`)?
@@ -123,20 +148,19 @@ impl IdIndex {
         // The slot of the id GROUP places ahead is fetched while this one
         // is placed: at a million ids the table is out of cache.
         let n = ids.len();
-        let mut ahead = [0u64; GROUP];
-        for (i, h) in ahead.iter_mut().enumerate().take(n) {
-            *h = hash(ids.value(i));
-            prefetch(&slots[*h as usize & mask]);
+        let mut ahead = [(0u64, None); GROUP];
+        for (i, a) in ahead.iter_mut().enumerate().take(n) {
+            *a = hash_key_at(&ids, i);
+            prefetch(&slots[a.0 as usize & mask]);
         }
         for i in 0..n {
             let id = ids.value(i);
-            let h = ahead[i % GROUP];
+            let (h, short) = ahead[i % GROUP];
             if i + GROUP < n {
-                let next = hash(ids.value(i + GROUP));
+                let next = hash_key_at(&ids, i + GROUP);
                 ahead[i % GROUP] = next;
-                prefetch(&slots[next as usize & mask]);
+                prefetch(&slots[next.0 as usize & mask]);
             }
-            let short = inline_key(id.as_bytes());
             let mut s = h as usize & mask;
             while slots[s].tag_pos != EMPTY_TAG {
                 let slot = slots[s];
@@ -184,17 +208,16 @@ impl IdIndex {
     }
 
     #[inline]
-    fn find(&self, id: &str, h: u64) -> Option<u32> {
+    fn find(&self, id: &[u8], (h, short): (u64, Option<u64>)) -> Option<u32> {
         let tag = h >> 32;
         let bytes = self.ids.values().as_slice();
-        let short = inline_key(id.as_bytes());
         let mut s = h as usize & self.mask;
         loop {
             let slot = self.slots[s];
             if slot.tag_pos == EMPTY_TAG {
                 return None;
             }
-            if slot.tag_pos >> 32 == tag && holds(slot, bytes, id.as_bytes(), short) {
+            if slot.tag_pos >> 32 == tag && holds(slot, bytes, id, short) {
                 return Some(slot.tag_pos as u32);
             }
             s = (s + 1) & self.mask;
@@ -202,32 +225,36 @@ impl IdIndex {
     }
 
     pub fn get(&self, id: &str) -> Option<u32> {
-        self.find(id, hash(id))
+        let id = id.as_bytes();
+        self.find(id, hash_key(id, 0, id.len()))
     }
 
     /// The position of every value of `values` (null or unknown: [`ABSENT`]),
     /// appended to `out`. A software pipeline over groups of lookups: while
-    /// one group is checked, the next one's id bytes and the one after's
-    /// slots are being fetched.
+    /// one group is checked, the next one's long ids' bytes and the one
+    /// after's slots are being fetched.
     pub fn lookup_all(&self, values: &StringArray, out: &mut Vec<u32>) {
         let bytes = self.ids.values().as_ptr();
         let n = values.len();
         let groups = n.div_ceil(GROUP);
-        let mut hashes = [[0u64; GROUP]; 3];
+        let mut keys = [[(0u64, None); GROUP]; 3];
         let range = |g: usize| g * GROUP..((g + 1) * GROUP).min(n);
         out.reserve(n);
         for step in 0..groups + 2 {
             if step < groups {
-                let ring = &mut hashes[step % 3];
+                let ring = &mut keys[step % 3];
                 for (k, i) in range(step).enumerate() {
-                    let h = hash(values.value(i));
-                    ring[k] = h;
-                    prefetch(&self.slots[h as usize & self.mask]);
+                    ring[k] = hash_key_at(values, i);
+                    prefetch(&self.slots[ring[k].0 as usize & self.mask]);
                 }
             }
             if (1..=groups).contains(&step) {
                 let g = step - 1;
-                for h in &hashes[g % 3][..range(g).len()] {
+                // A short id is checked in its slot alone.
+                for (h, _) in keys[g % 3][..range(g).len()]
+                    .iter()
+                    .filter(|k| k.1.is_none())
+                {
                     let slot = self.slots[*h as usize & self.mask];
                     if slot.tag_pos != EMPTY_TAG
                         && slot.tag_pos >> 32 == h >> 32
@@ -243,8 +270,8 @@ impl IdIndex {
                     out.push(if values.is_null(i) {
                         ABSENT
                     } else {
-                        self.find(values.value(i), hashes[g % 3][k])
-                            .unwrap_or(ABSENT)
+                        let id = values.value(i).as_bytes();
+                        self.find(id, keys[g % 3][k]).unwrap_or(ABSENT)
                     });
                 }
             }
@@ -322,6 +349,29 @@ mod tests {
         assert_eq!(out, [6, 5, ABSENT, 1]);
         let repeats = StringArray::from(vec!["abcdefgh", "x", "abcdefgh"]);
         assert_eq!(IdIndex::unique(repeats).err(), Some((0, 2)));
+    }
+
+    /// The one-load hash and key of an id are those of its bytes, wherever
+    /// it lies in its array (its last bytes near the end of the buffer are
+    /// read byte by byte).
+    #[test]
+    fn an_id_read_in_one_load_hashes_as_its_bytes() {
+        let words = [
+            "", "a", "p1", "p99999", "p999999", "p9999999", "é", "ab\u{0}c", "x",
+        ];
+        let ids = StringArray::from(words.to_vec());
+        for (i, w) in words.iter().enumerate() {
+            let want = (hash_bytes(w.as_bytes()), inline_key(w.as_bytes()));
+            assert_eq!(hash_key_at(&ids, i), want, "{w:?}");
+        }
+        // Every id of an index of them is found, by one lookup or many.
+        let index = IdIndex::unique(ids.clone()).unwrap();
+        let mut at = Vec::new();
+        index.lookup_all(&ids, &mut at);
+        assert_eq!(at, (0..words.len() as u32).collect::<Vec<_>>());
+        for (i, w) in words.iter().enumerate() {
+            assert_eq!(index.get(w), Some(i as u32), "{w:?}");
+        }
     }
 
     #[test]

@@ -80,6 +80,35 @@ impl TypeRules {
         })
     }
 
+    /// Validate `cells` (one per property, in property order; `None` = absent)
+    /// and return the converted values (in the cells' allocation), or an
+    /// error naming line, type, property and value.
+    pub fn validate<'a>(
+        &self,
+        cells: Vec<Option<Value<'a>>>,
+        line: Option<usize>,
+    ) -> Result<Vec<Value<'a>>> {
+        let props = &self.props;
+        assert_eq!(cells.len(), props.len(), "one cell per property");
+        cells
+            .into_iter()
+            .enumerate()
+            .map(|(i, cell)| {
+                props[i].validate(cell).map_err(|(message, value)| {
+                    OmniError::invalid(
+                        Location {
+                            line,
+                            type_name: Some(self.def.name.clone()),
+                            property: Some(props[i].def.name.clone()),
+                            value,
+                        },
+                        message,
+                    )
+                })
+            })
+            .collect()
+    }
+
     pub fn prop_index(&self, name: &str) -> Option<usize> {
         self.props.iter().position(|p| p.def.name == name)
     }
@@ -101,12 +130,14 @@ fn in_range(r: &(Option<Num>, Option<Num>), v: &Value) -> bool {
 
 impl PropRule {
     /// Validate one (possibly absent) value of this property.
+    #[inline]
     pub fn validate<'a>(
         &self,
         cell: Option<Value<'a>>,
     ) -> std::result::Result<Value<'a>, (String, Option<String>)> {
         // The usual cells, already of their property's type with nothing
-        // more to check, are taken as they are (what `typed` would return).
+        // more to check, are taken as they are (what `typed` would return),
+        // here where the caller's loop can keep them in registers.
         if self.range.is_none() && self.check.is_none() {
             match (&self.def.ty, &cell) {
                 (PropType::String, Some(Value::Str(_)))
@@ -119,6 +150,14 @@ impl PropRule {
                 _ => {}
             }
         }
+        self.validate_fully(cell)
+    }
+
+    #[inline(never)]
+    fn validate_fully<'a>(
+        &self,
+        cell: Option<Value<'a>>,
+    ) -> std::result::Result<Value<'a>, (String, Option<String>)> {
         let cell = match cell {
             None | Some(Value::Null) if !self.def.nullable => {
                 let shown = cell.as_ref().map(|c| c.show());
@@ -372,35 +411,6 @@ impl TableBuilder {
         self.lines.is_empty()
     }
 
-    /// Validate `cells` (one per property, in property order; `None` = absent)
-    /// and return the converted values (in the cells' allocation), or an
-    /// error naming line, type, property and value.
-    pub fn validate<'a>(
-        &self,
-        cells: Vec<Option<Value<'a>>>,
-        line: Option<usize>,
-    ) -> Result<Vec<Value<'a>>> {
-        let props = &self.rules.props;
-        assert_eq!(cells.len(), props.len(), "one cell per property");
-        cells
-            .into_iter()
-            .enumerate()
-            .map(|(i, cell)| {
-                props[i].validate(cell).map_err(|(message, value)| {
-                    OmniError::invalid(
-                        Location {
-                            line,
-                            type_name: Some(self.rules.def.name.clone()),
-                            property: Some(props[i].def.name.clone()),
-                            value,
-                        },
-                        message,
-                    )
-                })
-            })
-            .collect()
-    }
-
     /// Append a validated row, leaving `vals` empty.
     pub fn push(
         &mut self,
@@ -553,7 +563,6 @@ mod tests {
             "node P { name: String\n age: I32?\n s: enum(a, b)\n v: Vector(2)?\n e: String?\n @range(age, 0..150)\n @check(e, \"^[a-z]+@x$\") }",
             "P",
         );
-        let b = TableBuilder::new(r.clone(), 4);
         let cells = |name: Value<'static>,
                      age: Value<'static>,
                      s: Value<'static>,
@@ -561,7 +570,7 @@ mod tests {
                      e: Value<'static>| {
             vec![Some(name), Some(age), Some(s), Some(v), Some(e)]
         };
-        let ok = b
+        let ok = r
             .validate(
                 cells(
                     Value::Str("x".into()),
@@ -574,7 +583,7 @@ mod tests {
             )
             .unwrap();
         assert_eq!(ok[1], Value::Int(3));
-        let bad = |cs, prop: &str| match b.validate(cs, Some(7)) {
+        let bad = |cs, prop: &str| match r.validate(cs, Some(7)) {
             Err(OmniError::Invalid { at, .. }) => {
                 assert_eq!(at.line, Some(7));
                 assert_eq!(at.property.as_deref(), Some(prop));
@@ -665,6 +674,7 @@ mod tests {
         );
         let mut b = TableBuilder::new(r, 2);
         let mut vals = b
+            .rules
             .validate(
                 vec![
                     Some(Value::List(vec![Value::Str("a".into())])),
@@ -681,6 +691,7 @@ mod tests {
         assert_eq!(vals[3], Value::Bytes(b"hi".to_vec()));
         b.push("1", None, &mut vals, 1, true);
         let mut vals = b
+            .rules
             .validate(vec![None, None, None, None, None], Some(2))
             .unwrap();
         b.push("2", None, &mut vals, 2, true);

@@ -20,14 +20,23 @@ pub fn derive_id(parts: &[String]) -> String {
 /// unkeyed row keeps the id it was given. `Ok(None)`: unkeyed and none
 /// given, so the caller generates one. `Err`: the derived id the given one
 /// contradicts.
+#[inline]
 pub fn row_id<'g>(
     key: &[usize],
     vals: &[Value],
     given: Option<Cow<'g, str>>,
 ) -> Result<Option<Cow<'g, str>>, String> {
-    if key.is_empty() {
-        return Ok(given);
+    match key.is_empty() {
+        true => Ok(given),
+        false => keyed_id(key, vals, given),
     }
+}
+
+fn keyed_id<'g>(
+    key: &[usize],
+    vals: &[Value],
+    given: Option<Cow<'g, str>>,
+) -> Result<Option<Cow<'g, str>>, String> {
     let parts: Vec<String> = key
         .iter()
         .map(|&i| vals[i].key_part().unwrap_or_default())

@@ -275,6 +275,7 @@ impl<'de> Visitor<'de> for DataSeed<'_> {
 }
 
 /// An edge's `from` or `to` as an id.
+#[inline]
 fn edge_end<'c>(
     c: &'c Option<Value>,
     which: &str,
@@ -340,11 +341,16 @@ impl<'c> BlockParser<'c> {
         }
     }
 
-    // The loader's hot path: one line, parsed and validated without
-    // allocating per cell; kept whole so that nothing is re-dispatched per
-    // line.
+    // The loader's hot path: a line of a shape seen before, read and
+    // checked straight into its values; every other line through the
+    // scanner (or serde) and the general checks, ending the same way.
     fn line(&mut self, text: &str, line: usize) -> Result<()> {
-        let cells = reuse(std::mem::take(&mut self.spare));
+        let mut vals = reuse(std::mem::take(&mut self.spare));
+        if let Some((shaped, rules)) = self.shapes.load(text, &mut vals) {
+            let ends = rules.def.is_edge().then_some((&shaped.from, &shaped.to));
+            return self.push_row(rules, vals, shaped.id.as_ref(), ends, line);
+        }
+        let cells = reuse(vals);
         let read = super::jsonl_fast::line(text, &mut self.types, &mut self.shapes, cells);
         let (raw, found) = match read {
             Some(read) => read,
@@ -382,7 +388,6 @@ impl<'c> BlockParser<'c> {
                 ));
             }
         };
-        let def = &rules.def;
         if !is_edge && (raw.from.is_some() || raw.to.is_some()) {
             return Err(OmniError::invalid(
                 at_line(line, Some(name)),
@@ -413,12 +418,24 @@ impl<'c> BlockParser<'c> {
                 }
             }
         };
-        let builder = self
-            .builders
-            .entry(def.id)
-            .or_insert_with(|| TableBuilder::new(rules.clone(), 1024));
-        let mut vals = builder.validate(row.cells, Some(line))?;
-        let given_id = match &row.id {
+        let vals = rules.validate(row.cells, Some(line))?;
+        let ends = is_edge.then_some((&raw.from, &raw.to));
+        self.push_row(rules, vals, row.id.as_ref(), ends, line)
+    }
+
+    /// A line's checked values, its given id (if any) and, for an edge, its
+    /// endpoints, into its type's rows: the id checked against the key (or
+    /// generated), then the endpoints.
+    fn push_row<'a>(
+        &mut self,
+        rules: &'c Arc<TypeRules>,
+        mut vals: Vec<Value<'a>>,
+        given: Option<&Value<'a>>,
+        ends: Option<(&Option<Value<'a>>, &Option<Value<'a>>)>,
+        line: usize,
+    ) -> Result<()> {
+        let name = rules.def.name.as_str();
+        let given_id = match given {
             None | Some(Value::Null) => None,
             Some(c) => Some(ids::endpoint_id(c).ok_or_else(|| {
                 OmniError::invalid(
@@ -442,25 +459,24 @@ impl<'c> BlockParser<'c> {
                 return Err(OmniError::invalid(
                     Location {
                         property: Some("id".into()),
-                        value: row
-                            .id
-                            .as_ref()
-                            .and_then(ids::endpoint_id)
-                            .map(|g| format!("{g:?}")),
+                        value: given.and_then(ids::endpoint_id).map(|g| format!("{g:?}")),
                         ..at_line(line, Some(name))
                     },
                     format!("does not match the id {derived:?} derived from the key"),
                 ));
             }
         };
-        let endpoints = if is_edge {
-            Some((
-                edge_end(&raw.from, "from", line, name)?,
-                edge_end(&raw.to, "to", line, name)?,
-            ))
-        } else {
-            None
+        let endpoints = match ends {
+            Some((from, to)) => Some((
+                edge_end(from, "from", line, name)?,
+                edge_end(to, "to", line, name)?,
+            )),
+            None => None,
         };
+        let builder = self
+            .builders
+            .entry(rules.def.id)
+            .or_insert_with(|| TableBuilder::new(rules.clone(), 1024));
         builder.push(
             &id,
             endpoints.as_ref().map(|(s, d)| (s.as_ref(), d.as_ref())),
@@ -473,8 +489,18 @@ impl<'c> BlockParser<'c> {
     }
 
     fn block(mut self, text: &str, first_line: usize) -> Result<BlockRows> {
-        for (i, raw) in text.split('\n').enumerate() {
-            let l = raw.trim();
+        // Lines cut by the vectorised search (`str::split` looks for a
+        // `char` a byte at a time), trimmed only when an end is not a
+        // line's usual `{` or `}`.
+        let mut start = 0;
+        let ends = memchr::memchr_iter(b'\n', text.as_bytes()).chain([text.len()]);
+        for (i, end) in ends.enumerate() {
+            let raw = &text[start..end];
+            start = end + 1;
+            let l = match raw.as_bytes() {
+                [b'{', .., b'}'] => raw,
+                _ => raw.trim(),
+            };
             if l.is_empty() || l.starts_with("//") {
                 continue;
             }

@@ -10,9 +10,11 @@
 //! Lines of one file mostly differ only in their values. Each line the
 //! scanner reads leaves its [`Shape`]: the bytes between its values and
 //! what each value fills. A later line with exactly those bytes between its
-//! values is read by comparing them and scanning the values alone, to the
-//! fields the scanner would have read (the keys, their order and the type
-//! are in the bytes compared).
+//! values is read by comparing them and scanning the values alone (the
+//! keys, their order and the type are in the bytes compared), each value
+//! checked by its property's rule as it is read, straight into the row's
+//! values. A value its rule refuses sends the line back to the scanner and
+//! the general checks, which spell the error.
 
 use std::borrow::Cow;
 
@@ -44,6 +46,8 @@ pub(super) struct Shape<'c> {
     between: Vec<Box<[u8]>>,
     fills: Vec<Fills>,
     rules: &'c Arc<TypeRules>,
+    /// Whether the shape's lines can pass their type's checks at all.
+    loads: bool,
 }
 
 /// A block's recent shapes.
@@ -56,74 +60,116 @@ pub(super) struct Shapes<'c> {
 }
 
 impl<'c> Shape<'c> {
-    /// `text` read to a line and its cells, if its bytes between values
-    /// are this shape's.
-    fn read<'a>(
-        &self,
-        text: &'a str,
-        cells: &mut Vec<Option<Value<'a>>>,
-    ) -> Option<(Line<'a>, &'c Arc<TypeRules>)>
+    /// `text` read and checked into `vals` (one per property, in property
+    /// order), if its bytes between values are this shape's and every value
+    /// passes its property's checks. `vals` may hold some of the line's
+    /// values when it is not.
+    fn load<'a>(&self, text: &'a str, vals: &mut Vec<Value<'a>>) -> Option<Shaped<'a>>
     where
         'c: 'a,
     {
+        if !self.loads {
+            return None;
+        }
         let b = text.as_bytes();
         let mut s = Scan { b, text, at: 0 };
-        let mut line = Line::empty();
-        let mut id = None;
-        cells.clear();
-        cells.resize(self.rules.props.len(), None);
+        let mut out = Shaped {
+            from: None,
+            to: None,
+            id: None,
+        };
+        vals.clear();
+        vals.extend((0..self.rules.props.len()).map(|_| Value::Null));
         for (between, fills) in self.between.iter().zip(&self.fills) {
-            s.at += b
-                .get(s.at..)?
-                .starts_with(between)
-                .then_some(between.len())?;
+            let end = s.at + between.len();
+            same(b.get(s.at..end)?, between).then_some(())?;
+            s.at = end;
             let v = s.value()?;
             match *fills {
-                Fills::From => line.from = Some(v),
-                Fills::To => line.to = Some(v),
-                Fills::Id => id = Some(v),
-                Fills::Cell(i) => cells[i] = Some(v),
+                Fills::From => out.from = Some(v),
+                Fills::To => out.to = Some(v),
+                Fills::Id => out.id = Some(v),
+                Fills::Cell(i) => vals[i] = self.rules.props[i].validate(Some(v)).ok()?,
             }
         }
         let last = self.between.last().expect("a shape ends with bytes");
-        (b.get(s.at..)? == &**last).then_some(())?;
-        let name = Cow::Borrowed(self.rules.def.name.as_str());
-        match self.rules.def.is_edge() {
-            true => line.edge = Some(name),
-            false => line.node = Some(name),
+        let rest = b.get(s.at..)?;
+        (rest.len() == last.len() && same(rest, last)).then_some(out)
+    }
+}
+
+/// Do two runs of bytes of one length hold the same bytes? Inline, in
+/// words: the runs between a line's values are a few bytes long, where a
+/// call to `memcmp` costs more than the comparison.
+#[inline]
+fn same(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    let word = |x: &[u8], at: usize| u64::from_le_bytes(x[at..at + 8].try_into().expect("8 bytes"));
+    if n < 8 {
+        return a.iter().zip(b).all(|(x, y)| x == y);
+    }
+    let mut at = 0;
+    while at + 8 <= n {
+        if word(a, at) != word(b, at) {
+            return false;
         }
-        line.data = Data::Read(Row {
-            cells: std::mem::take(cells),
-            id,
-        });
-        Some((line, self.rules))
+        at += 8;
+    }
+    word(a, n - 8) == word(b, n - 8)
+}
+
+/// What a line read by a known shape gives beside its property values.
+pub(super) struct Shaped<'a> {
+    pub(super) from: Option<Value<'a>>,
+    pub(super) to: Option<Value<'a>>,
+    pub(super) id: Option<Value<'a>>,
+}
+
+impl<'c> Shapes<'c> {
+    /// `text` read by one of the recent shapes, its values checked into
+    /// `vals`, with the checks of its type. `None`: no shape reads it (the
+    /// line is new, or it holds a value its property refuses), and the
+    /// scanner and the general checks take it from the start.
+    pub(super) fn load<'a>(
+        &mut self,
+        text: &'a str,
+        vals: &mut Vec<Value<'a>>,
+    ) -> Option<(Shaped<'a>, &'c Arc<TypeRules>)>
+    where
+        'c: 'a,
+    {
+        if self.misses >= SHAPE_MISSES_MAX {
+            return None;
+        }
+        for (i, shape) in self.recent.iter().enumerate() {
+            if let Some(read) = shape.load(text, vals) {
+                let rules = shape.rules;
+                self.recent[..=i].rotate_right(1);
+                self.misses = 0;
+                return Some((read, rules));
+            }
+        }
+        self.misses += 1;
+        None
     }
 }
 
 /// Read `text` (one trimmed line) if it has the usual shape, with the
-/// checks of its type when it has `data`. The data's cells go into `cells`
-/// (empty; its allocation is reused).
+/// checks of its type when it has `data`, and keep its shape for the lines
+/// after. The data's cells go into `cells` (empty; its allocation is
+/// reused).
 pub(super) fn line<'a, 'c: 'a>(
     text: &'a str,
     types: &mut Types<'c>,
     shapes: &mut Shapes<'c>,
-    mut cells: Vec<Option<Value<'a>>>,
+    cells: Vec<Option<Value<'a>>>,
 ) -> Option<(Line<'a>, Option<&'c Arc<TypeRules>>)> {
-    let keep = shapes.misses < SHAPE_MISSES_MAX;
-    if keep {
-        for (i, shape) in shapes.recent.iter().enumerate() {
-            if let Some((line, rules)) = shape.read(text, &mut cells) {
-                shapes.recent[..=i].rotate_right(1);
-                shapes.misses = 0;
-                return Some((line, Some(rules)));
-            }
-        }
-        shapes.misses += 1;
-        cells.clear();
-    }
     shapes.values.clear();
     let read = scan(text, types, &mut shapes.values, cells)?;
-    if let (true, Some(rules)) = (keep, read.1) {
+    if let (true, Some(rules)) = (shapes.misses < SHAPE_MISSES_MAX, read.1) {
         let mut between = Vec::with_capacity(shapes.values.len() + 1);
         let mut at = 0;
         for &(start, end, _) in &shapes.values {
@@ -131,13 +177,21 @@ pub(super) fn line<'a, 'c: 'a>(
             at = end;
         }
         between.push(text.as_bytes()[at..].into());
+        let fills: Vec<Fills> = shapes.values.iter().map(|v| v.2).collect();
+        // A node with `from`/`to` or a property left out that must be
+        // given: every line of the shape is refused, by the general checks.
+        let ends = fills.iter().any(|f| matches!(f, Fills::From | Fills::To));
+        let loads = (rules.def.is_edge() || !ends)
+            && (0..rules.props.len())
+                .all(|i| fills.contains(&Fills::Cell(i)) || rules.props[i].validate(None).is_ok());
         shapes.recent.truncate(SHAPES_MAX - 1);
         shapes.recent.insert(
             0,
             Shape {
                 between,
-                fills: shapes.values.iter().map(|v| v.2).collect(),
+                fills,
                 rules,
+                loads,
             },
         );
     }
@@ -201,6 +255,7 @@ struct Scan<'a> {
 }
 
 impl<'a> Scan<'a> {
+    #[inline]
     fn ws(&mut self) {
         while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.b.get(self.at) {
             self.at += 1;
@@ -208,6 +263,7 @@ impl<'a> Scan<'a> {
     }
 
     /// The next byte past whitespace, not consumed.
+    #[inline]
     fn peek(&mut self) -> Option<u8> {
         self.ws();
         self.b.get(self.at).copied()
@@ -225,6 +281,7 @@ impl<'a> Scan<'a> {
     }
 
     /// A string needing no unescaping, borrowed from the line.
+    #[inline]
     fn string(&mut self) -> Option<&'a str> {
         self.eat(b'"')?;
         let start = self.at;
@@ -256,6 +313,7 @@ impl<'a> Scan<'a> {
         Some(v)
     }
 
+    #[inline]
     fn value(&mut self) -> Option<Value<'a>> {
         Some(match self.peek()? {
             b'"' => Value::Str(Cow::Borrowed(self.string()?)),
@@ -361,7 +419,7 @@ mod tests {
 
     fn rules() -> RulesByName {
         let c = compile(
-            "node Person { name: String @key\n age: I64?\n ok: Bool? }\nedge Knows: Person -> Person { since: I64? }",
+            "node Person { name: String @key\n age: I64?\n ok: Bool?\n @range(age, 0..150) }\nedge Knows: Person -> Person { since: I64? }",
         )
         .unwrap();
         c.types
@@ -418,47 +476,118 @@ mod tests {
         }
     }
 
-    /// A line read by a shape has the scanner's fields; one whose bytes
-    /// between values differ is read by the scanner and leaves its shape.
+    /// What a line loads as: its type, endpoints, given id and checked
+    /// values, spelled so that borrowed and owned strings compare equal.
+    fn row(
+        name: &str,
+        from: &Option<Value>,
+        to: &Option<Value>,
+        id: &Option<Value>,
+        vals: &[Value],
+    ) -> String {
+        format!("{name} {from:?} {to:?} {id:?} {vals:?}")
+    }
+
+    /// A line's row by the general checks: serde's reading, then the type's
+    /// checks. `None` when either refuses it.
+    fn checked(text: &str, r: &RulesByName) -> Option<String> {
+        let l = super::super::jsonl::read_line(text, r, 1).ok()?;
+        let name = l.node.as_ref().or(l.edge.as_ref())?;
+        let rules = &r[name.as_ref()];
+        let (cells, id) = match l.data {
+            Data::Absent => (vec![None; rules.props.len()], None),
+            Data::Read(row) => (row.cells, row.id),
+            Data::Raw(_) => return None,
+        };
+        let vals = rules.validate(cells, None).ok()?;
+        Some(row(name, &l.from, &l.to, &id, &vals))
+    }
+
+    /// A line's row the way a block reads it: a recent shape, else the
+    /// scanner (keeping its shape) and the checks. Whether a shape read it.
+    fn through<'c>(
+        text: &str,
+        r: &'c RulesByName,
+        types: &mut Types<'c>,
+        shapes: &mut Shapes<'c>,
+    ) -> (Option<String>, bool) {
+        let mut vals = Vec::new();
+        if let Some((s, rules)) = shapes.load(text, &mut vals) {
+            let name = &rules.def.name;
+            return (Some(row(name, &s.from, &s.to, &s.id, &vals)), true);
+        }
+        let read = line(text, types, shapes, Vec::new()).and_then(|(l, _)| {
+            let name = l.node.as_ref().or(l.edge.as_ref())?;
+            let rules = &r[name.as_ref()];
+            let Data::Read(data) = l.data else {
+                return checked(text, r);
+            };
+            let vals = rules.validate(data.cells, None).ok()?;
+            Some(row(name, &l.from, &l.to, &data.id, &vals))
+        });
+        (read, false)
+    }
+
+    /// A line of a known shape is read by it, to the row the general checks
+    /// make; one whose bytes between values differ is read by the scanner
+    /// and leaves its shape.
     #[test]
     fn lines_of_a_known_shape_are_read_by_it() {
         let r = rules();
         let mut types = Types::new(&r);
         let mut shapes = Shapes::default();
         let mut read = |text: &str| {
-            let (l, rules) = line(text, &mut types, &mut shapes, Vec::new()).unwrap();
-            assert_eq!(Some(spell(&l)), serde(text, &r), "{text}");
-            (
-                rules.unwrap().def.name.clone(),
-                shapes.misses == 0,
-                shapes.recent.len(),
-            )
+            let (got, shaped) = through(text, &r, &mut types, &mut shapes);
+            assert_eq!(got, checked(text, &r), "{text}");
+            assert!(got.is_some(), "{text}");
+            (shaped, shapes.recent.len())
         };
         let knows = |n: &str| {
             format!(r#"{{"edge":"Knows","from":"p{n}","to":{n},"data":{{"since":{n}}}}}"#)
         };
-        assert_eq!(read(&knows("1")), ("Knows".into(), false, 1));
-        assert_eq!(read(&knows("22")), ("Knows".into(), true, 1));
-        assert_eq!(read(&knows("-3")), ("Knows".into(), true, 1));
+        assert_eq!(read(&knows("1")), (false, 1));
+        assert_eq!(read(&knows("22")), (true, 1));
+        assert_eq!(read(&knows("-3")), (true, 1));
         let person = r#"{"type":"Person","data":{"name":"Ann","age":null,"id":"Ann"}}"#;
-        assert_eq!(read(person), ("Person".into(), false, 2));
+        assert_eq!(read(person), (false, 2));
         let person = r#"{"type":"Person","data":{"name":"Bo","age":7,"id":"Bo"}}"#;
-        assert_eq!(read(person), ("Person".into(), true, 2));
+        assert_eq!(read(person), (true, 2));
         // Other keys, spacing or order: the scanner, and a new shape.
         let person = r#"{"type":"Person","data":{"age":7,"name":"Bo"}}"#;
-        assert_eq!(read(person), ("Person".into(), false, 3));
+        assert_eq!(read(person), (false, 3));
         let spaced = r#"{"edge":"Knows", "from":"p1","to":1,"data":{"since":1}}"#;
-        assert_eq!(read(spaced), ("Knows".into(), false, 4));
-        assert_eq!(read(&knows("5")), ("Knows".into(), true, 4));
-        // A shape's values still go through the scanner's value rules.
-        let mut cells = Vec::new();
+        assert_eq!(read(spaced), (false, 4));
+        assert_eq!(read(&knows("5")), (true, 4));
+        // A shape's values still go through the scanner's value rules and
+        // their property's checks.
+        let mut vals = Vec::new();
         for bad in [
             r#"{"edge":"Knows","from":"p\"1","to":1,"data":{"since":1}}"#,
             r#"{"edge":"Knows","from":"p1","to":1.5,"data":{"since":1}}"#,
+            r#"{"edge":"Knows","from":"p1","to":1,"data":{"since":"1"}}"#,
             r#"{"edge":"Knows","from":"p1","to":1,"data":{"since":1}} "#,
             r#"{"edge":"Knows","from":"p1","to":1,"data":{"since":1},"x":1}"#,
+            r#"{"type":"Person","data":{"age":200,"name":"Bo"}}"#,
+            r#"{"type":"Person","data":{"age":7,"name":null}}"#,
         ] {
-            assert!(shapes.recent[0].read(bad, &mut cells).is_none(), "{bad}");
+            assert!(shapes.load(bad, &mut vals).is_none(), "{bad}");
+        }
+    }
+
+    /// A shape whose lines leave out a property that must be given, or a
+    /// node's with endpoints, reads none: the general checks refuse them.
+    #[test]
+    fn a_shape_the_checks_refuse_loads_nothing() {
+        let r = rules();
+        let mut types = Types::new(&r);
+        for text in [
+            r#"{"type":"Person","data":{"age":7}}"#,
+            r#"{"type":"Person","from":"a","data":{"name":"Bo"}}"#,
+        ] {
+            let mut shapes = Shapes::default();
+            assert!(line(text, &mut types, &mut shapes, Vec::new()).is_some());
+            assert_eq!(shapes.recent.len(), 1, "{text}");
+            assert!(shapes.load(text, &mut Vec::new()).is_none(), "{text}");
         }
     }
 
@@ -540,9 +669,11 @@ mod tests {
                 line(seed, &mut types, &mut shapes, Vec::new()).unwrap();
             }
             shapes.misses = 0;
-            if let Some((l, _)) = line(text, &mut types, &mut shapes, Vec::new()) {
-                shaped += usize::from(shapes.misses == 0);
-                assert_eq!(Some(spell(&l)), serde(text, &r), "{text} (shaped)");
+            let mut vals = Vec::new();
+            if let Some((s, rules)) = shapes.load(text, &mut vals) {
+                shaped += 1;
+                let got = row(&rules.def.name, &s.from, &s.to, &s.id, &vals);
+                assert_eq!(Some(got), checked(text, &r), "{text} (shaped)");
             }
         }
         assert!(

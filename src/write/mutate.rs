@@ -276,8 +276,7 @@ impl MutationWork {
             .iter()
             .map(|p| values.get(&p.def.name).map(|v| self.value(v)))
             .collect();
-        let builder = TableBuilder::new(rules.clone(), 0);
-        let vals: Vec<Value<'static>> = builder
+        let vals: Vec<Value<'static>> = rules
             .validate(cells, None)?
             .into_iter()
             .map(Value::into_owned)
