@@ -275,8 +275,22 @@ impl<'de> Visitor<'de> for DataSeed<'_> {
 }
 
 /// An edge's `from` or `to` as an id.
-#[inline]
+#[inline(always)]
 fn edge_end<'c>(
+    c: &'c Option<Value>,
+    which: &str,
+    line: usize,
+    name: &str,
+) -> Result<Cow<'c, str>> {
+    // The usual endpoint, a string, borrowed where the loop can keep it.
+    match c {
+        Some(Value::Str(s)) => Ok(Cow::Borrowed(s.as_ref())),
+        _ => edge_end_other(c, which, line, name),
+    }
+}
+
+#[inline(never)]
+fn edge_end_other<'c>(
     c: &'c Option<Value>,
     which: &str,
     line: usize,

@@ -281,7 +281,7 @@ impl<'a> Scan<'a> {
     }
 
     /// A string needing no unescaping, borrowed from the line.
-    #[inline]
+    #[inline(always)]
     fn string(&mut self) -> Option<&'a str> {
         self.eat(b'"')?;
         let start = self.at;
@@ -313,7 +313,7 @@ impl<'a> Scan<'a> {
         Some(v)
     }
 
-    #[inline]
+    #[inline(always)]
     fn value(&mut self) -> Option<Value<'a>> {
         Some(match self.peek()? {
             b'"' => Value::Str(Cow::Borrowed(self.string()?)),
