@@ -221,14 +221,22 @@ impl GraphIndex {
         self.out.bytes() + self.inn.bytes()
     }
 
+    /// Every edge whose ends this index knows, as its edge row and its
+    /// `(source, destination)`, by source.
+    fn known(&self) -> impl Iterator<Item = (u32, (u32, u32))> + '_ {
+        let out = &self.out;
+        (0..out.nodes() as u32).flat_map(move |s| {
+            out.range(s)
+                .map(move |i| (out.edges[i], (s, out.targets[i])))
+        })
+    }
+
     /// Every edge row's `(source, destination)`, [`ABSENT`] for a dangling
     /// edge's (whose ends this index no longer knows).
     fn pairs(&self) -> Vec<(u32, u32)> {
         let mut pairs = vec![(ABSENT, ABSENT); self.edges];
-        for s in 0..self.out.nodes() as u32 {
-            for i in self.out.range(s) {
-                pairs[self.out.edges[i] as usize] = (s, self.out.targets[i]);
-            }
+        for (row, p) in self.known() {
+            pairs[row as usize] = p;
         }
         pairs
     }
@@ -496,18 +504,32 @@ impl Graph {
         self.moved.iter().any(Option::is_some) || self.edge_rows.is_some()
     }
 
-    /// Today's edges as one new base read without maps: every live entry
-    /// of the out side placed at its edge row, over `nodes` (today's rows
-    /// of the source and destination tables). Integer work over the edges.
+    /// Today's edges as one new base read without maps, over `nodes`
+    /// (today's rows of the source and destination tables): the base
+    /// [`merge`]d through this overlay's maps, with the edges it added.
+    /// Integer work over the edges.
     pub fn compact(&self, [nodes_from, nodes_to]: [usize; 2]) -> GraphIndex {
-        let mut pairs = vec![(ABSENT, ABSENT); self.rows];
-        let out = self.out();
-        for n in 0..nodes_from as u32 {
-            for (row, t) in out.entries(n) {
-                pairs[row as usize] = (n, t);
-            }
-        }
-        GraphIndex::from_pairs(nodes_from, nodes_to, &pairs, 0)
+        let base = &self.base;
+        let now = |m: &Option<Arc<NodeMap>>, nodes: usize| -> Vec<u32> {
+            (0..nodes as u32)
+                .map(|b| m.as_ref().map_or(b, |m| m.now(b)))
+                .collect()
+        };
+        let (from, to) = (
+            now(&self.moved[0], base.out.nodes()),
+            now(&self.moved[1], base.inn.nodes()),
+        );
+        let edges: Vec<u32> = (0..base.edges as u32)
+            .map(|r| self.edge_rows.as_ref().map_or(r, |rank| rank.now(r)))
+            .collect();
+        let (rows, pairs): (Vec<u32>, Vec<(u32, u32)>) =
+            self.added.iter().flat_map(GraphIndex::known).unzip();
+        merge(
+            base,
+            (&from, &to, &edges),
+            (&rows, &pairs),
+            (nodes_from, nodes_to, self.rows),
+        )
     }
 
     /// See [`GraphIndex::edge_rows_sound`] (an overlay's own are built).
@@ -747,10 +769,11 @@ pub fn positions(c: &Coverage, found: impl Fn(usize) -> u32) -> Vec<u32> {
         .collect()
 }
 
-/// A new base for today's rows: `base`'s edges moved to where their rows
-/// and ends are now (`from`, `to`, `edges`: per base position, see
-/// [`positions`]), plus the fresh edge rows `fresh` (ascending today's
-/// rows, with their ends resolved today).
+/// A new base for today's rows, the one way one is made from an older
+/// one: `base`'s edges moved to where their rows and ends are now (`from`,
+/// `to`, `edges`: per base position, see [`positions`]), plus the fresh
+/// edge rows `fresh` (today's rows, with their ends resolved today; a row
+/// left out is dangling).
 pub fn merge(
     base: &GraphIndex,
     (from, to, edges): (&[u32], &[u32], &[u32]),
