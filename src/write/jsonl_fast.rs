@@ -93,14 +93,13 @@ impl<'c> Shape<'c> {
             }
         }
         let last = self.between.last().expect("a shape ends with bytes");
-        let rest = b.get(s.at..)?;
-        (rest.len() == last.len() && same(rest, last)).then_some(out)
+        same(b.get(s.at..)?, last).then_some(out)
     }
 }
 
-/// Do two runs of bytes of one length hold the same bytes? Inline, in
-/// words: the runs between a line's values are a few bytes long, where a
-/// call to `memcmp` costs more than the comparison.
+/// Do two runs of bytes hold the same bytes? Inline, in words: the runs
+/// between a line's values are a few bytes long, where a call to `memcmp`
+/// costs more than the comparison.
 #[inline]
 fn same(a: &[u8], b: &[u8]) -> bool {
     let n = a.len();
@@ -571,6 +570,24 @@ mod tests {
             r#"{"type":"Person","data":{"age":7,"name":null}}"#,
         ] {
             assert!(shapes.load(bad, &mut vals).is_none(), "{bad}");
+        }
+    }
+
+    /// Runs of every length up to three words: equal, or one byte apart
+    /// anywhere, or one byte longer.
+    #[test]
+    fn runs_compare_byte_for_byte() {
+        for n in 0..24 {
+            let a: Vec<u8> = (0..n as u8).map(|i| b'a' + i).collect();
+            assert!(same(&a, &a.clone()), "{n}");
+            for at in 0..n {
+                let mut b = a.clone();
+                b[at] ^= 0x20;
+                assert!(!same(&a, &b), "{n} differing at {at}");
+            }
+            let mut longer = a.clone();
+            longer.push(b'z');
+            assert!(!same(&a, &longer) && !same(&longer, &a), "{n}");
         }
     }
 
