@@ -116,35 +116,27 @@ impl IdOrder {
 
     /// The position of `id` ([`IdOrder::sound`] first).
     pub fn position(&self, id: &str) -> Option<u32> {
-        let id = id.as_bytes();
-        let (mut lo, mut hi) = (0usize, self.sorted.len());
-        while lo < hi {
-            let mid = (lo + hi) / 2;
-            let p = self.sorted[mid];
-            match self.at(p).cmp(id) {
-                Ordering::Less => lo = mid + 1,
-                Ordering::Greater => hi = mid,
-                Ordering::Equal => return Some(p),
-            }
-        }
-        None
+        self.search(id.as_bytes(), |p| Some(self.at(p)))
     }
 
     /// As [`IdOrder::position`], on arrays nobody checked: every read is
     /// bounds-checked, so a damaged file gives a wrong position or none,
     /// never a panic. Whoever uses the answer checks it.
     pub fn position_guarded(&self, id: &str) -> Option<u32> {
-        let id = id.as_bytes();
         let n = self.offsets.len().checked_sub(1)?;
         let bytes = self.bytes.as_bytes();
-        let at = |p: u32| -> Option<&[u8]> {
+        self.search(id.as_bytes(), |p| {
             let p = p as usize;
             if p >= n {
                 return None;
             }
-            let (a, b) = (self.offsets[p] as usize, self.offsets[p + 1] as usize);
-            bytes.get(a..b)
-        };
+            bytes.get(self.offsets[p] as usize..self.offsets[p + 1] as usize)
+        })
+    }
+
+    /// The binary search over `sorted`, reading each position's id with
+    /// `at` (`None`: stop, nothing found).
+    fn search<'s>(&'s self, id: &[u8], at: impl Fn(u32) -> Option<&'s [u8]>) -> Option<u32> {
         let (mut lo, mut hi) = (0usize, self.sorted.len());
         while lo < hi {
             let mid = (lo + hi) / 2;
