@@ -17,6 +17,7 @@ use serde::Serialize;
 
 use super::GraphStorage;
 use super::substrate::LanceSubstrate;
+use crate::compiler::catalog::TypeDef;
 use crate::error::{OmniError, Result};
 
 /// The folder every index file lies under.
@@ -25,6 +26,12 @@ pub const INDEXES: &str = "_indexes";
 /// How old a file with no writer in its name (written before names carried
 /// one) must be before it may be removed: its writer cannot be asked.
 pub const UNNAMED_WRITER_GRACE_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// A table's name as index file paths spell it (`node:Person` ->
+/// `node-Person`).
+pub fn table_name(def: &TypeDef) -> String {
+    def.table_key().replace(':', "-")
+}
 
 /// The path (relative to the graph's root) of a new index file:
 /// `_indexes/<folder>/<stem>-<ulid>.<writer>.<ext>`.

@@ -26,7 +26,7 @@ use crate::index::id_order::IdOrder;
 use crate::index::ivf::Ivf;
 use crate::index::text::TextIndex;
 use crate::index::{IndexKind, IndexRef};
-use crate::storage::index_files::new_index_file;
+use crate::storage::index_files::{self, new_index_file};
 use crate::storage::objstore::Store;
 use crate::storage::substrate::{BoxFut, PrepareCx, PrepareWork, Prepared};
 use crate::storage::tables::Table;
@@ -261,12 +261,7 @@ async fn graph_index(
     })
     .await
     .map_err(|e| OmniError::Storage(format!("the graph index build failed: {e}")))?;
-    let file = new_index_file(
-        "graph",
-        &def.table_key().replace(':', "-"),
-        "adj",
-        &cx.writer,
-    );
+    let file = new_index_file("graph", &index_files::table_name(def), "adj", &cx.writer);
     cx.graph.store.put(&file, &bytes).await?;
     let info = serde_json::json!({
         "type": def.name, "kind": "graph", "rows": edges, "bytes": bytes.len(), "file": file,
@@ -301,9 +296,7 @@ async fn id_order(
     let parts = stage::scan_strings(table, ID).await?;
     let rows = crate::index::coverage::rows_digest(&layout);
     let (bytes, n) = tokio::task::spawn_blocking(move || {
-        let refs: Vec<&dyn Array> = parts.iter().map(|a| a as &dyn Array).collect();
-        let ids = arrow::compute::concat(&refs)?;
-        let ids = ids.as_string::<i32>();
+        let ids = IdIndex::concat(&parts)?;
         if ids.len() != crate::index::coverage::rows(&layout) {
             return Err(OmniError::Storage(format!(
                 "{} ids do not match the table's {} live rows",
@@ -311,11 +304,11 @@ async fn id_order(
                 crate::index::coverage::rows(&layout)
             )));
         }
-        Ok((id_file::encode(&IdOrder::build(ids), &layout), ids.len()))
+        Ok((id_file::encode(&IdOrder::build(&ids), &layout), ids.len()))
     })
     .await
     .map_err(|e| OmniError::Storage(format!("the id order build failed: {e}")))??;
-    let file = new_index_file(&def.table_key().replace(':', "-"), ID, "ids", &cx.writer);
+    let file = new_index_file(&index_files::table_name(def), ID, "ids", &cx.writer);
     cx.graph.store.put(&file, &bytes).await?;
     let info = serde_json::json!({
         "type": def.name, "property": ID, "kind": "id order", "rows": n, "bytes": bytes.len(),
@@ -343,7 +336,7 @@ async fn build(
         IndexKind::Text => "text",
         IndexKind::Vector => "ivf",
     };
-    let file = new_index_file(&def.table_key().replace(':', "-"), prop, ext, &cx.writer);
+    let file = new_index_file(&index_files::table_name(def), prop, ext, &cx.writer);
     cx.graph.store.put(&file, &bytes).await?;
     Ok(IndexRef {
         kind,
