@@ -174,7 +174,10 @@ impl Collector {
                     })
                     .collect();
                 self.asked = writers.into_iter().collect();
-                if self.bugs.gc_ignores_writers() || self.asked.is_empty() {
+                if self.bugs.gc_ignores_writers() {
+                    self.alive = self.asked.drain(..).map(|w| (w, false)).collect();
+                }
+                if self.asked.is_empty() {
                     return self.after_judging();
                 }
                 self.state = State::Judging;
@@ -215,10 +218,7 @@ impl Collector {
         self.out.table_versions = versions;
         for f in std::mem::take(&mut self.files) {
             let alive = match &f.writer {
-                FileWriter::Process(w) => match self.bugs.gc_ignores_writers() {
-                    true => false,
-                    false => *self.alive.get(w).expect("every writer was asked"),
-                },
+                FileWriter::Process(w) => *self.alive.get(w).expect("every writer was asked"),
                 _ => false,
             };
             match verdict(&f.writer, alive, recorded.contains(&f.path)) {
