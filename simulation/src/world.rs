@@ -1225,7 +1225,6 @@ impl World {
         None
     }
 
-    /// What the protocol itself reported breaking while it ran.
     /// The index files on storage, as a listing names them.
     pub fn index_file_listing(&self) -> Vec<collector::IndexFile> {
         self.files
@@ -1263,6 +1262,7 @@ impl World {
         ))
     }
 
+    /// What the protocol itself reported breaking while it ran.
     pub fn effect_violation(&self) -> Option<(&'static str, String)> {
         self.violations.first().map(|v| {
             let inv = if v.starts_with("no lost update") {
