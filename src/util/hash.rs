@@ -17,9 +17,7 @@ impl FxHasher {
     fn add(&mut self, word: u64) {
         self.hash = (self.hash.rotate_left(5) ^ word).wrapping_mul(K);
     }
-}
 
-impl FxHasher {
     /// The hash of bytes that fit in one word, given as that word (the
     /// bytes little-endian, zero above them): what `write` then `finish`
     /// give for 1 to 8 bytes, without copying them.
