@@ -31,6 +31,7 @@ use tracing::{debug, warn};
 use super::objstore::Store;
 use crate::error::Result;
 use crate::util::ulid::new_ulid;
+use crate::util::ulid::now_ms;
 
 /// How long a liveness lease lasts unrenewed (`OMNIGRAPH_LEASE_MS` sets it).
 pub const LEASE_TIME_MS: u64 = 10_000;
@@ -86,8 +87,6 @@ impl OwnerRecord {
         }
     }
 }
-
-use crate::util::ulid::now_ms;
 
 /// This process's own lease as it last renewed it.
 struct Own {

@@ -89,10 +89,7 @@ mod tests {
 
     #[test]
     fn a_ulid_tells_when_it_was_made() {
-        let before = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as u64;
+        let before = now_ms();
         let made = millis(&new_ulid()).expect("a fresh ulid reads back");
         assert!(
             (before..before + 60_000).contains(&made),
