@@ -17,6 +17,15 @@ pub const NAMES: &[&str] = &[
     "schema-apply-shared",
     "gc-records-first",
     "gc-ignores-writers",
+    "accept-any-commit-version",
+    "trust-a-clock-that-stops",
+    "restore-without-lease",
+    "no-fence-on-gate-takeover",
+    "ack-before-publish",
+    "insert-skips-key-check",
+    "fence-on-every-listing",
+    "version-before-record",
+    "keep-sidecar-when-published",
 ];
 
 #[cfg(feature = "planted-bugs")]
@@ -35,6 +44,15 @@ pub struct Bugs {
     schema_apply_shared: bool,
     gc_records_first: bool,
     gc_ignores_writers: bool,
+    accept_any_commit_version: bool,
+    trust_a_clock_that_stops: bool,
+    restore_without_lease: bool,
+    no_fence_on_gate_takeover: bool,
+    ack_before_publish: bool,
+    insert_skips_key_check: bool,
+    fence_on_every_listing: bool,
+    version_before_record: bool,
+    keep_sidecar_when_published: bool,
 }
 
 #[cfg(feature = "planted-bugs")]
@@ -55,6 +73,15 @@ impl Bugs {
             "schema-apply-shared" => b.schema_apply_shared = true,
             "gc-records-first" => b.gc_records_first = true,
             "gc-ignores-writers" => b.gc_ignores_writers = true,
+            "accept-any-commit-version" => b.accept_any_commit_version = true,
+            "trust-a-clock-that-stops" => b.trust_a_clock_that_stops = true,
+            "restore-without-lease" => b.restore_without_lease = true,
+            "no-fence-on-gate-takeover" => b.no_fence_on_gate_takeover = true,
+            "ack-before-publish" => b.ack_before_publish = true,
+            "insert-skips-key-check" => b.insert_skips_key_check = true,
+            "fence-on-every-listing" => b.fence_on_every_listing = true,
+            "version-before-record" => b.version_before_record = true,
+            "keep-sidecar-when-published" => b.keep_sidecar_when_published = true,
             _ => return None,
         }
         Some(b)
@@ -101,6 +128,42 @@ impl Bugs {
     /// Index-file collection takes every unrecorded file for garbage.
     pub fn gc_ignores_writers(&self) -> bool {
         self.gc_ignores_writers
+    }
+    /// The substrate takes whatever version a table commit lands at, as the storage library's rebasing commit gives it, instead of refusing one that is not its base plus one.
+    pub fn accept_any_commit_version(&self) -> bool {
+        self.accept_any_commit_version
+    }
+    /// A process measures its trust in its lease on a clock that stops while the process is paused (CLOCK_MONOTONIC across a suspend).
+    pub fn trust_a_clock_that_stops(&self) -> bool {
+        self.trust_a_clock_that_stops
+    }
+    /// A table restore does not check the process's lease first.
+    pub fn restore_without_lease(&self) -> bool {
+        self.restore_without_lease
+    }
+    /// Taking a gate over from a dead holder publishes no fence.
+    pub fn no_fence_on_gate_takeover(&self) -> bool {
+        self.no_fence_on_gate_takeover
+    }
+    /// A writer tells its client the write committed as soon as its first table commit lands, before the publish.
+    pub fn ack_before_publish(&self) -> bool {
+        self.ack_before_publish
+    }
+    /// Prepare stages a strict insert without checking that its id is absent.
+    pub fn insert_skips_key_check(&self) -> bool {
+        self.insert_skips_key_check
+    }
+    /// Every listing of sidecars publishes a fence, whether or not it took an owner over.
+    pub fn fence_on_every_listing(&self) -> bool {
+        self.fence_on_every_listing
+    }
+    /// A publish writes the graph version before the commit record it names, so a failure between leaves a head with no record.
+    pub fn version_before_record(&self) -> bool {
+        self.version_before_record
+    }
+    /// Recovery that finds an intent already published leaves its sidecar.
+    pub fn keep_sidecar_when_published(&self) -> bool {
+        self.keep_sidecar_when_published
     }
 }
 
@@ -155,6 +218,33 @@ impl Bugs {
         false
     }
     pub const fn gc_ignores_writers(&self) -> bool {
+        false
+    }
+    pub const fn accept_any_commit_version(&self) -> bool {
+        false
+    }
+    pub const fn trust_a_clock_that_stops(&self) -> bool {
+        false
+    }
+    pub const fn restore_without_lease(&self) -> bool {
+        false
+    }
+    pub const fn no_fence_on_gate_takeover(&self) -> bool {
+        false
+    }
+    pub const fn ack_before_publish(&self) -> bool {
+        false
+    }
+    pub const fn insert_skips_key_check(&self) -> bool {
+        false
+    }
+    pub const fn fence_on_every_listing(&self) -> bool {
+        false
+    }
+    pub const fn version_before_record(&self) -> bool {
+        false
+    }
+    pub const fn keep_sidecar_when_published(&self) -> bool {
         false
     }
 }

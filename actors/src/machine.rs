@@ -150,6 +150,8 @@ pub struct RecoveryReport {
     pub rolled_forward: Vec<OpId>,
     pub rolled_back: Vec<OpId>,
     pub already_published: Vec<OpId>,
+    /// Intents another process resolved first (their sidecar was gone).
+    pub resolved_elsewhere: Vec<OpId>,
     pub abandoned: Vec<OpId>,
     /// Intents still unresolved (storage kept failing).
     pub unresolved: Vec<OpId>,

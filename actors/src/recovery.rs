@@ -99,6 +99,8 @@ struct Resolution {
 /// What recovery does with an intent, given what storage shows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
+    /// The sidecar is gone: another process resolved the intent.
+    ResolvedElsewhere,
     /// The manifest carries the commit: only the sidecar is left to delete.
     AlreadyPublished,
     /// The branch is gone: nothing the intent did is reachable.
@@ -113,6 +115,9 @@ pub enum Verdict {
 /// The verdict on an intent. Pure: a function of the intent and the
 /// inspection alone.
 pub fn verdict(intent: &Intent, ins: &Inspection) -> Verdict {
+    if !ins.sidecar {
+        return Verdict::ResolvedElsewhere;
+    }
     if ins.published {
         return Verdict::AlreadyPublished;
     }
@@ -483,6 +488,7 @@ impl Recovery {
             Job::Intent(op) => {
                 info!(op = %op, verdict = ?res.verdict, "recovery intent resolved");
                 match res.verdict.expect("verdict") {
+                    Verdict::ResolvedElsewhere => self.report.resolved_elsewhere.push(op.clone()),
                     Verdict::AlreadyPublished => self.report.already_published.push(op.clone()),
                     Verdict::Abandoned => self.report.abandoned.push(op.clone()),
                     Verdict::RollForward => self.report.rolled_forward.push(op.clone()),
@@ -513,6 +519,11 @@ impl Recovery {
         res.verdict = Some(verdict);
         res.head = ins.head.clone();
         match verdict {
+            // Its resolver deleted the sidecar last: nothing to undo or delete.
+            Verdict::ResolvedElsewhere => self.resolution_done(),
+            Verdict::AlreadyPublished if self.bugs.keep_sidecar_when_published() => {
+                self.resolution_done()
+            }
             Verdict::AlreadyPublished | Verdict::Abandoned => self.finish_job(),
             Verdict::RollForward => {
                 let tables = intent
@@ -979,6 +990,7 @@ mod tests {
             head,
             landed: landed.to_vec(),
             latest: latest.to_vec(),
+            sidecar: true,
             validated_graph_current: true,
         }
     }
@@ -1050,8 +1062,17 @@ mod tests {
                 Verdict::RollBack,
             ),
             (
-                ins(false, same, &[None, None], &[Some(3), Some(3)]),
+                ins(false, same.clone(), &[None, None], &[Some(3), Some(3)]),
                 Verdict::RollBack,
+            ),
+            // The sidecar is gone: whatever the rest shows, another process
+            // resolved it (what is on top may be a later writer's).
+            (
+                Inspection {
+                    sidecar: false,
+                    ..ins(false, same, &[Some(4), Some(4)], &[Some(6), Some(4)])
+                },
+                Verdict::ResolvedElsewhere,
             ),
         ];
         for (n, (shown, want)) in cases.iter().enumerate() {

@@ -304,6 +304,11 @@ pub struct Inspection {
     pub landed: Vec<Option<u64>>,
     /// Per intent table: the table's latest version.
     pub latest: Vec<Option<u64>>,
+    /// The intent's sidecar is still on storage. A sidecar goes only once
+    /// its intent is resolved, so `false` means another process resolved
+    /// it (this one's attempt failed after that, or it found the intent
+    /// before the other finished): nothing is left to do.
+    pub sidecar: bool,
     /// For a schema apply's intent: the graph is still as it was at the
     /// version the apply was validated against (versions that changed no
     /// branch and no schema, such as a lease takeover's fence, do not

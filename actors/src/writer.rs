@@ -765,7 +765,20 @@ impl Machine for Writer {
             (State::Committing(idx), Msg::TableCommitted { table, result, .. }) => match result {
                 CommitResult::Committed { version } => {
                     self.landed.push((table, version));
-                    self.commit_next(idx + 1)
+                    let mut fx = Vec::new();
+                    if self.bugs.ack_before_publish() && self.landed.len() == 1 {
+                        // The planted bug: the client hears "committed" now.
+                        let commit = self.plan.as_ref().map(|p| p.commit.clone());
+                        fx.push(Self::send(
+                            Addr::Client(self.op.clone()),
+                            Msg::Finished {
+                                op: self.op.clone(),
+                                outcome: Outcome::Committed { commit, version },
+                            },
+                        ));
+                    }
+                    fx.extend(self.commit_next(idx + 1));
+                    fx
                 }
                 CommitResult::Conflict(e) if self.landed.is_empty() && self.published.is_none() => {
                     debug!(op = %self.op, e, "conflict before any effect");

@@ -95,7 +95,7 @@ async fn start(
 ) -> Host {
     let n = *epoch.lock().expect("epoch");
     let proc = n + 1;
-    world.lock().expect("world").alive.insert(proc);
+    world.lock().expect("world").start_process(proc, 0);
     let sub = Arc::new(SimSubstrate {
         world: world.clone(),
         rng: Mutex::new(Rng::new(seed.wrapping_mul(31).wrapping_add(n))),

@@ -7,9 +7,15 @@
 //! a fault; a gate lock held by another process waits), a timer fires, a
 //! client starts an operation in some process, or one process crashes (its
 //! machine memory and locks lost, durable storage kept, then it restarts with
-//! a new incarnation and recovers). After every step the invariants are
-//! checked; at the end every process settles and the graph must still take a
-//! write.
+//! a new incarnation and recovers), or one process pauses for a virtual
+//! duration (nothing of it runs, its lease is not renewed, and others may
+//! take it over; then it resumes where it was, mid-request). Time is the
+//! step count; each process reads it through a wall clock of its own
+//! skew, and renews its lease every few ticks while it runs. A table
+//! commit, a restore and a publish take two steps: the lease check, then
+//! the effect, with anything (a pause included) between. After every step
+//! the invariants are checked; at the end every process settles and the
+//! graph must still take a write.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -19,9 +25,10 @@ use omnigraph_actors::publisher::Publisher;
 use omnigraph_actors::recovery::Recovery;
 use omnigraph_actors::*;
 
+use crate::lease;
 use crate::rng::{Digest, Rng};
 use crate::workload::{self, Planned};
-use crate::world::{Fault, MAIN, Proc, Stmt, World};
+use crate::world::{Fault, MAIN, PUBLISH_RACE, Proc, Stmt, World};
 
 /// Explicit limits of one run.
 pub const MAX_STEPS: usize = 60_000;
@@ -32,6 +39,15 @@ pub const MAX_PROCS: usize = 3;
 pub const MAX_COLLECTIONS: usize = 4;
 /// A collection's request completes in a step with odds 1 in this.
 pub const GC_SLOWNESS: u64 = 8;
+/// At most this many pauses of a process in one run.
+pub const MAX_PAUSES: u32 = 3;
+/// A pause lasts between these many ticks (half a lease to three).
+pub const PAUSE_TICKS: (u64, u64) = (lease::LEASE / 2, 3 * lease::LEASE);
+/// How many times a publish reads and swaps before it reports the race.
+pub const MAX_PUBLISH_ATTEMPTS: u32 = 16;
+/// Writes started in one run to contend with a paused process once its
+/// lease has lapsed (when nothing else would run meanwhile).
+pub const MAX_CONTENDERS: usize = 4;
 
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -43,6 +59,11 @@ pub struct Config {
     /// How many processes share the graph (`None`: the seed picks 1 to
     /// [`MAX_PROCS`]).
     pub procs: Option<usize>,
+    /// Pause processes past their leases.
+    pub pauses: bool,
+    /// Skew the wall clocks beyond what the leases tolerate (to show that
+    /// the bound is what keeps them safe).
+    pub skew_beyond_margin: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -64,6 +85,12 @@ pub struct RunReport {
     /// Graph versions that accepted a new schema.
     pub schema_applies: usize,
     pub crashes: u32,
+    pub pauses: u32,
+    /// Leases taken over from processes that still ran.
+    pub takeovers: usize,
+    pub fences: usize,
+    /// Index-file collections started.
+    pub collections: usize,
     pub checks: u64,
     pub procs: usize,
 }
@@ -109,6 +136,11 @@ struct PendingIo {
     owner: Addr,
     req: ReqId,
     io: Io,
+    /// Past its lease check (a commit, restore or publish), with the
+    /// manifest version a publish read then.
+    checked: Option<u64>,
+    /// Publishes: compare-and-swaps lost so far.
+    races: u32,
 }
 
 struct Timer {
@@ -158,6 +190,12 @@ pub struct Sim {
     /// publish completes (or it hands the intent to recovery).
     effect_gates: BTreeMap<(Slot, OpId), Vec<Addr>>,
     crashes: u32,
+    /// Each paused slot's resume time and when it paused.
+    paused: BTreeMap<Slot, (u64, u64)>,
+    pauses: u32,
+    contenders: usize,
+    /// Each slot's next lease renewal.
+    next_renewal: Vec<u64>,
     steps: usize,
     digest: Digest,
     trace: Vec<String>,
@@ -179,10 +217,12 @@ impl Sim {
         let mut rng = Rng::new(cfg.seed);
         let workload = workload::generate(&mut rng);
         let n = cfg.procs.unwrap_or_else(|| 1 + rng.below(MAX_PROCS));
+        let mut world = World::new();
+        world.bugs = cfg.bugs;
         let mut sim = Self {
             cfg,
             rng,
-            world: World::new(),
+            world,
             procs: Vec::new(),
             next_incarnation: 1,
             nodes: BTreeMap::new(),
@@ -199,6 +239,10 @@ impl Sim {
             gate_log: BTreeMap::new(),
             effect_gates: BTreeMap::new(),
             crashes: 0,
+            paused: BTreeMap::new(),
+            pauses: 0,
+            contenders: 0,
+            next_renewal: Vec::new(),
             steps: 0,
             digest: Digest::default(),
             trace: Vec::new(),
@@ -207,6 +251,7 @@ impl Sim {
         };
         for slot in 0..n {
             sim.procs.push(0);
+            sim.next_renewal.push(0);
             sim.boot(slot);
         }
         sim
@@ -236,8 +281,18 @@ impl Sim {
         let inc = self.next_incarnation;
         self.next_incarnation += 1;
         self.procs[slot] = inc;
-        self.world.alive.insert(inc);
-        self.log(format!("boot process {slot} as incarnation {inc}"));
+        let bound = if self.cfg.skew_beyond_margin {
+            lease::BEYOND_MARGIN_SKEW
+        } else {
+            lease::MAX_SKEW
+        };
+        let skew = self.rng.below(2 * bound as usize + 1) as i64 - bound;
+        self.world.now = self.tick;
+        self.world.start_process(inc, skew);
+        self.next_renewal[slot] = self.tick + lease::RENEW_EVERY;
+        self.log(format!(
+            "boot process {slot} as incarnation {inc} (clock skew {skew})"
+        ));
         let bugs = self.cfg.bugs;
         for (addr, node) in [
             (
@@ -292,6 +347,8 @@ impl Sim {
                         owner: from.clone(),
                         req,
                         io,
+                        checked: None,
+                        races: 0,
                     })
                 }
                 Effect::SetTimer(id, ticks) => self.timers.push(Timer {
@@ -314,6 +371,7 @@ impl Sim {
             if let Some(&owner) = self.world.sidecar_owner.get(&intent.op)
                 && owner != me
                 && self.world.alive.contains(&owner)
+                && !self.world.taken_over.contains(&owner)
             {
                 let detail = format!(
                     "process {slot} (incarnation {me}) resolves {:?}, whose writer's process (incarnation {owner}) lives",
@@ -446,23 +504,185 @@ impl Sim {
         (0..self.ios.len())
             .filter(|&i| {
                 let p = &self.ios[i];
-                self.world.ready(self.procs[p.slot], &p.io)
+                !self.paused.contains_key(&p.slot) && self.world.ready(self.procs[p.slot], &p.io)
             })
             .collect()
     }
 
     fn complete_io(&mut self, i: usize) {
-        let p = self.ios.remove(i);
+        let mut p = self.ios.remove(i);
+        let inc = self.procs[p.slot];
+        let lease_checked = matches!(
+            p.io,
+            Io::CommitTable { .. } | Io::RestoreTable { .. } | Io::Publish { .. }
+        );
+        if lease_checked && p.checked.is_none() {
+            // The first step: the lease check (and a publish's read).
+            match self.world.check_lease(inc, &p.io) {
+                Some(refused) => {
+                    self.log(format!(
+                        "p{} io {:?} #{} {:?} [lease check] -> {refused:?}",
+                        p.slot, p.owner, p.req, p.io
+                    ));
+                    return self.answer(p, refused);
+                }
+                None => {
+                    self.log(format!("p{} io #{} passed its lease check", p.slot, p.req));
+                    p.checked = Some(self.world.latest().version);
+                    let slot = p.slot;
+                    self.ios.push(p);
+                    // Paused right there, at the worst moment, now and then;
+                    // or a paused process wakes right as this one is about
+                    // to act (its late request then races this one's).
+                    if self.pausing(4) {
+                        self.pause(slot);
+                    } else if let Some(&other) = self.paused.keys().next()
+                        && self.rng.chance(1, 2)
+                    {
+                        let (_, from) = self.paused[&other];
+                        self.paused.insert(other, (self.tick, from));
+                        self.resume_due();
+                    }
+                    return;
+                }
+            }
+        }
         let fault = self.pick_fault(&p.io);
-        let out = self.world.exec(self.procs[p.slot], &p.io, fault);
+        let out = match &p.io {
+            Io::Publish { req } => IoOut::Published(self.world.publish(inc, req, fault, p.checked)),
+            io => self.world.exec(inc, io, fault),
+        };
         self.log(format!(
             "p{} io {:?} #{} {:?} [{fault:?}] -> {out:?}",
             p.slot, p.owner, p.req, p.io
         ));
+        if matches!(&out, IoOut::Locked(Ok(())))
+            && matches!(p.io, Io::LockGate { .. })
+            && self.pausing(8)
+        {
+            // Paused while holding a gate it just took.
+            self.pause(p.slot);
+        }
+        if matches!(&out, IoOut::Published(PublishResult::Unknown(e)) if e == PUBLISH_RACE)
+            && p.races + 1 < MAX_PUBLISH_ATTEMPTS
+        {
+            // Read again, lease check first.
+            p.races += 1;
+            p.checked = None;
+            self.ios.push(p);
+            return;
+        }
+        self.answer(p, out);
+    }
+
+    fn answer(&mut self, p: PendingIo, out: IoOut) {
         if let Some(node) = self.nodes.get_mut(&(p.slot, p.owner.clone())) {
             let now = self.tick;
             let fx = node.machine().on_io(now, p.req, out);
             self.effects(p.slot, p.owner, fx);
+        }
+    }
+
+    /// Whether to pause a process now, with odds 1 in `odds`.
+    fn pausing(&mut self, odds: u64) -> bool {
+        self.cfg.pauses
+            && self.procs.len() > 1
+            && self.pauses < MAX_PAUSES
+            && self.rng.chance(1, odds)
+    }
+
+    /// Process `slot` stops for a while: nothing of it runs and its lease
+    /// is not renewed; it resumes exactly where it was.
+    fn pause(&mut self, slot: Slot) {
+        if self.paused.contains_key(&slot) {
+            return;
+        }
+        self.pauses += 1;
+        let ticks = PAUSE_TICKS.0 + self.rng.below((PAUSE_TICKS.1 - PAUSE_TICKS.0) as usize) as u64;
+        self.paused.insert(slot, (self.tick + ticks, self.tick));
+        self.log(format!(
+            "PAUSE #{} of process {slot} for {ticks} ticks",
+            self.pauses
+        ));
+    }
+
+    /// Resume the slots whose pause is over; their renewal comes at some
+    /// point of its period, not necessarily before their next request.
+    fn resume_due(&mut self) {
+        let due: Vec<(Slot, u64, u64)> = self
+            .paused
+            .iter()
+            .filter(|(_, (at, _))| *at <= self.tick)
+            .map(|(s, (at, from))| (*s, *at, *from))
+            .collect();
+        for (slot, at, from) in due {
+            self.paused.remove(&slot);
+            self.world.resumed(self.procs[slot], at - from);
+            // Its renewal races whatever it had under way.
+            self.next_renewal[slot] =
+                self.tick + self.rng.below(2 * lease::RENEW_EVERY as usize) as u64;
+            self.log(format!("RESUME process {slot}"));
+        }
+    }
+
+    /// Nothing can run but a process is paused: let time pass until its
+    /// lease has lapsed for another process, then start a write there on
+    /// the table the paused one was committing to (or any), as the next
+    /// writer on a graph would. `false`: no contender now.
+    fn contend(&mut self) -> bool {
+        if self.contenders >= MAX_CONTENDERS {
+            return false;
+        }
+        let Some((&slot, &(resume, _))) = self.paused.iter().next() else {
+            return false;
+        };
+        let others: Vec<(u64, Slot)> = (0..self.procs.len())
+            .filter(|s| {
+                !self.paused.contains_key(s) && !self.world.taken_over.contains(&self.procs[*s])
+            })
+            .map(|s| (self.world.lapses_for_at(self.procs[slot], self.procs[s]), s))
+            .collect();
+        // The process whose clock sees the lease lapse first.
+        let Some(&(lapsed, at)) = others.iter().min() else {
+            return false;
+        };
+        if lapsed >= resume {
+            return false;
+        }
+        let table = self
+            .ios
+            .iter()
+            .find_map(|p| match (&p.io, p.slot == slot) {
+                (Io::CommitTable { table, .. } | Io::RestoreTable { table, .. }, true) => {
+                    Some(table.table.clone())
+                }
+                _ => None,
+            })
+            .unwrap_or_else(|| {
+                crate::world::TABLES[self.rng.below(crate::world::TABLES.len())].to_string()
+            });
+        self.tick = lapsed.max(self.tick + 1);
+        self.contenders += 1;
+        let op = OpId(format!("contend{}", self.contenders));
+        let stmts = vec![Stmt::Upsert {
+            table,
+            id: format!("k{}", self.contenders),
+            val: 7,
+        }];
+        let kind = OpKind::Write {
+            branch: MAIN.to_string(),
+        };
+        self.start_planned(at, Planned { op, kind, stmts });
+        true
+    }
+
+    /// Every running process whose renewal is due renews its lease.
+    fn renew_due(&mut self) {
+        for slot in 0..self.procs.len() {
+            if self.next_renewal[slot] <= self.tick && !self.paused.contains_key(&slot) {
+                self.world.renew(self.procs[slot]);
+                self.next_renewal[slot] = self.tick + lease::RENEW_EVERY;
+            }
         }
     }
 
@@ -480,11 +700,22 @@ impl Sim {
                 continue;
             }
             if self.world.ready(inc, &p.io) && self.rng.chance(1, 2) {
-                let _ = self.world.exec(inc, &p.io, Fault::None);
+                if p.checked.is_none() && self.world.check_lease(inc, &p.io).is_some() {
+                    continue;
+                }
+                match &p.io {
+                    Io::Publish { req } => {
+                        let _ = self.world.publish(inc, req, Fault::None, p.checked);
+                    }
+                    io => {
+                        let _ = self.world.exec(inc, io, Fault::None);
+                    }
+                }
                 self.log(format!("  landed before the crash: {:?}", p.io));
             }
         }
         self.world.crash(inc);
+        self.paused.remove(&slot);
         self.nodes.retain(|(s, _), _| *s != slot);
         self.queues.retain(|(s, _, _), _| *s != slot);
         self.timers.retain(|t| t.slot != slot);
@@ -537,14 +768,16 @@ impl Sim {
     /// May writer `w` (an incarnation) still record a file, as process
     /// `slot` sees it: another process while it lives, this one while a
     /// write of its own is running.
-    fn writer_alive(&self, slot: Slot, w: &str) -> bool {
+    fn writer_alive(&mut self, slot: Slot, w: &str) -> bool {
         let w: Proc = w.parse().expect("the world names writers by incarnation");
         match w == self.procs[slot] {
             true => self
                 .clients
                 .values()
                 .any(|c| c.slot == slot && c.state == ClientState::Running),
-            false => self.world.alive.contains(&w),
+            // Judged as gc judges a writer: a lapsed lease is taken over
+            // and fenced.
+            false => self.world.judge_alive(self.procs[slot], w, true),
         }
     }
 
@@ -609,38 +842,64 @@ impl Sim {
 
     /// One scheduler step. Returns false when nothing can happen any more.
     fn step(&mut self) -> bool {
+        self.world.now = self.tick;
+        self.resume_due();
+        self.renew_due();
         self.queues.retain(|_, q| !q.is_empty());
-        let queue_keys: Vec<(Slot, Addr, Addr)> = self.queues.keys().cloned().collect();
+        let running = |s: &Slot| !self.paused.contains_key(s);
+        let queue_keys: Vec<(Slot, Addr, Addr)> = self
+            .queues
+            .keys()
+            .filter(|k| running(&k.0))
+            .cloned()
+            .collect();
         let ready = self.ready_ios();
         let due: Vec<usize> = (0..self.timers.len())
-            .filter(|&i| self.timers[i].due <= self.tick)
+            .filter(|&i| self.timers[i].due <= self.tick && running(&self.timers[i].slot))
             .collect();
         // A collection's requests walk the whole store (every file, every
         // table version), so each is slow beside a write's steps: other
         // things happen meanwhile, which is where its races live.
         let gcs: Vec<usize> = (0..self.gcs.len())
-            .filter(|_| self.rng.chance(1, GC_SLOWNESS))
+            .filter(|&i| running(&self.gcs[i].slot) && self.rng.chance(1, GC_SLOWNESS))
             .collect();
         let mut n = queue_keys.len() + ready.len() + due.len() + gcs.len();
         let can_start = !self.planned.is_empty();
         if can_start {
             n += 1;
         }
-        if n == 0 && !self.gcs.is_empty() {
+        if let (0, Some(i)) = (n, (0..self.gcs.len()).find(|&i| running(&self.gcs[i].slot))) {
             // Nothing else can happen: the slow request finishes.
             self.tick += 1;
-            self.complete_gc(0);
+            self.complete_gc(i);
+            return true;
+        }
+        if n == 0 && self.contend() {
             return true;
         }
         if n == 0 {
-            // Only future timers: let time pass.
-            if let Some(next) = self.timers.iter().map(|t| t.due).min() {
-                self.tick = next;
+            // Only future timers and paused processes: let time pass.
+            let next = self
+                .timers
+                .iter()
+                .map(|t| t.due)
+                .filter(|&d| d > self.tick)
+                .chain(self.paused.values().map(|(at, _)| *at))
+                .min();
+            if let Some(next) = next {
+                self.tick = next.max(self.tick + 1);
                 return true;
             }
             return false;
         }
         self.tick += 1;
+        self.world.now = self.tick;
+        if self.pausing(400) {
+            // A process stops between two of its steps.
+            let slot = self.rng.below(self.procs.len());
+            self.pause(slot);
+            return true;
+        }
         if self.rng.chance(1, 8) {
             // A reader takes a snapshot of some graph version right now.
             let v = 1 + self.rng.below(self.world.manifests.len()) as u64;
@@ -712,6 +971,11 @@ impl Sim {
         let mut problem = None;
         for ((slot, op), gates) in &self.effect_gates {
             let inc = self.procs[*slot];
+            if self.world.taken_over.contains(&inc) {
+                // Its gates were taken over with its lease: what it had
+                // sent may land, but it publishes nothing more.
+                continue;
+            }
             for g in gates {
                 let held = match self.nodes.get(&(*slot, g.clone())) {
                     Some(Node::Owner(o)) => o.gate().holds(op),
@@ -796,6 +1060,9 @@ impl Sim {
             self.settle(self.steps + MAX_STEPS);
         }
         if self.violation.is_none() {
+            // Recovery settles with every process running: a pause from
+            // here on would only delay it, and the end checks want it done.
+            self.cfg.pauses = false;
             self.crash_all();
             self.settle(self.steps + MAX_STEPS);
         }
@@ -849,6 +1116,10 @@ impl Sim {
             merges,
             schema_applies,
             crashes: self.crashes,
+            pauses: self.pauses,
+            takeovers: self.world.takeovers,
+            fences: self.world.fences,
+            collections: self.gcs_started,
             checks: self.checks,
             procs: self.procs.len(),
         }
@@ -857,9 +1128,10 @@ impl Sim {
     /// Once every process is quiescent, the graph accepts a write: an
     /// upsert of a fresh id on main from every process in turn.
     fn probe_write(&mut self) {
-        // Quiescent means no more faults or crashes either.
+        // Quiescent means no more faults, crashes or pauses either.
         self.cfg.faults = false;
         self.cfg.crashes = false;
+        self.cfg.pauses = false;
         for slot in 0..self.procs.len() {
             let op = OpId(format!("probe-{slot}"));
             let stmts = vec![Stmt::Upsert {

@@ -11,10 +11,22 @@
 //! write's table commit changes no row and records an index built from the
 //! rows it was prepared against; every later commit, restore and fork
 //! carries the record of the version it starts from.
+//!
+//! Storage behaves as Lance does, not kinder: a table commit staged on an
+//! old base is rebased over the versions landed since (the substrate pins
+//! it and refuses instead, unless a planted bug accepts any version), and
+//! gate locks and liveness are leases on virtual clocks (`lease`): a
+//! process paused past its lease is taken over while it still runs, and
+//! what it had already sent lands late. Table commits, restores and
+//! publishes check the lease first, a step before their effect; a publish
+//! is a compare-and-swap on the manifest version read with that check, so
+//! the fence a takeover publishes makes a late publish lose.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use omnigraph_actors::*;
+
+use crate::lease::{self, Lease};
 
 pub type Rows = BTreeMap<String, i64>;
 /// A physical table's versions: content and the transaction that wrote it.
@@ -62,6 +74,8 @@ pub struct ManifestV {
     pub carries: Option<CommitId>,
     /// The accepted schema at this version.
     pub schema: String,
+    /// A fence: published after a takeover, it changes nothing.
+    pub fence: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -206,9 +220,32 @@ pub struct World {
     /// Each prepared merge commit: (target head it merged into, source head).
     pub merges: BTreeMap<CommitId, (CommitId, CommitId)>,
     pub violations: Vec<String>,
+    // Time and leases.
+    /// True time (the simulator's tick), set before every request.
+    pub now: u64,
+    pub bugs: Bugs,
+    pub leases: BTreeMap<Proc, Lease>,
+    /// Processes another one declared dead (took their lease over) while
+    /// they still ran: what they had sent may still land.
+    pub taken_over: BTreeSet<Proc>,
+    /// (observer, owner): the observer has published a fence for the owner.
+    fenced_by: BTreeSet<(Proc, Proc)>,
+    pub takeovers: usize,
+    pub fences: usize,
+    // The model of provenance the checks compare against.
+    /// The process that wrote each table version (lance line, table, version).
+    pub writers: BTreeMap<(String, String, u64), Proc>,
+    /// The row-changing transactions whose rows each table version holds.
+    pub lineage: BTreeMap<(String, String, u64), BTreeSet<String>>,
+    /// The commit each row-changing transaction was prepared for.
+    pub txn_commit: BTreeMap<String, CommitId>,
 }
 
 pub const TABLES: &[&str] = &["node:A", "node:B", "edge:E"];
+
+/// What a publish whose compare-and-swap lost answers the scheduler, which
+/// then runs its read and lease check again.
+pub const PUBLISH_RACE: &str = "lost the manifest compare-and-swap";
 
 impl World {
     pub fn new() -> Self {
@@ -250,8 +287,121 @@ impl World {
             )]),
             carries: Some(root),
             schema: SCHEMA_ID.to_string(),
+            fence: false,
         });
         w
+    }
+
+    /// Process `p` starts at the current time with its wall clock `skew`
+    /// off true time, and writes its lease.
+    pub fn start_process(&mut self, p: Proc, skew: i64) {
+        self.alive.insert(p);
+        self.leases.insert(p, Lease::start(self.now, skew));
+    }
+
+    fn lease(&self, p: Proc) -> &Lease {
+        self.leases.get(&p).expect("every process has a lease")
+    }
+
+    /// A renewal of `p`'s lease now: a taken-over lease is lost for good.
+    pub fn renew(&mut self, p: Proc) {
+        let (now, stops) = (self.now, self.bugs.trust_a_clock_that_stops());
+        let taken = self.taken_over.contains(&p);
+        let l = self.leases.get_mut(&p).expect("lease");
+        if taken {
+            l.lost = true;
+        } else {
+            l.renew(now, stops);
+        }
+    }
+
+    /// `p` was paused for `ticks` and runs again.
+    pub fn resumed(&mut self, p: Proc, ticks: u64) {
+        if let Some(l) = self.leases.get_mut(&p) {
+            l.paused_for += ticks;
+        }
+    }
+
+    /// May `p` act on its lease now?
+    pub fn trusted(&self, p: Proc) -> bool {
+        self.lease(p)
+            .trusted(self.now, self.bugs.trust_a_clock_that_stops())
+    }
+
+    /// The first true time at which `observer` sees `p`'s lease as lapsed
+    /// (if it is not renewed meanwhile).
+    pub fn lapses_for_at(&self, p: Proc, observer: Proc) -> u64 {
+        let skew = self.lease(observer).skew;
+        (self.lease(p).deadline + lease::MARGIN as i64 + 1 - skew).max(0) as u64
+    }
+
+    /// Is `holder` certainly gone as `observer` sees it (crashed, taken
+    /// over, or its lease lapsed on the observer's clock)?
+    fn gone_for(&self, observer: Proc, holder: Proc) -> bool {
+        !self.alive.contains(&holder)
+            || self.taken_over.contains(&holder)
+            || self
+                .lease(holder)
+                .lapsed_for(self.now, self.lease(observer).skew)
+    }
+
+    /// `observer` judges whether `owner` lives; a lapsed lease is taken over
+    /// here (final), and fenced when `fence` says so.
+    pub fn judge_alive(&mut self, observer: Proc, owner: Proc, fence: bool) -> bool {
+        if owner == observer {
+            return true;
+        }
+        if !self.alive.contains(&owner) || self.taken_over.contains(&owner) {
+            return false;
+        }
+        if !self.gone_for(observer, owner) {
+            return true;
+        }
+        self.taken_over.insert(owner);
+        self.takeovers += 1;
+        if fence {
+            self.fence(observer, owner);
+        }
+        false
+    }
+
+    /// A manifest version that changes nothing, published by `observer`
+    /// after taking `owner` over: any publish `owner` had under way was
+    /// read on an older version and loses its compare-and-swap.
+    fn fence(&mut self, observer: Proc, owner: Proc) {
+        self.fenced_by.insert((observer, owner));
+        self.fences += 1;
+        let mut next = self.latest().clone();
+        next.version += 1;
+        next.carries = None;
+        next.fence = true;
+        self.manifests.push(next);
+    }
+
+    /// The lease check a table commit, a restore and a publish make before
+    /// their effect (a scheduler step before it). `Some`: refused, with
+    /// the completion the request then gets.
+    pub fn check_lease(&mut self, p: Proc, io: &Io) -> Option<IoOut> {
+        let checks = match io {
+            Io::CommitTable { .. } | Io::Publish { .. } => true,
+            Io::RestoreTable { .. } => !self.bugs.restore_without_lease(),
+            _ => return None,
+        };
+        let passes = !checks || self.trusted(p);
+        if passes && self.taken_over.contains(&p) {
+            self.violations.push(format!(
+                "a process that lost its lease starts no effect: incarnation {p}, taken over, went on to {io:?}"
+            ));
+        }
+        if passes {
+            return None;
+        }
+        let e = format!("process {p}'s lease was lost or lapsed");
+        Some(match io {
+            Io::CommitTable { .. } => IoOut::TableCommit(CommitResult::Unknown(e)),
+            Io::RestoreTable { .. } => IoOut::TableRestore(Err(e)),
+            _ => IoOut::Published(PublishResult::Unknown(e)),
+        })
     }
 
     pub fn latest(&self) -> &ManifestV {
@@ -269,22 +419,24 @@ impl World {
         self.locks.retain(|_, h| !h.is_empty());
     }
 
-    /// Could process `p` take `gate`'s lock in `mode` now?
+    /// Could process `p` take `gate`'s lock in `mode` now? A holder that is
+    /// gone, as `p` judges it, holds nothing.
     fn lock_free_for(&self, p: Proc, gate: &Addr, mode: GateMode) -> bool {
         let Some(holders) = self.locks.get(gate) else {
             return true;
         };
         holders
             .iter()
-            .filter(|(q, _)| **q != p)
+            .filter(|(q, _)| **q != p && !self.gone_for(p, **q))
             .all(|(_, m)| mode.coexists_with(*m))
     }
 
     /// Would this request complete now? Only a gate lock held by another
-    /// process makes a request wait.
+    /// live process makes a request wait (a process that cannot trust its
+    /// own lease is refused at once).
     pub fn ready(&self, p: Proc, io: &Io) -> bool {
         match io {
-            Io::LockGate { gate, mode } => self.lock_free_for(p, gate, *mode),
+            Io::LockGate { gate, mode } => !self.trusted(p) || self.lock_free_for(p, gate, *mode),
             _ => true,
         }
     }
@@ -343,6 +495,25 @@ impl World {
         self.indexes.retain(|(l, t, _), _| !gone(l, t));
         self.index_files.retain(|(l, t, _), _| !gone(l, t));
         self.layouts.retain(|(l, t, _), _| !gone(l, t));
+        self.lineage.retain(|(l, t, _), _| !gone(l, t));
+        self.writers.retain(|(l, t, _), _| !gone(l, t));
+    }
+
+    /// The row-changing transactions a table version's rows hold.
+    pub fn lineage_of(&self, lance: &str, table: &str, version: u64) -> BTreeSet<String> {
+        self.lineage
+            .get(&(lance.to_string(), table.to_string(), version))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Is the newest version of a table a late effect of a taken-over
+    /// process (a request it had sent before it was taken over)? Such a
+    /// version is no one's to own: the next gate holder sweeps it.
+    fn late_effect(&self, lance: &str, table: &str, version: u64) -> bool {
+        self.writers
+            .get(&(lance.to_string(), table.to_string(), version))
+            .is_some_and(|w| self.taken_over.contains(w))
     }
 
     /// The schema a table version is laid out for.
@@ -416,7 +587,22 @@ impl World {
     pub fn exec(&mut self, p: Proc, io: &Io, fault: Fault) -> IoOut {
         match io {
             Io::LockGate { gate, mode } => {
+                if !self.trusted(p) {
+                    return IoOut::Locked(Err(format!("process {p}'s lease was lost or lapsed")));
+                }
                 debug_assert!(self.lock_free_for(p, gate, *mode));
+                // Holders that are gone are taken over (and fenced) first.
+                let holders: Vec<(Proc, GateMode)> = self
+                    .locks
+                    .get(gate)
+                    .map(|h| h.iter().map(|(q, m)| (*q, *m)).collect())
+                    .unwrap_or_default();
+                let fence = !self.bugs.no_fence_on_gate_takeover();
+                for (q, m) in holders {
+                    if q != p && !mode.coexists_with(m) && !self.judge_alive(p, q, fence) {
+                        self.locks.get_mut(gate).expect("held").remove(&q);
+                    }
+                }
                 self.locks.entry(gate.clone()).or_default().insert(p, *mode);
                 IoOut::Locked(Ok(()))
             }
@@ -480,25 +666,43 @@ impl World {
                 IoOut::Done(fail_unless(fault))
             }
             Io::ListSidecars => IoOut::Sidecars(match fault {
-                Fault::None => Ok(self
-                    .sidecars
-                    .values()
-                    .map(|(intent, owner)| FoundIntent {
-                        intent: intent.clone(),
-                        owner_alive: self.alive.contains(owner),
-                    })
-                    .collect()),
+                Fault::None => {
+                    let found: Vec<(Intent, Proc)> = self.sidecars.values().cloned().collect();
+                    let mut out = Vec::new();
+                    for (intent, owner) in found {
+                        let owner_alive = self.judge_alive(p, owner, true);
+                        // A taken-over owner is fenced once by each process
+                        // that finds it dead (its takeover may have been
+                        // another's, unfenced).
+                        if (self.taken_over.contains(&owner)
+                            && !self.fenced_by.contains(&(p, owner)))
+                            || self.bugs.fence_on_every_listing()
+                        {
+                            self.fence(p, owner);
+                        }
+                        out.push(FoundIntent {
+                            intent,
+                            owner_alive,
+                        });
+                    }
+                    if self.bugs.fence_on_every_listing() && out.is_empty() {
+                        self.fence(p, p);
+                    }
+                    Ok(out)
+                }
                 _ => Err("injected list failure".into()),
             }),
             Io::CommitTable { op, table, staged } => {
-                IoOut::TableCommit(self.commit(op, table, staged, fault))
+                IoOut::TableCommit(self.commit(p, op, table, staged, fault))
             }
-            Io::RestoreTable { table, to } => IoOut::TableRestore(self.restore(table, *to, fault)),
+            Io::RestoreTable { table, to } => {
+                IoOut::TableRestore(self.restore(p, table, *to, fault))
+            }
             Io::Inspect { intent } => IoOut::Inspected(match fault {
                 Fault::None => Ok(self.inspect(intent)),
                 _ => Err("injected read failure".into()),
             }),
-            Io::Publish { req } => IoOut::Published(self.publish(p, req, fault)),
+            Io::Publish { req } => IoOut::Published(self.publish(p, req, fault, None)),
             Io::DropBranchStorage { branch } => {
                 if fault == Fault::FailClean {
                     return IoOut::Done(Err("injected failure".into()));
@@ -572,7 +776,7 @@ impl World {
             }
             let change = match s {
                 Stmt::Insert { id, val, .. } => {
-                    if rows.contains_key(id) {
+                    if rows.contains_key(id) && !self.bugs.insert_skips_key_check() {
                         return Err(None); // KeyConflict
                     }
                     inserts.entry(t.clone()).or_default().push(id.clone());
@@ -605,6 +809,9 @@ impl World {
         for (t, ch) in &changes {
             let base = self.base_on_own_line(&own, t, &rec.tables[t]);
             let txn = format!("{}-{attempt}-{t}", op.0);
+            if !ch.is_empty() {
+                self.txn_commit.insert(txn.clone(), commit.clone());
+            }
             let index_file = indexed.contains_key(t).then(|| {
                 self.next_file += 1;
                 let f = format!("ix{}-{t}", self.next_file);
@@ -670,6 +877,9 @@ impl World {
                 .insert(key, BTreeMap::from([(r.version, (rows, None))]));
             let (from, version) = (r.lance.clone(), r.version);
             self.carry_records(&from, t, version, own, version);
+            let held = self.lineage_of(&from, t, version);
+            self.lineage
+                .insert((own.to_string(), t.to_string(), version), held);
         }
         self.latest_version(own, t).expect("fork exists")
     }
@@ -863,6 +1073,7 @@ impl World {
 
     fn commit(
         &mut self,
+        p: Proc,
         op: &OpId,
         table: &TableKey,
         staged: &StagedRef,
@@ -886,14 +1097,34 @@ impl World {
             return CommitResult::Conflict("table vanished".into());
         };
         if latest != st.base {
-            self.violations.push(format!(
-                "no lost update: {op:?} committed {table:?} over version {latest}, but it was staged at version {}",
-                st.base
-            ));
+            // A taken-over writer's late commit may meet a version its
+            // gate's next holder made, or be what a holder meets; anything
+            // else is the protocol's fault.
+            let foreign_late =
+                (st.base + 1..=latest).all(|v| self.late_effect(&st.lance, &table.table, v));
+            if !foreign_late && !self.taken_over.contains(&p) {
+                self.violations.push(format!(
+                    "no lost update: {op:?} committed {table:?} over version {latest}, but it was staged at version {}",
+                    st.base
+                ));
+            }
+            if !self.bugs.accept_any_commit_version() {
+                // The substrate pins the commit to base + 1: the storage
+                // library would rebase it, and it refuses instead.
+                return CommitResult::Conflict(format!(
+                    "{table:?} moved past its base {} (now {latest}): refused rather than rebased",
+                    st.base
+                ));
+            }
         }
+        // As the storage library does: on the latest version, whatever
+        // landed after the base (a rebase).
         let mut rows = self.tables[&key][&latest].0.clone();
+        // A strict insert is checked against what it read (its base): what
+        // a rebase brings in is the provenance check's to find.
+        let read = &self.tables[&key][&st.base].0;
         for id in &st.inserts {
-            if rows.contains_key(id) {
+            if read.contains_key(id) {
                 self.violations.push(format!(
                     "strict insert never overwrites: {op:?} inserted existing id {id} into {table:?}"
                 ));
@@ -901,12 +1132,18 @@ impl World {
         }
         apply(&mut rows, &st.changes);
         let v = latest + 1;
+        let mut held = self.lineage_of(&st.lance, &table.table, latest);
+        if !st.changes.is_empty() {
+            held.insert(st.txn.clone());
+        }
         self.tables
             .get_mut(&key)
             .expect("table")
             .insert(v, (rows, Some(st.txn)));
         self.carry_records(&st.lance, &table.table, latest, &st.lance, v);
         let at = (st.lance.clone(), table.table.clone(), v);
+        self.lineage.insert(at.clone(), held);
+        self.writers.insert(at.clone(), p);
         if let Some(ix) = st.index {
             self.indexes.insert(at.clone(), ix);
         }
@@ -924,7 +1161,7 @@ impl World {
         }
     }
 
-    fn restore(&mut self, table: &TableKey, to: u64, fault: Fault) -> Result<u64, String> {
+    fn restore(&mut self, p: Proc, table: &TableKey, to: u64, fault: Fault) -> Result<u64, String> {
         if fault == Fault::FailClean {
             return Err("injected failure".into());
         }
@@ -935,6 +1172,10 @@ impl World {
         let v = hist.keys().next_back().copied().expect("non-empty") + 1;
         hist.insert(v, (rows, None));
         self.carry_records(&own, &table.table, to, &own, v);
+        let held = self.lineage_of(&own, &table.table, to);
+        let at = (own.clone(), table.table.clone(), v);
+        self.lineage.insert(at.clone(), held);
+        self.writers.insert(at, p);
         match fault {
             Fault::FailAfterEffect => Err("injected failure after the restore".into()),
             _ => Ok(v),
@@ -972,23 +1213,51 @@ impl World {
             }
         }
         Inspection {
+            sidecar: self.sidecars.contains_key(&intent.op),
             published,
             head: rec.map(|r| r.head()),
             landed,
             latest,
-            // The model has no versions that change nothing.
-            validated_graph_current: intent
-                .schema_change
-                .as_ref()
-                .is_none_or(|s| s.manifest == self.latest().version),
+            // Fences change nothing, so they do not count.
+            validated_graph_current: intent.schema_change.as_ref().is_none_or(|s| {
+                self.manifests
+                    .iter()
+                    .skip(s.manifest as usize)
+                    .all(|m| m.fence)
+            }),
         }
     }
 
-    fn publish(&mut self, p: Proc, req: &PublishReq, fault: Fault) -> PublishResult {
+    /// Publish `req` for process `p`. `read`: the manifest version the
+    /// publish read with its lease check, on which its compare-and-swap
+    /// must land (`None`: read and swapped in this one step).
+    pub fn publish(
+        &mut self,
+        p: Proc,
+        req: &PublishReq,
+        fault: Fault,
+        read: Option<u64>,
+    ) -> PublishResult {
         if fault == Fault::FailClean {
             // As on real storage, a commit's record is written before the
             // version file that carries it: a failure between the two leaves
             // a record no manifest version carries, which nothing may trust.
+            if self.bugs.version_before_record()
+                && let Change::Commit { commit, .. } = &req.change
+                && let Some(rec) = self.latest().branches.get(&req.branch)
+                && Some(rec.head()) == req.expected
+            {
+                // The planted bug: the version lands first, its record never.
+                let mut next = self.latest().clone();
+                next.version += 1;
+                next.carries = Some(commit.clone());
+                next.fence = false;
+                let rec = next.branches.get_mut(&req.branch).expect("checked");
+                rec.head = commit.clone();
+                rec.updated_at = next.version;
+                self.manifests.push(next);
+                return PublishResult::Unknown("injected failure".into());
+            }
             if let Change::Commit { commit, .. } = &req.change
                 && let Some(rec) = self.latest().branches.get(&req.branch)
                 && Some(rec.head()) == req.expected
@@ -1004,6 +1273,11 @@ impl World {
             return PublishResult::Unknown("injected failure".into());
         }
         let latest = self.latest().clone();
+        if read.is_some_and(|r| r != latest.version) {
+            // Lost the compare-and-swap: the caller reads (and checks its
+            // lease) again.
+            return PublishResult::Unknown(PUBLISH_RACE.into());
+        }
         let current = latest.branches.get(&req.branch);
         let actual = current.map(|r| r.head());
         if actual != req.expected {
@@ -1013,6 +1287,7 @@ impl World {
         let mut next = latest.clone();
         next.version = version;
         next.carries = None;
+        next.fence = false;
         match &req.change {
             Change::Commit {
                 commit,
@@ -1038,7 +1313,12 @@ impl World {
                 if let Some(s) = schema_change {
                     // The protocol's to guarantee (the exclusive schema gate,
                     // the roll-forward verdict), so a violation, not a refusal.
-                    if latest.schema != s.from || latest.version != s.manifest {
+                    let moved = self
+                        .manifests
+                        .iter()
+                        .skip(s.manifest as usize)
+                        .any(|m| !m.fence);
+                    if latest.schema != s.from || moved {
                         self.violations.push(format!(
                             "a schema is accepted only over the graph it was validated against: {} validated {} at graph version {}, published over {} at {}",
                             s.to, s.from, s.manifest, latest.schema, latest.version
@@ -1120,6 +1400,11 @@ impl World {
             }
         }
         let head = next.branches.get(&req.branch).map(|r| r.head());
+        if self.taken_over.contains(&p) {
+            self.violations.push(format!(
+                "a process that lost its lease publishes nothing: incarnation {p}, taken over, published graph version {version}"
+            ));
+        }
         self.manifests.push(next);
         match fault {
             Fault::FailAfterEffect => {
@@ -1154,7 +1439,27 @@ impl World {
                 ));
             };
             let indexes = self.expected_indexes(&rec.head).unwrap_or_default();
+            let history = self.ancestors(&rec.head);
             for (table, r) in &rec.tables {
+                let foreign = self
+                    .lineage_of(&r.lance, table, r.version)
+                    .into_iter()
+                    .find(|txn| {
+                        self.txn_commit
+                            .get(txn)
+                            .is_none_or(|c| !history.contains(c))
+                    });
+                if let Some(txn) = foreign {
+                    return Some((
+                        "no row of a rolled-back or failed write is visible in a published version",
+                        format!(
+                            "graph version {version}, branch {name}, table {table} @ {}/{} holds the rows of {txn}, whose commit {:?} is not in the branch's history",
+                            r.lance,
+                            r.version,
+                            self.txn_commit.get(&txn)
+                        ),
+                    ));
+                }
                 let actual = self.content(&r.lance, table, r.version);
                 let want = expected.get(table).cloned().unwrap_or_default();
                 if actual != Some(&want) {
@@ -1251,11 +1556,14 @@ impl World {
     }
 
     /// A file a table version records is never removed.
+    /// (A taken-over writer's late commit may record a file gc removed once
+    /// that writer was judged dead: its version is never published, and the
+    /// next gate holder sweeps it.)
     pub fn index_file_violation(&self) -> Option<(&'static str, String)> {
         let (at, f) = self
             .index_files
             .iter()
-            .find(|(_, f)| !self.files.contains_key(*f))?;
+            .find(|((l, t, v), f)| !self.files.contains_key(*f) && !self.late_effect(l, t, *v))?;
         Some((
             "an index file a table version records is never removed",
             format!("{at:?} records {f}, which is gone"),
@@ -1267,6 +1575,10 @@ impl World {
         self.violations.first().map(|v| {
             let inv = if v.starts_with("no lost update") {
                 "no lost update"
+            } else if v.starts_with("a process that lost its lease starts no effect") {
+                "a process that lost its lease starts no effect"
+            } else if v.starts_with("a process that lost its lease publishes nothing") {
+                "a process that lost its lease publishes nothing"
             } else if v.starts_with("a schema is accepted") {
                 "a schema is accepted only over the graph it was validated against"
             } else {
@@ -1297,7 +1609,7 @@ impl World {
                     self.index(&r.lance, table, r.version),
                     self.layout(&r.lance, table, r.version),
                 );
-                if actual == named {
+                if actual == named || self.late_effect(&own, table, top) {
                     continue;
                 }
                 let owned = self.sidecars.values().any(|(i, _)| {
@@ -1344,7 +1656,8 @@ impl World {
                     continue;
                 }
                 let top = self.latest_version(&own, table);
-                if top != Some(r.version) {
+                if top != Some(r.version) && !top.is_some_and(|t| self.late_effect(&own, table, t))
+                {
                     return Some((
                         "recovery converges and leaves no orphan effect",
                         format!(

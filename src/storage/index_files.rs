@@ -169,6 +169,8 @@ async fn answer(s: &LanceSubstrate, io: GcIo) -> Result<GcOut> {
             for w in &writers {
                 alive.push(writer_alive(s, w).await);
             }
+            // A writer judged dead here was taken over: fenced before gc acts.
+            s.fence_takeovers().await?;
             GcOut::Alive(alive)
         }
         GcIo::ReadRecords => {

@@ -8,11 +8,16 @@
 //! replacing that record, with If-Match on the expired record's tag, by a
 //! `dead` one: a renewal and a takeover cannot both succeed, and the loser
 //! learns it from the failed condition. The owner trusts its lease until the
-//! start of its last renewal plus the lease time minus the skew margin;
-//! others take it over only after the deadline plus that margin. So, while
-//! clocks differ by less than the margin, a process that was taken over has
-//! already stopped trusting its lease, and it checks before every table
-//! commit and every publish.
+//! start of its last renewal plus the lease time minus the skew margin,
+//! measured on a clock that keeps counting while the process is stopped or
+//! the machine suspended (`util::clock`); others take it over only after the
+//! deadline plus that margin on their wall clock. So, while wall clocks
+//! differ by less than the margin, a process that was taken over has already
+//! stopped trusting its lease, and it checks before every table commit,
+//! restore and publish. (A request already past its check can still land
+//! late: table commits are pinned to their base for that, and a publish
+//! loses to the fence its taker publishes.) Every takeover is remembered
+//! until the substrate has published that fence.
 //!
 //! A gate lease `_graph/locks/<gate>.json` names its holder, or none. It is
 //! taken from free, or from a dead holder, with If-Match on the tag read, and
@@ -20,9 +25,9 @@
 //! stores have no shared leases: a shared gate is leased exclusively across
 //! processes (the tasks of one process still share it).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -30,8 +35,8 @@ use tracing::{debug, warn};
 
 use super::objstore::Store;
 use crate::error::Result;
+use crate::util::clock::{Clock, SystemClock};
 use crate::util::ulid::new_ulid;
-use crate::util::ulid::now_ms;
 
 /// How long a liveness lease lasts unrenewed (`OMNIGRAPH_LEASE_MS` sets it).
 pub const LEASE_TIME_MS: u64 = 10_000;
@@ -78,10 +83,10 @@ struct GateLease {
 
 impl OwnerRecord {
     /// A live owner's record, good for `lease` from now.
-    fn alive(lease: Duration) -> Self {
+    fn alive(lease: Duration, clock: &dyn Clock) -> Self {
         Self {
             state: State::Alive,
-            deadline_ms: now_ms() + lease.as_millis() as u64,
+            deadline_ms: clock.wall_ms() + lease.as_millis() as u64,
             taken_by: None,
             nonce: new_ulid(),
         }
@@ -91,7 +96,8 @@ impl OwnerRecord {
 /// This process's own lease as it last renewed it.
 struct Own {
     tag: String,
-    valid_until: Instant,
+    /// On the clock's boot time.
+    valid_until: Duration,
     /// Another process took it over: it never comes back.
     lost: bool,
     /// Renewals skipped, as by a paused process (tests).
@@ -99,15 +105,18 @@ struct Own {
     /// Why the last renewal failed, if it did: a lease that lapses this way
     /// was cut off from storage, not stalled.
     renewal_failure: Option<String>,
-    /// When the renewal now waiting for the store was sent.
-    renewing_since: Option<Instant>,
+    /// When the renewal now waiting for the store was sent (boot time).
+    renewing_since: Option<Duration>,
 }
 
 pub struct Leases {
     store: Store,
     incarnation: String,
     lease: Duration,
+    clock: Arc<dyn Clock>,
     own: Arc<Mutex<Own>>,
+    /// Owners this process declared dead whose fence is not yet published.
+    unfenced: Mutex<BTreeSet<String>>,
     /// Gate name -> the tag of the lease this process holds.
     held: Mutex<HashMap<String, String>>,
     /// Gate name -> the tag of the free record this process last wrote,
@@ -131,11 +140,21 @@ fn encode<T: Serialize>(v: &T) -> Vec<u8> {
 impl Leases {
     /// Write this process's liveness lease and start renewing it.
     pub async fn start(store: Store, incarnation: String, lease: Duration) -> Result<Self> {
-        let started = Instant::now();
+        Self::start_with_clock(store, incarnation, lease, Arc::new(SystemClock)).await
+    }
+
+    /// As `start`, on the given clocks.
+    pub async fn start_with_clock(
+        store: Store,
+        incarnation: String,
+        lease: Duration,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self> {
+        let started = clock.boot();
         let tag = store
             .create_tagged(
                 &owner_file(&incarnation),
-                encode(&OwnerRecord::alive(lease)),
+                encode(&OwnerRecord::alive(lease, clock.as_ref())),
             )
             .await?
             .ok_or_else(|| {
@@ -155,7 +174,9 @@ impl Leases {
             store,
             incarnation,
             lease,
+            clock,
             own,
+            unfenced: Mutex::new(BTreeSet::new()),
             held: Mutex::new(HashMap::new()),
             freed: Mutex::new(HashMap::new()),
             renewer: Mutex::new(None),
@@ -164,6 +185,7 @@ impl Leases {
             leases.store.clone(),
             leases.incarnation.clone(),
             lease,
+            leases.clock.clone(),
             leases.own.clone(),
         )));
         leases.sweep_dead_owners().await;
@@ -172,6 +194,19 @@ impl Leases {
 
     pub fn pause_renewal(&self, paused: bool) {
         self.own.lock().paused = paused;
+    }
+
+    /// Owners this process took over whose fence is not yet published.
+    pub fn unfenced(&self) -> Vec<String> {
+        self.unfenced.lock().iter().cloned().collect()
+    }
+
+    /// Their fence is published.
+    pub fn fenced(&self, owners: &[String]) {
+        let mut u = self.unfenced.lock();
+        for o in owners {
+            u.remove(o);
+        }
     }
 
     /// May this process still act on what its leases cover?
@@ -183,7 +218,7 @@ impl Leases {
                 self.lease.as_millis()
             ));
         }
-        if Instant::now() >= own.valid_until {
+        if self.clock.boot() >= own.valid_until {
             return Err(format!(
                 "this process's lease on the graph lapsed (not renewed within {} ms): this process publishes nothing, and whoever takes the lease over resolves its write in flight",
                 trusted(self.lease).as_millis()
@@ -201,7 +236,7 @@ impl Leases {
             return Some(e.clone());
         }
         let since = own.renewing_since?;
-        let waited = since.elapsed();
+        let waited = self.clock.boot().saturating_sub(since);
         (waited > self.lease / RENEWALS_PER_LEASE).then(|| {
             format!(
                 "a lease renewal has gone unanswered for {} ms",
@@ -234,7 +269,8 @@ impl Leases {
             if rec.state == State::Dead {
                 return Ok(false);
             }
-            if now_ms() <= rec.deadline_ms + skew_margin(self.lease).as_millis() as u64 {
+            if self.clock.wall_ms() <= rec.deadline_ms + skew_margin(self.lease).as_millis() as u64
+            {
                 return Ok(true);
             }
             let dead = OwnerRecord {
@@ -250,6 +286,7 @@ impl Leases {
                 .is_some()
             {
                 debug!(incarnation, "took over a lapsed liveness lease");
+                self.unfenced.lock().insert(incarnation.to_string());
                 return Ok(false);
             }
             // Renewed (or taken by someone else) meanwhile: read again.
@@ -273,7 +310,7 @@ impl Leases {
             })
         };
         let io = |e: crate::error::OmniError| format!("cannot lease {what}: {e}");
-        let start = Instant::now();
+        let start = std::time::Instant::now();
         let mut pause = LEASE_POLL_FIRST;
         loop {
             self.valid()?;
@@ -396,11 +433,17 @@ fn skew_margin(lease: Duration) -> Duration {
     lease / SKEW_MARGIN_DIVISOR
 }
 
-async fn renew_forever(store: Store, incarnation: String, lease: Duration, own: Arc<Mutex<Own>>) {
+async fn renew_forever(
+    store: Store,
+    incarnation: String,
+    lease: Duration,
+    clock: Arc<dyn Clock>,
+    own: Arc<Mutex<Own>>,
+) {
     let file = owner_file(&incarnation);
     loop {
         tokio::time::sleep(lease / RENEWALS_PER_LEASE).await;
-        let started = Instant::now();
+        let started = clock.boot();
         let (tag, paused) = {
             let mut o = own.lock();
             if !o.paused {
@@ -411,7 +454,7 @@ async fn renew_forever(store: Store, incarnation: String, lease: Duration, own: 
         if paused {
             continue;
         }
-        let rec = OwnerRecord::alive(lease);
+        let rec = OwnerRecord::alive(lease, clock.as_ref());
         let answer = store.put_if_match(&file, encode(&rec), &tag).await;
         own.lock().renewing_since = None;
         match answer {
@@ -532,6 +575,85 @@ mod tests {
         assert!(!c.owner_alive("../x").await.unwrap());
         b.close().await;
         c.close().await;
+    }
+
+    /// Watch a paused owner `a` from `b` until `b` takes it over; return
+    /// whether `a` still trusted its lease right before the takeover.
+    async fn trusted_at_takeover(a: &Leases, b: &Leases) -> bool {
+        a.pause_renewal(true);
+        loop {
+            let trusted = a.valid().is_ok();
+            if !b.owner_alive("A").await.unwrap() {
+                return trusted;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    async fn pair(skew_a: i64, skew_b: i64) -> (Leases, Leases) {
+        use crate::util::clock::ShiftedClock;
+        let s = store().await;
+        let a = Leases::start_with_clock(
+            s.clone(),
+            "A".into(),
+            LEASE,
+            Arc::new(ShiftedClock::skewed(skew_a)),
+        )
+        .await
+        .unwrap();
+        let b =
+            Leases::start_with_clock(s, "B".into(), LEASE, Arc::new(ShiftedClock::skewed(skew_b)))
+                .await
+                .unwrap();
+        (a, b)
+    }
+
+    /// Wall clocks apart by less than the margin: a paused owner has
+    /// stopped trusting its lease before the process whose clock runs
+    /// ahead can take it over.
+    #[tokio::test]
+    async fn within_the_skew_margin_a_paused_owner_stops_trusting_before_any_takeover() {
+        let half = skew_margin(LEASE).as_millis() as i64 * 9 / 20;
+        let (a, b) = pair(-half, half).await;
+        assert!(!trusted_at_takeover(&a, &b).await);
+        assert_eq!(
+            b.unfenced(),
+            vec!["A".to_string()],
+            "a takeover awaits its fence"
+        );
+        b.fenced(&["A".to_string()]);
+        assert!(b.unfenced().is_empty());
+        b.close().await;
+    }
+
+    /// Beyond it the guarantee is gone (docs/architecture.md states the
+    /// bound): the owner still trusts a lease the other already took.
+    #[tokio::test]
+    async fn beyond_the_skew_margin_a_takeover_can_come_while_the_owner_trusts() {
+        let far = skew_margin(LEASE).as_millis() as i64 * 3 / 2;
+        let (a, b) = pair(-far, far).await;
+        assert!(trusted_at_takeover(&a, &b).await);
+        b.close().await;
+    }
+
+    /// Trust is measured on the boot clock, which counts a suspend: when it
+    /// jumps by a lease, the owner stops trusting at once, though no time
+    /// passed for the runtime.
+    #[tokio::test]
+    async fn a_suspend_ends_trust_in_the_lease() {
+        use crate::util::clock::ShiftedClock;
+        let clock = Arc::new(ShiftedClock::default());
+        let a = Leases::start_with_clock(store().await, "A".into(), LEASE, clock.clone())
+            .await
+            .unwrap();
+        assert_eq!(a.valid(), Ok(()));
+        clock.boot_offset_ms.store(
+            LEASE.as_millis() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        let lapsed = a.valid().unwrap_err();
+        assert!(lapsed.contains("lapsed"), "{lapsed}");
+        a.close().await;
     }
 
     #[tokio::test]

@@ -166,7 +166,23 @@ impl ProcessLocks {
         matches!(self.backend, Backend::Leases(_))
     }
 
-    /// May this process still commit and publish? Only a lapsed or
+    /// Owners this process declared dead (took their leases over) whose
+    /// fence is not yet published. Only leases have any.
+    pub fn unfenced(&self) -> Vec<String> {
+        match &self.backend {
+            Backend::Leases(l) => l.unfenced(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The fence after these owners' takeover is published.
+    pub fn fenced(&self, owners: &[String]) {
+        if let Backend::Leases(l) = &self.backend {
+            l.fenced(owners);
+        }
+    }
+
+    /// May this process still commit, restore and publish? Only a lapsed or
     /// taken-over lease says no.
     pub fn valid(&self) -> std::result::Result<(), String> {
         match &self.backend {

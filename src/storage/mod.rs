@@ -28,6 +28,7 @@ pub mod leases;
 pub mod locks;
 pub mod manifest;
 pub mod objstore;
+pub mod pinned;
 pub mod requests;
 pub mod scan;
 pub mod sidecar;

@@ -116,6 +116,11 @@ pub async fn write(store: &Store, intent: &Intent, owner: &str) -> Result<()> {
         .await
 }
 
+/// Is the sidecar of `op` still on storage?
+pub async fn exists(store: &Store, op: &OpId) -> Result<bool> {
+    store.exists(&file(op)).await
+}
+
 pub async fn delete(store: &Store, op: &OpId) -> Result<()> {
     store.delete(&file(op)).await
 }

@@ -237,12 +237,27 @@ pub enum CrashPoint {
 /// gone (this process has no context for its operation).
 const RECOVERED_KIND: &str = "recovered";
 
+/// A table commit held between its lease check and the commit itself (a
+/// process paused at that point): `reached` is notified once it is held,
+/// and it goes on once `go` is notified. Whether it renews its lease
+/// meanwhile is the test's choice.
+#[cfg(feature = "fault-injection")]
+#[derive(Clone)]
+pub struct CommitHold {
+    pub reached: Arc<tokio::sync::Notify>,
+    pub go: Arc<tokio::sync::Notify>,
+    pub renew: bool,
+}
+
 #[cfg(feature = "fault-injection")]
 #[derive(Default)]
 struct Faults {
     /// Stall this long (with the lease unrenewed) between the last lease
     /// check and the publish: a process paused at the worst moment.
     stall_before_publish: Option<std::time::Duration>,
+    /// Hold the next table commit right after its lease check, with the
+    /// lease unrenewed, until the test lets it go.
+    hold_before_commit: Option<CommitHold>,
     crash_at: Option<CrashPoint>,
     commits: u32,
     halted: bool,
@@ -352,6 +367,29 @@ impl LanceSubstrate {
     #[cfg(feature = "fault-injection")]
     pub fn stall_before_publish(&self, d: std::time::Duration) {
         self.faults.lock().stall_before_publish = Some(d);
+    }
+
+    /// Hold the next table commit after its lease check (see [`CommitHold`]).
+    #[cfg(feature = "fault-injection")]
+    pub fn hold_before_commit(&self, renew: bool) -> CommitHold {
+        let hold = CommitHold {
+            reached: Arc::new(tokio::sync::Notify::new()),
+            go: Arc::new(tokio::sync::Notify::new()),
+            renew,
+        };
+        self.faults.lock().hold_before_commit = Some(hold.clone());
+        hold
+    }
+
+    #[cfg(feature = "fault-injection")]
+    async fn hold_if_asked(&self) {
+        let hold = self.faults.lock().hold_before_commit.take();
+        if let Some(h) = hold {
+            self.locks.pause_renewal(!h.renew);
+            h.reached.notify_one();
+            h.go.notified().await;
+            self.locks.pause_renewal(false);
+        }
     }
 
     #[cfg(feature = "fault-injection")]
@@ -568,6 +606,8 @@ impl LanceSubstrate {
         let Some(s) = taken else {
             return CommitResult::Conflict(format!("nothing staged for {table:?}"));
         };
+        #[cfg(feature = "fault-injection")]
+        self.hold_if_asked().await;
         self.g
             .tables
             .commit(&s.dir, s.lance_branch.as_deref(), s.base, s.txns)
@@ -575,6 +615,11 @@ impl LanceSubstrate {
     }
 
     async fn restore(&self, table: &TableKey, to: u64) -> Result<u64> {
+        // A restore changes a table as a commit does: only under a lease
+        // (its own request is pinned to the version it read, like a commit).
+        self.locks
+            .valid()
+            .map_err(|reason| OmniError::LeaseLost { reason })?;
         let latest = self.g.manifests.refresh().await?;
         let p = self
             .physical(&latest, table)?
@@ -614,6 +659,7 @@ impl LanceSubstrate {
             }
         }
         Ok(Inspection {
+            sidecar: sidecar::exists(&self.g.store, &intent.op).await?,
             published,
             head,
             landed,
@@ -929,7 +975,23 @@ impl LanceSubstrate {
         if fence {
             self.publish_fence().await?;
         }
+        self.fence_takeovers().await?;
         Ok(found)
+    }
+
+    /// Publish the fence for every owner this process took over and has not
+    /// fenced yet (a gate takeover, gc's judge of writers, a listing), before
+    /// anything acts on the takeover: a writer that was taken over while its
+    /// publish was under way then loses that publish's compare-and-swap.
+    pub async fn fence_takeovers(&self) -> Result<()> {
+        let owners = self.locks.unfenced();
+        if owners.is_empty() {
+            return Ok(());
+        }
+        self.publish_fence().await?;
+        self.fenced.lock().extend(owners.iter().cloned());
+        self.locks.fenced(&owners);
+        Ok(())
     }
 
     async fn publish_fence(&self) -> Result<()> {
@@ -965,7 +1027,14 @@ impl LanceSubstrate {
                 .map(|m| m.schema.clone()))),
             Io::ReadHead { branch } => IoOut::Head(s(self.read_head(&branch).await)),
             Io::TableView { table } => IoOut::TableView(s(self.table_view(&table).await)),
-            Io::LockGate { gate, mode } => IoOut::Locked(self.locks.lock(&gate, mode).await),
+            Io::LockGate { gate, mode } => {
+                IoOut::Locked(match self.locks.lock(&gate, mode).await {
+                    // A gate taken from a dead holder is acted on only behind
+                    // the fence of that takeover.
+                    Ok(()) => self.fence_takeovers().await.map_err(|e| e.to_string()),
+                    Err(e) => Err(e),
+                })
+            }
             Io::UnlockGate { gate } => {
                 self.locks.unlock(&gate).await;
                 IoOut::Locked(Ok(()))

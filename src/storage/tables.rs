@@ -10,13 +10,14 @@ use arrow_array::{RecordBatch, RecordBatchIterator};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use lance::Dataset;
 use lance::dataset::builder::DatasetBuilder;
-use lance::dataset::transaction::Transaction;
+use lance::dataset::transaction::{Operation, Transaction};
 use lance::dataset::{CommitBuilder, WriteMode, WriteParams};
 use lance::session::Session;
 use parking_lot::Mutex;
 
 use super::manifest::TableRef;
 use super::objstore::Store;
+use super::pinned::PinnedCommit;
 use crate::compiler::catalog::{DST, ID, PropDef, PropType, SRC, TypeDef};
 use crate::error::{OmniError, Result};
 use crate::index::IndexRef;
@@ -580,8 +581,11 @@ impl Tables {
 
     /// Commit a staged change exactly on top of `base`, which must be the
     /// table's latest version (the table gate and the recheck ensure it):
-    /// its transactions one after another, each on the version the one
-    /// before made.
+    /// its transactions one after another, each pinned to the version right
+    /// after the one before. A table that moved past its base anyway (a
+    /// writer that lost its lease landed a late commit) refuses it as a
+    /// conflict: the storage library would rebase it over the foreign
+    /// version, and a publish would then carry that version's rows.
     pub async fn commit(
         &self,
         dir: &str,
@@ -590,12 +594,16 @@ impl Tables {
         txns: Vec<Transaction>,
     ) -> CommitResult {
         let mut result = Err(lance::Error::invalid_input("an empty change".to_string()));
+        let mut refusal = None;
         for txn in txns {
+            let pin = PinnedCommit::at(base.version().version + 1);
             result = CommitBuilder::new(base.clone())
                 .with_session(self.session.clone())
+                .with_commit_handler(pin.clone())
                 .with_max_retries(0)
                 .execute(txn)
                 .await;
+            refusal = pin.refusal();
             match &result {
                 Ok(ds) => base = Arc::new(ds.clone()),
                 Err(_) => break,
@@ -606,6 +614,10 @@ impl Tables {
                 let version = ds.version().version;
                 self.remember_latest(dir, lance_branch.map(str::to_string), Arc::new(ds));
                 CommitResult::Committed { version }
+            }
+            Err(_) if refusal.is_some() => {
+                self.forget_latest(dir, lance_branch);
+                CommitResult::Conflict(refusal.expect("checked"))
             }
             Err(e) if is_conflict(&e) => {
                 self.forget_latest(dir, lance_branch);
@@ -624,23 +636,33 @@ impl Tables {
             .remove(&(dir.to_string(), lance_branch.map(str::to_string)));
     }
 
-    /// Write a new version whose content equals version `to`.
+    /// Write a new version whose content equals version `to`, right after
+    /// the latest version read here: pinned like a commit, so a version
+    /// another process lands meanwhile refuses the restore (a conflict)
+    /// instead of being buried under it.
     pub async fn restore(&self, dir: &str, lance_branch: Option<&str>, to: u64) -> Result<u64> {
-        self.forget_latest(dir, lance_branch);
-        let t = TableRef {
-            dir: dir.to_string(),
-            lance_branch: lance_branch.map(str::to_string),
-            version: to,
-            incarnation: 0,
-        };
-        let mut ds = (*self.open(&t).await?).clone();
-        ds.restore().await?;
         self.forget_latest(dir, lance_branch);
         let latest = self
             .latest(dir, lance_branch)
             .await?
-            .ok_or_else(|| OmniError::Storage(format!("table {dir} vanished during restore")))?;
-        Ok(latest.version().version)
+            .ok_or_else(|| OmniError::Storage(format!("table {dir} vanished before a restore")))?;
+        let top = latest.version().version;
+        let txn = Transaction::new(top, Operation::Restore { version: to }, None);
+        let pin = PinnedCommit::at(top + 1);
+        let restored = CommitBuilder::new(latest)
+            .with_session(self.session.clone())
+            .with_commit_handler(pin.clone())
+            .with_max_retries(0)
+            .execute(txn)
+            .await;
+        self.forget_latest(dir, lance_branch);
+        match (restored, pin.refusal()) {
+            (Ok(ds), _) => Ok(ds.version().version),
+            (Err(_), Some(why)) => Err(OmniError::Storage(format!(
+                "the restore of table {dir} to version {to} was refused: {why}"
+            ))),
+            (Err(e), None) => Err(e.into()),
+        }
     }
 
     /// Where (if anywhere) after `base` the change whose last transaction is
@@ -737,6 +759,95 @@ fn missing_branch(e: &lance::Error) -> bool {
 mod tests {
     use super::*;
     use crate::compiler::schema::compile;
+    use arrow_array::StringArray;
+    use lance::dataset::InsertBuilder;
+
+    fn ids_batch(ids: &[&str]) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Utf8, false)]));
+        RecordBatch::try_new(schema, vec![Arc::new(StringArray::from(ids.to_vec()))]).unwrap()
+    }
+
+    async fn ids_at(t: &Tables, version: u64) -> Vec<String> {
+        let ds = t
+            .open(&TableRef {
+                dir: "t".into(),
+                lance_branch: None,
+                version,
+                incarnation: 0,
+            })
+            .await
+            .unwrap();
+        let b = ds.scan().try_into_batch().await.unwrap();
+        let col = b.column(0).as_any().downcast_ref::<StringArray>().unwrap();
+        let mut ids: Vec<String> = col.iter().map(|v| v.unwrap().to_string()).collect();
+        ids.sort();
+        ids
+    }
+
+    async fn append_staged_on(
+        base: &Arc<Dataset>,
+        session: &Arc<Session>,
+        id: &str,
+    ) -> Transaction {
+        InsertBuilder::new(base.clone())
+            .with_params(&write_params(session, WriteMode::Append))
+            .execute_uncommitted(vec![ids_batch(&[id])])
+            .await
+            .unwrap()
+    }
+
+    /// The library rebases an append staged on an old version over one that
+    /// landed since, even with no retries; a pinned commit refuses instead,
+    /// and nothing of it becomes a version.
+    #[tokio::test]
+    async fn a_commit_lands_on_its_base_or_is_refused_never_rebased() {
+        let dir = tempfile::tempdir().unwrap();
+        let session = Arc::new(Session::default());
+        let store = Store::open(
+            &crate::storage::requests::StorageSession(session.clone()),
+            dir.path().to_str().unwrap(),
+        )
+        .await
+        .unwrap();
+        let t = Tables::new(store, session.clone());
+        let schema = ids_batch(&[]).schema();
+        assert_eq!(t.create("t", schema).await.unwrap(), 1);
+        let v1 = t.latest("t", None).await.unwrap().unwrap();
+        let late = append_staged_on(&v1, &session, "late").await;
+        let next = append_staged_on(&v1, &session, "next").await;
+        let unpinned = append_staged_on(&v1, &session, "unpinned").await;
+        // The stalled writer's commit lands first, at its base + 1.
+        assert_eq!(
+            t.commit("t", None, v1.clone(), vec![late]).await,
+            CommitResult::Committed { version: 2 }
+        );
+        // The next writer's commit on the same base is refused, not rebased.
+        match t.commit("t", None, v1.clone(), vec![next]).await {
+            CommitResult::Conflict(why) => assert!(
+                why.contains("would have rebased it to version 3")
+                    && why.contains("landing it at 2"),
+                "{why}"
+            ),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        let top = t.probe_latest("t", None, 1).await.unwrap();
+        assert_eq!(top, Some(2));
+        assert_eq!(ids_at(&t, 2).await, vec!["late"]);
+        // What the pin guards against: the library's own commit, with no
+        // retries, lands the same staging at version 3, over the stalled
+        // writer's rows.
+        let rebased = CommitBuilder::new(v1.clone())
+            .with_max_retries(0)
+            .execute(unpinned)
+            .await
+            .unwrap();
+        assert_eq!(rebased.version().version, 3);
+        assert_eq!(ids_at(&t, 3).await, vec!["late", "unpinned"]);
+        // A restore lands right after the latest version, as that version's
+        // content at the version asked for.
+        assert_eq!(t.restore("t", None, 1).await.unwrap(), 4);
+        assert!(ids_at(&t, 4).await.is_empty());
+    }
 
     #[test]
     fn a_table_schema_starts_with_its_ids() {

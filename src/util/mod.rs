@@ -1,5 +1,6 @@
 //! Small helpers with no better home.
 
+pub mod clock;
 pub mod cores;
 pub mod dates;
 pub mod hash;

@@ -215,6 +215,103 @@ async fn a_writer_taken_over_while_merely_slow_fails_typed_and_publishes_nothing
         .await
         .unwrap_err();
     assert!(matches!(again, OmniError::LeaseLost { .. }), "{again}");
+    // Nor does it restore a table (as its own recovery would, rolling back).
+    use omnigraph_actors::host::Substrate;
+    let table = omnigraph_actors::TableKey::new("main", "node:Person");
+    let versions = "nodes/Person.lance/_versions";
+    let before = stored(&uri, versions).await;
+    assert!(!before.is_empty(), "no versions listed under {versions}");
+    match slow
+        .substrate()
+        .execute(omnigraph_actors::Io::RestoreTable { table, to: 1 })
+        .await
+    {
+        omnigraph_actors::IoOut::TableRestore(Err(e)) => {
+            assert!(e.contains("lease on the graph was taken over"), "{e}")
+        }
+        other => panic!("a taken-over process restored a table: {other:?}"),
+    }
+    assert_eq!(before, stored(&uri, versions).await);
+    other.close().await;
+}
+
+/// The interleaving the storage library's rebasing commits made unsafe,
+/// exactly: writer W1 passes its lease check before its table commit and
+/// stalls past its lease; another process takes the lease over at open and
+/// rolls W1's intent back (nothing had landed); W2 writes another type; W3
+/// takes the gates, finds Person clean and stages five rows; W1 wakes, its
+/// commit lands on the base (an orphan) and its publish is refused. W3's
+/// commit on that same base is then refused instead of rebased over W1's
+/// row, and W3 repairs the orphan and commits again. No published version
+/// ever shows W1's row; W2's and W3's writes are all there, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_commit_of_a_taken_over_writer_is_never_published() {
+    let place = Place::s3();
+    let uri = place.uri("g.omni");
+    let w1 = Omnigraph::init_with(&uri, SCHEMA, test_options())
+        .await
+        .unwrap();
+    w1.load("main", PEOPLE, LoadMode::Overwrite).await.unwrap();
+    let hold1 = w1.substrate().hold_before_commit(false);
+    let stalled = {
+        let w1 = w1.clone();
+        tokio::spawn(async move {
+            w1.load(
+                "main",
+                "{\"type\":\"Person\",\"data\":{\"name\":\"Late\"}}",
+                LoadMode::Append,
+            )
+            .await
+        })
+    };
+    hold1.reached.notified().await;
+    tokio::time::sleep(TEST_LEASE * 2).await;
+    let other = Omnigraph::open_with(&uri, test_options()).await.unwrap();
+    assert_eq!(other.recovery_report().rolled_back.len(), 1);
+    other
+        .mutate(
+            "main",
+            "query m() { insert Company { name: \"Beta\" } }",
+            "m",
+            &Value::Null,
+        )
+        .await
+        .unwrap();
+    let hold3 = other.substrate().hold_before_commit(true);
+    let five: String = (1..=5)
+        .map(|i| format!("{{\"type\":\"Person\",\"data\":{{\"name\":\"W3-{i}\"}}}}\n"))
+        .collect();
+    let w3 = {
+        let other = other.clone();
+        tokio::spawn(async move { other.load("main", &five, LoadMode::Append).await })
+    };
+    // W3 holds its gates, has found Person clean and staged its rows.
+    hold3.reached.notified().await;
+    hold1.go.notify_one();
+    let err = stalled.await.unwrap().unwrap_err();
+    assert!(matches!(err, OmniError::LeaseLost { .. }), "{err}");
+    hold3.go.notify_one();
+    w3.await.unwrap().unwrap();
+    let r = Omnigraph::open_read_only(&uri).await.unwrap();
+    let mut want = vec![json!("Alice"), json!("Bob"), json!("Carol")];
+    want.extend((1..=5).map(|i| json!(format!("W3-{i}"))));
+    assert_eq!(person_names(&r).await, want);
+    assert_eq!(count(&r, "main", "Company").await, 2);
+    // No published version of the graph ever held W1's row.
+    let q = "query q() { match { $p: Person  $p.name = \"Late\" } return { $p.name } }";
+    let versions = r.snapshot(&Target::main()).await.unwrap().manifest_version;
+    for version in 1..=versions {
+        let at = Target::Version {
+            version,
+            branch: "main".into(),
+        };
+        let rows = r.query(&at, q, "q", &Value::Null).await.unwrap();
+        assert!(
+            names(&rows).is_empty(),
+            "graph version {version} shows W1's row"
+        );
+    }
+    assert!(stored(&uri, "_graph/recovery").await.is_empty());
     other.close().await;
 }
 
