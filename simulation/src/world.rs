@@ -235,10 +235,14 @@ pub struct World {
     // The model of provenance the checks compare against.
     /// The process that wrote each table version (lance line, table, version).
     pub writers: BTreeMap<(String, String, u64), Proc>,
-    /// The row-changing transactions whose rows each table version holds.
+    /// The transactions whose effects (rows, index record, layout) each
+    /// table version holds.
     pub lineage: BTreeMap<(String, String, u64), BTreeSet<String>>,
-    /// The commit each row-changing transaction was prepared for.
+    /// The commit each transaction was prepared for.
     pub txn_commit: BTreeMap<String, CommitId>,
+    /// Schema applies' commits: they land on `main` and move every other
+    /// branch's tables under its unchanged head.
+    schema_commits: BTreeSet<CommitId>,
 }
 
 pub const TABLES: &[&str] = &["node:A", "node:B", "edge:E"];
@@ -809,9 +813,7 @@ impl World {
         for (t, ch) in &changes {
             let base = self.base_on_own_line(&own, t, &rec.tables[t]);
             let txn = format!("{}-{attempt}-{t}", op.0);
-            if !ch.is_empty() {
-                self.txn_commit.insert(txn.clone(), commit.clone());
-            }
+            self.txn_commit.insert(txn.clone(), commit.clone());
             let index_file = indexed.contains_key(t).then(|| {
                 self.next_file += 1;
                 let f = format!("ix{}-{t}", self.next_file);
@@ -905,6 +907,7 @@ impl World {
             for (t, r) in &rec.tables {
                 let base = self.base_on_own_line(&own, t, r);
                 let txn = format!("{}-{attempt}-{branch}-{t}", op.0);
+                self.txn_commit.insert(txn.clone(), commit.clone());
                 let name = format!("{branch}/{t}");
                 staged.insert(
                     name.clone(),
@@ -928,6 +931,7 @@ impl World {
             }
         }
         self.staged.insert(op.clone(), (p, staged));
+        self.schema_commits.insert(commit.clone());
         self.effects.insert(commit.clone(), BTreeMap::new());
         self.index_effects.insert(commit.clone(), Vec::new());
         Ok(Plan {
@@ -1133,9 +1137,7 @@ impl World {
         apply(&mut rows, &st.changes);
         let v = latest + 1;
         let mut held = self.lineage_of(&st.lance, &table.table, latest);
-        if !st.changes.is_empty() {
-            held.insert(st.txn.clone());
-        }
+        held.insert(st.txn.clone());
         self.tables
             .get_mut(&key)
             .expect("table")
@@ -1447,13 +1449,13 @@ impl World {
                     .find(|txn| {
                         self.txn_commit
                             .get(txn)
-                            .is_none_or(|c| !history.contains(c))
+                            .is_none_or(|c| !history.contains(c) && !self.published_apply(c))
                     });
                 if let Some(txn) = foreign {
                     return Some((
                         "no row of a rolled-back or failed write is visible in a published version",
                         format!(
-                            "graph version {version}, branch {name}, table {table} @ {}/{} holds the rows of {txn}, whose commit {:?} is not in the branch's history",
+                            "graph version {version}, branch {name}, table {table} @ {}/{} holds the effect of {txn}, whose commit {:?} is not in the branch's history",
                             r.lance,
                             r.version,
                             self.txn_commit.get(&txn)
@@ -1496,6 +1498,17 @@ impl World {
             }
         }
         None
+    }
+
+    /// A schema apply's commit that a graph version published: its table
+    /// commits on every branch are in force there.
+    fn published_apply(&self, c: &CommitId) -> bool {
+        self.schema_commits.contains(c)
+            && self.commits.get(c).is_some_and(|r| {
+                self.manifests
+                    .get(r.version as usize - 1)
+                    .is_some_and(|m| m.carries.as_ref() == Some(c))
+            })
     }
 
     fn chain_contains(&self, head: &CommitId, c: &CommitId) -> bool {
