@@ -972,10 +972,7 @@ impl LanceSubstrate {
                 owner_alive,
             });
         }
-        if fence {
-            self.publish_fence().await?;
-        }
-        self.fence_takeovers().await?;
+        self.fence_dead(fence).await?;
         Ok(found)
     }
 
@@ -984,8 +981,14 @@ impl LanceSubstrate {
     /// anything acts on the takeover: a writer that was taken over while its
     /// publish was under way then loses that publish's compare-and-swap.
     pub async fn fence_takeovers(&self) -> Result<()> {
+        self.fence_dead(false).await
+    }
+
+    /// One fence for this process's unfenced takeovers and, when `more`,
+    /// for a dead owner another process took over (a listing's find).
+    async fn fence_dead(&self, more: bool) -> Result<()> {
         let owners = self.locks.unfenced();
-        if owners.is_empty() {
+        if owners.is_empty() && !more {
             return Ok(());
         }
         self.publish_fence().await?;
