@@ -20,6 +20,15 @@ pub mod storage;
 pub mod util;
 pub mod write;
 
+/// The unit tests' setup, before `main` while this is the only thread: the
+/// local S3 server the lease tests use, as `scripts/test.sh` would start it.
+#[cfg(test)]
+#[ctor::ctor(unsafe)]
+fn local_s3_server() {
+    // SAFETY: constructors run before main, so no other thread exists.
+    unsafe { util::local_s3::export() };
+}
+
 pub use compiler::blob_policy::BlobPolicy;
 pub use compiler::schema::evolve::{
     Step as SchemaStep, StepKind as SchemaStepKind, Work as StepWork,

@@ -82,8 +82,9 @@ pub enum Cmd {
     /// Remove index files no version records (left by crashed or losing
     /// optimizes and deleted branches); files of running processes stay.
     Gc(Gc),
-    /// Test harness: append write after write and print `ACK <n>` after each
-    /// acknowledged one (the chaos test kills this process at random moments).
+    /// Test harness: print `OWNER <incarnation>`, then append write after
+    /// write, printing `BEGIN <n>` before each and `ACK <n>` once it is
+    /// acknowledged (the chaos tests kill this process at chosen moments).
     #[command(hide = true)]
     StressWriter(StressWriter),
     /// Create a small graph in a temporary folder and walk through the main features.

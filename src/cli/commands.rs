@@ -645,7 +645,12 @@ async fn blob_get(
 async fn stress_writer(a: StressWriter) -> Result<()> {
     let g = Omnigraph::open(a.graph.uri()?).await?;
     let mut out = std::io::stdout();
+    // Its sidecars carry this owner: a harness that kills it can tell
+    // which in-flight write was its.
+    writeln!(out, "OWNER {}", g.substrate().locks().incarnation())?;
     for n in a.start.. {
+        writeln!(out, "BEGIN {n}")?;
+        out.flush()?;
         // One write touches two node rows and an edge between them: a
         // partial commit would show as a node without its partner.
         let jsonl = format!(

@@ -489,7 +489,7 @@ mod tests {
 
     async fn store() -> Store {
         let base = std::env::var("OMNIGRAPH_TEST_S3").expect(
-            "the lease tests need the local S3 server and its environment: run ./scripts/test.sh",
+            "the lease tests need the local S3 server, which the test binary starts (scripts/s3-env.sh): see its message above",
         );
         Store::open(
             &crate::storage::requests::StorageSession::default(),

@@ -20,6 +20,12 @@ struct SidecarFile {
     /// owners were recorded: their writers are long gone).
     #[serde(default)]
     owner: String,
+    /// What the operation was ("load", "mutate", "compact", ...), as its
+    /// commit record would name it: for whoever finds the sidecar (an
+    /// operator, a test), since a load's sidecar and the sidecar of the
+    /// compaction the load runs after its commit look alike otherwise.
+    #[serde(default)]
+    kind: String,
     branch: String,
     expected_commit: String,
     expected_version: u64,
@@ -70,10 +76,11 @@ fn file(op: &OpId) -> String {
     format!("{DIR}/{}.json", op.0)
 }
 
-pub async fn write(store: &Store, intent: &Intent, owner: &str) -> Result<()> {
+pub async fn write(store: &Store, intent: &Intent, owner: &str, kind: &str) -> Result<()> {
     let f = SidecarFile {
         op: intent.op.0.clone(),
         owner: owner.to_string(),
+        kind: kind.to_string(),
         branch: intent.branch.clone(),
         expected_commit: intent.expected.commit.0.clone(),
         expected_version: intent.expected.version,

@@ -1055,12 +1055,21 @@ impl LanceSubstrate {
                 }
                 IoOut::Done(Ok(()))
             }
-            Io::WriteSidecar { intent } => IoOut::Done(s(sidecar::write(
-                &self.g.store,
-                &intent,
-                self.locks.incarnation(),
-            )
-            .await)),
+            Io::WriteSidecar { intent } => {
+                let kind = self
+                    .ops
+                    .lock()
+                    .get(&intent.op)
+                    .map(|c| c.kind.clone())
+                    .unwrap_or_default();
+                IoOut::Done(s(sidecar::write(
+                    &self.g.store,
+                    &intent,
+                    self.locks.incarnation(),
+                    &kind,
+                )
+                .await))
+            }
             Io::DeleteSidecar { op } => IoOut::Done(s(sidecar::delete(&self.g.store, &op).await)),
             Io::ListSidecars => IoOut::Sidecars(s(self.list_sidecars().await)),
             Io::CommitTable { op, table, staged } => {

@@ -1,8 +1,10 @@
-//! Real-Lance chaos: a child process appends write after write to a graph on
-//! local disk and is killed with SIGKILL at random moments. After each kill
-//! the graph is reopened (recovery runs) and checked: every acknowledged
-//! write is present, no partial write is visible, every edge's endpoints
-//! exist, and the graph still accepts writes.
+//! Real-Lance chaos: child processes append write after write to a graph and
+//! are killed with SIGKILL, at random moments and inside commits. After the
+//! kills the graph is reopened (recovery runs) and checked: every
+//! acknowledged write is present, no partial write is visible, every edge's
+//! endpoints exist, every write killed inside its commit was resolved whole
+//! (published with its rows, or rolled back without them), and the graph
+//! still accepts writes.
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
@@ -12,7 +14,7 @@ use std::time::Duration;
 
 use omnigraph::{LoadMode, Omnigraph, Target};
 
-use crate::common::{Place, assert_each_write_published_once, stored};
+use crate::common::{Place, assert_each_write_published_once, changes, sidecars, stored};
 
 /// Kills per run (override with OMNIGRAPH_CHAOS_KILLS).
 const KILLS: usize = 50;
@@ -29,8 +31,8 @@ fn rand_ms(state: &mut u64, lo: u64, hi: u64) -> u64 {
 /// Reopen the graph (recovery runs) and check it against what was
 /// acknowledged: every acknowledged write is there, and every write is whole
 /// across the node table and the edge table (two people and the edge
-/// between them, or nothing). Returns how many people it holds.
-async fn check_graph(uri: &str, acked: &BTreeSet<u64>) -> usize {
+/// between them, or nothing). Returns the people it holds.
+async fn check_graph(uri: &str, acked: &BTreeSet<u64>) -> BTreeSet<String> {
     let g = Omnigraph::open(uri).await.unwrap();
     // Every writer is dead by now: the open resolves every intent left.
     let report = g.recovery_report();
@@ -87,7 +89,59 @@ async fn check_graph(uri: &str, acked: &BTreeSet<u64>) -> usize {
         people.len(),
         "every write is two people and one edge"
     );
-    people.len()
+    people
+}
+
+/// A write whose writer was killed inside the commit of one of its
+/// operations (that operation's sidecar was on storage): the operation, its
+/// kind, and the number of the write. A load runs a compaction after its
+/// own commit when its tables have grown fragmented, so the operation is the
+/// load's (kind "load") or that compaction's ("compact").
+struct KilledInside {
+    op: String,
+    kind: String,
+    n: u64,
+}
+
+/// Each write killed inside one of its commits was resolved whole. A load
+/// killed inside its commit: its operation was published (by its writer, or
+/// rolled forward by recovery as `recover-<op>`;
+/// `assert_each_write_published_once` checks it was once) and its rows are
+/// there, or it was not and they are not. A load killed inside the
+/// compaction that follows its commit: its rows are there, whichever way
+/// the compaction was resolved.
+async fn assert_killed_writes_resolved(
+    uri: &str,
+    people: &BTreeSet<String>,
+    killed: &[KilledInside],
+) {
+    let published: BTreeSet<String> = changes(uri)
+        .await
+        .into_iter()
+        // A roll-back publishes a re-point as `recover-<op>` too: only a
+        // commit carries the write's rows.
+        .filter(|(kind, _)| kind == "commit")
+        .map(|(_, op)| op.strip_prefix("recover-").unwrap_or(&op).to_string())
+        .collect();
+    for k in killed {
+        let rows = people.contains(&format!("p{}", k.n));
+        match k.kind.as_str() {
+            "load" => assert_eq!(
+                published.contains(&k.op),
+                rows,
+                "write {} (operation {}) was killed inside its commit: published {} but its rows visible {rows}",
+                k.n,
+                k.op,
+                published.contains(&k.op)
+            ),
+            "compact" => assert!(
+                rows,
+                "write {} was killed inside its compaction (operation {}), after its own commit, and its rows are gone",
+                k.n, k.op
+            ),
+            other => panic!("a stress writer ran an operation of kind {other:?}"),
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -99,32 +153,31 @@ async fn sigkill_during_writes_never_loses_or_tears_a_commit() {
     let dir = tempfile::tempdir().unwrap();
     let uri = dir.path().join("chaos.omni").to_string_lossy().to_string();
     drop(Omnigraph::init(&uri, SCHEMA).await.unwrap());
-    let sidecars = dir.path().join("chaos.omni/_graph/recovery");
     let mut acked: BTreeSet<u64> = BTreeSet::new();
+    let mut killed_inside = Vec::new();
     let mut next = 0u64;
     let mut rng = 0x2545_F491_4F6C_DD1Du64;
-    let mut inside_commit = 0;
-    for _kill in 0..kills {
+    for kill in 0..kills {
         let child = spawn_writer(&uri, next);
-        // Let it open the graph and write for a random while.
-        std::thread::sleep(Duration::from_millis(rand_ms(&mut rng, 150, 900)));
-        let mut got = BTreeSet::new();
-        stop_writer(child, &mut got);
-        next = next.max(got.iter().max().map_or(next, |m| m + 1)) + 1;
-        acked.extend(got);
-        let in_flight = std::fs::read_dir(&sidecars)
-            .map(|d| {
-                d.filter_map(|e| e.ok())
-                    .any(|e| e.file_name().to_string_lossy().ends_with(".json"))
-            })
-            .unwrap_or(false);
-        if in_flight {
-            inside_commit += 1;
-        }
-
-        check_graph(&uri, &acked).await;
+        // Every other kill waits for the writer to be inside a commit; the
+        // others land wherever a random while of writing ends.
+        let stopped = if kill % 2 == 1 {
+            let (stopped, killed) =
+                kill_inside_a_commit(&uri, child, Duration::from_secs(10)).await;
+            killed_inside.extend(killed);
+            stopped
+        } else {
+            std::thread::sleep(Duration::from_millis(rand_ms(&mut rng, 150, 900)));
+            stop_writer(child)
+        };
+        let last = stopped.acked.iter().copied().chain(stopped.in_flight).max();
+        next = next.max(last.map_or(next, |m| m + 1)) + 1;
+        acked.extend(stopped.acked);
+        let people = check_graph(&uri, &acked).await;
+        assert_killed_writes_resolved(&uri, &people, &killed_inside).await;
     }
     assert_each_write_published_once(&uri).await;
+    let people = check_graph(&uri, &acked).await;
     // Still writable after all of that.
     let g = Omnigraph::open(&uri).await.unwrap();
     g.load(
@@ -134,17 +187,31 @@ async fn sigkill_during_writes_never_loses_or_tears_a_commit() {
     )
     .await
     .unwrap();
+    let (forward, back, compactions) = outcomes(&people, &killed_inside);
     eprintln!(
-        "chaos: {kills} kills, {} writes acknowledged, {inside_commit} kills landed inside a commit (sidecar present)",
-        acked.len()
+        "chaos: {kills} kills, {} writes acknowledged, {} kills inside a commit ({forward} loads resolved forward, {back} back, {compactions} inside the compaction after a load)",
+        acked.len(),
+        killed_inside.len(),
     );
     assert!(!acked.is_empty(), "the writer never got a write through");
-    // The point of the test is kills inside a commit; about one kill in
-    // seven lands there, so fifty kills without one means the timing broke.
+    // Half the kills aim inside a commit; a run of them that never lands
+    // there means the timing broke.
     assert!(
-        inside_commit > 0 || kills < 20,
-        "no kill landed inside a commit in {kills} kills"
+        !killed_inside.is_empty() || kills < 4,
+        "none of the {} kills aimed inside a commit landed there",
+        kills / 2
     );
+}
+
+/// How kills inside a commit were resolved: loads rolled forward, loads
+/// rolled back, and kills inside the compaction that followed a load.
+fn outcomes(people: &BTreeSet<String>, killed: &[KilledInside]) -> (usize, usize, usize) {
+    let loads: Vec<_> = killed.iter().filter(|k| k.kind == "load").collect();
+    let forward = loads
+        .iter()
+        .filter(|k| people.contains(&format!("p{}", k.n)))
+        .count();
+    (forward, loads.len() - forward, killed.len() - loads.len())
 }
 
 /// Writer processes alive at once in the multi-process chaos test, and how
@@ -156,10 +223,41 @@ const MULTI_KILLS: usize = 12;
 /// that a killed writer's gates pass on quickly.
 const CHILD_LEASE_MS: &str = "1000";
 
+/// What a writer process printed, line by line.
+enum Line {
+    Owner(String),
+    Begin(u64),
+    Ack(u64),
+}
+
 struct Child {
     proc: std::process::Child,
     reader: std::thread::JoinHandle<()>,
-    acks: mpsc::Receiver<u64>,
+    lines: mpsc::Receiver<Line>,
+    /// Its incarnation, once it printed it.
+    owner: Option<String>,
+}
+
+impl Child {
+    /// Its incarnation, waiting for it to open the graph (a writer that
+    /// never does fails the test).
+    fn owner(&mut self) -> String {
+        while self.owner.is_none() {
+            match self.lines.recv_timeout(Duration::from_secs(60)) {
+                Ok(Line::Owner(o)) => self.owner = Some(o),
+                Ok(_) => unreachable!("a writer prints its owner before any write"),
+                Err(e) => panic!("a writer printed no owner: {e}"),
+            }
+        }
+        self.owner.clone().expect("set above")
+    }
+}
+
+/// What a killed writer had done.
+struct Stopped {
+    acked: BTreeSet<u64>,
+    /// The write it had begun and not seen acknowledged.
+    in_flight: Option<u64>,
 }
 
 fn spawn_writer(uri: &str, start: u64) -> Child {
@@ -177,23 +275,29 @@ fn spawn_writer(uri: &str, start: u64) -> Child {
         .spawn()
         .unwrap();
     let stdout = proc.stdout.take().unwrap();
-    let (tx, acks) = mpsc::channel();
+    let (tx, lines) = mpsc::channel();
     let reader = std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Some(n) = line
-                .strip_prefix("ACK ")
-                .and_then(|n| n.parse::<u64>().ok())
-            {
-                let _ = tx.send(n);
-            }
+            let parsed = match line.split_once(' ') {
+                Some(("OWNER", o)) => Line::Owner(o.to_string()),
+                Some(("BEGIN", n)) => Line::Begin(n.parse().expect("a write number")),
+                Some(("ACK", n)) => Line::Ack(n.parse().expect("a write number")),
+                _ => continue,
+            };
+            let _ = tx.send(parsed);
         }
     });
-    Child { proc, reader, acks }
+    Child {
+        proc,
+        reader,
+        lines,
+        owner: None,
+    }
 }
 
 /// Stop a writer; a writer that exited by itself (an error) fails the test
 /// with what it printed.
-fn stop_writer(mut c: Child, acked: &mut BTreeSet<u64>) {
+fn stop_writer(mut c: Child) -> Stopped {
     if let Ok(Some(status)) = c.proc.try_wait() {
         let mut err = String::new();
         if let Some(mut e) = c.proc.stderr.take() {
@@ -204,7 +308,55 @@ fn stop_writer(mut c: Child, acked: &mut BTreeSet<u64>) {
     c.proc.kill().unwrap(); // SIGKILL
     c.proc.wait().unwrap();
     c.reader.join().unwrap();
-    acked.extend(c.acks.try_iter());
+    let mut stopped = Stopped {
+        acked: BTreeSet::new(),
+        in_flight: None,
+    };
+    for line in c.lines.try_iter() {
+        match line {
+            Line::Owner(_) => {}
+            Line::Begin(n) => stopped.in_flight = Some(n),
+            Line::Ack(n) => {
+                stopped.acked.insert(n);
+                stopped.in_flight = None;
+            }
+        }
+    }
+    stopped
+}
+
+/// Kill a writer the moment one of its sidecars is on storage (inside a
+/// commit), or after `limit` if none shows. Returns what it had done, and
+/// the operation of its sidecar if one is still on storage after the kill.
+/// Such a sidecar is the write it had in flight: a writer removes a
+/// write's sidecar before it prints the write's acknowledgement, and the
+/// sidecar seen before the kill may belong to a write that finished in
+/// between, so only the listing after the kill names the killed write.
+async fn kill_inside_a_commit(
+    uri: &str,
+    mut c: Child,
+    limit: Duration,
+) -> (Stopped, Option<KilledInside>) {
+    let owner = c.owner();
+    let deadline = std::time::Instant::now() + limit;
+    while std::time::Instant::now() < deadline
+        && !sidecars(uri).await.iter().any(|s| s.owner == owner)
+    {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let stopped = stop_writer(c);
+    let Some(left) = sidecars(uri).await.into_iter().find(|s| s.owner == owner) else {
+        return (stopped, None);
+    };
+    let n = stopped
+        .in_flight
+        .expect("a killed writer that left a sidecar had a write in flight");
+    let killed = KilledInside {
+        op: left.op,
+        kind: left.kind,
+        n,
+    };
+    (stopped, Some(killed))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -233,16 +385,26 @@ pub async fn writer_processes_killed_among_live_ones_lose_nothing_in(place: Plac
         Place::Local(_) => (200, 700),
         Place::S3 { .. } => (1_500, 3_000),
     };
-    for _ in 0..MULTI_KILLS {
+    // Every other kill waits for the victim to be inside a commit; the
+    // others land wherever the random wait ends.
+    let mut killed_inside = Vec::new();
+    for kill in 0..MULTI_KILLS {
         std::thread::sleep(Duration::from_millis(rand_ms(&mut rng, lo, hi)));
         let victim = (rand_ms(&mut rng, 0, 1_000) as usize) % WRITERS;
         next_start += 1_000_000;
         let fresh = spawn_writer(&uri, next_start);
         let old = std::mem::replace(&mut writers[victim], fresh);
-        stop_writer(old, &mut acked);
+        let stopped = if kill % 2 == 1 {
+            let (stopped, killed) = kill_inside_a_commit(&uri, old, Duration::from_secs(10)).await;
+            killed_inside.extend(killed);
+            stopped
+        } else {
+            stop_writer(old)
+        };
+        acked.extend(stopped.acked);
     }
     for w in writers {
-        stop_writer(w, &mut acked);
+        acked.extend(stop_writer(w).acked);
     }
     if let Place::S3 { .. } = place {
         // A killed process is known dead only once its lease has lapsed by
@@ -253,9 +415,22 @@ pub async fn writer_processes_killed_among_live_ones_lose_nothing_in(place: Plac
         let margin = omnigraph::Options::default().lease / 4;
         std::thread::sleep(Duration::from_millis(lease) + margin);
     }
-    check_graph(&uri, &acked).await;
-    // Every dead writer's intent was resolved by exactly one of the others.
+    let people = check_graph(&uri, &acked).await;
+    // Every dead writer's intent was resolved by exactly one of the others
+    // (or by the last open), whole.
     assert_each_write_published_once(&uri).await;
+    assert_killed_writes_resolved(&uri, &people, &killed_inside).await;
+    let (forward, back, compactions) = outcomes(&people, &killed_inside);
+    eprintln!(
+        "multi-process chaos: {MULTI_KILLS} kills among {WRITERS} writers, {} writes acknowledged, {} kills inside a commit ({forward} loads resolved forward, {back} back, {compactions} inside the compaction after a load)",
+        acked.len(),
+        killed_inside.len(),
+    );
+    assert!(
+        !killed_inside.is_empty(),
+        "none of the {} kills aimed inside a commit landed there",
+        MULTI_KILLS / 2
+    );
     assert!(
         acked.len() >= WRITERS,
         "the writers got only {} writes through",

@@ -105,7 +105,7 @@ pub async fn state(g: &Omnigraph) -> String {
 }
 
 /// Where a test's graph lives: a temporary folder, or a fresh prefix of the
-/// local S3 server's bucket (started by `scripts/test.sh`).
+/// local S3 server's bucket (which the test binary starts, `util::local_s3`).
 pub enum Place {
     Local(tempfile::TempDir),
     S3 {
@@ -122,7 +122,7 @@ impl Place {
 
     pub fn s3() -> Self {
         let bucket = std::env::var("OMNIGRAPH_TEST_S3").expect(
-            "the S3 tests need the local S3 server and its environment: run ./scripts/test.sh",
+            "the S3 tests need the local S3 server, which the test binary starts (scripts/s3-env.sh): see its message above",
         );
         Place::S3 {
             prefix: format!("{bucket}/{}", omnigraph::util::ulid::new_ulid()),
@@ -154,6 +154,51 @@ pub async fn stored(uri: &str, dir: &str) -> Vec<String> {
     .await
     .unwrap();
     store.list(dir).await.unwrap()
+}
+
+/// A recovery sidecar as found on storage.
+pub struct Sidecar {
+    pub op: String,
+    /// The incarnation of the process that wrote it.
+    pub owner: String,
+    /// The operation's kind ("load", "compact", ...).
+    pub kind: String,
+}
+
+/// Every recovery sidecar on storage.
+pub async fn sidecars(uri: &str) -> Vec<Sidecar> {
+    let store = omnigraph::storage::objstore::Store::open(
+        &omnigraph::storage::requests::StorageSession::default(),
+        uri,
+    )
+    .await
+    .unwrap();
+    let mut out = Vec::new();
+    for name in store.list("_graph/recovery").await.unwrap() {
+        if !name.ends_with(".json") {
+            continue;
+        }
+        // Deleted between the listing and the read: resolved meanwhile.
+        let Some(bytes) = store
+            .read(&format!("_graph/recovery/{name}"))
+            .await
+            .unwrap()
+        else {
+            continue;
+        };
+        let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        let field = |f: &str| {
+            v[f].as_str()
+                .unwrap_or_else(|| panic!("a sidecar's {f}"))
+                .to_string()
+        };
+        out.push(Sidecar {
+            op: field("op"),
+            owner: field("owner"),
+            kind: field("kind"),
+        });
+    }
+    out
 }
 
 /// Every graph version's change note: (kind, op).

@@ -3,6 +3,14 @@
 
 mod common;
 
+/// Before `main`, while this is the only thread: a plain `cargo test` finds
+/// the local S3 server (starting it if needed) as `scripts/test.sh` would.
+#[ctor::ctor(unsafe)]
+fn local_s3_server() {
+    // SAFETY: constructors run before main, so no other thread exists.
+    unsafe { omnigraph::util::local_s3::export() };
+}
+
 mod adjacency;
 mod bad_input;
 mod blobs;

@@ -185,7 +185,7 @@ fn responses(mut from: TcpStream, mut to: TcpStream, s: &Shared, armed: &AtomicB
 /// The local S3 server the suite runs against.
 fn upstream() -> SocketAddr {
     let url = std::env::var("AWS_ENDPOINT_URL")
-        .expect("the S3 tests need the local S3 server and its environment: run ./scripts/test.sh");
+        .expect("the S3 tests need the local S3 server, which the test binary starts (scripts/s3-env.sh): see its message above");
     let hostport = url.trim_start_matches("http://").trim_end_matches('/');
     hostport
         .parse()

@@ -230,7 +230,7 @@ async fn a_crash_while_deleting_a_branch_leaves_nothing_for_a_new_branch_of_its_
     // The delete is published, then the process dies before it reclaims
     // the branch's forks.
     t.g.substrate().crash_at(CrashPoint::AfterPublish);
-    let _ = t.g.branch_delete("b").await;
+    interrupted(t.g.branch_delete("b").await);
     let TestGraph { dir, g } = t;
     drop(g);
     let g = Omnigraph::open(&uri).await.unwrap();
@@ -251,7 +251,7 @@ async fn a_crash_right_after_a_branch_create_keeps_the_branch() {
     let t = loaded_graph().await;
     let uri = t.uri();
     t.g.substrate().crash_at(CrashPoint::AfterPublish);
-    let _ = t.g.branch_create("b", "main").await;
+    interrupted(t.g.branch_create("b", "main").await);
     let TestGraph { dir, g } = t;
     drop(g);
     let g = Omnigraph::open(&uri).await.unwrap();
@@ -264,7 +264,7 @@ async fn a_crash_right_after_a_branch_create_keeps_the_branch() {
 
 /// A write its process crashed inside never reports success: it fails as
 /// the halted process (before any effect) or as left to recovery (after).
-fn interrupted<T: std::fmt::Debug>(r: omnigraph::Result<T>) {
+pub fn interrupted<T: std::fmt::Debug>(r: omnigraph::Result<T>) {
     match r {
         Err(OmniError::RecoveryRequired { .. }) => {}
         Err(OmniError::Storage(m)) if m.contains("halted") => {}

@@ -1,5 +1,5 @@
 //! The same guarantees on object storage: graphs on `s3://` against the local
-//! S3-compatible server `scripts/test.sh` starts. Load, query, mutate,
+//! S3-compatible server the test binary starts (`scripts/s3-env.sh`). Load, query, mutate,
 //! branches, crash recovery and writer processes run here as on local disk;
 //! the rest is what only leases have: a writer taken over while merely slow
 //! fails typed and publishes nothing, and the request cost of a commit.
@@ -134,6 +134,88 @@ async fn one_key_conflict_across_processes_on_s3() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writer_processes_killed_among_live_ones_lose_nothing_on_s3() {
     crate::chaos::writer_processes_killed_among_live_ones_lose_nothing_in(Place::s3()).await;
+}
+
+/// Every object of a graph on any store, with its size, and its bytes
+/// where a plain read returns them.
+async fn every_object(uri: &str) -> Vec<(String, u64, Option<Vec<u8>>)> {
+    let store = omnigraph::storage::objstore::Store::open(
+        &omnigraph::storage::requests::StorageSession::default(),
+        uri,
+    )
+    .await
+    .unwrap();
+    let mut out = Vec::new();
+    for (name, size) in store.list_all("").await.unwrap() {
+        let bytes = store.read(&name).await.unwrap().map(|b| b.to_vec());
+        out.push((name, size, bytes));
+    }
+    out
+}
+
+/// A read-only open reads the graph and refuses writes without writing one
+/// object, even beside a dead writer's unresolved intent (no recovery, no
+/// takeover of its lease, no fence); a read-write open then resolves it.
+#[tokio::test]
+async fn a_read_only_open_on_s3_changes_nothing() {
+    let place = Place::s3();
+    let uri = place.uri("g.omni");
+    let g = Omnigraph::init_with(&uri, SCHEMA, test_options())
+        .await
+        .unwrap();
+    g.load("main", PEOPLE, LoadMode::Overwrite).await.unwrap();
+    g.substrate()
+        .crash_at(omnigraph::storage::substrate::CrashPoint::AfterTableCommit(
+            1,
+        ));
+    recovery::interrupted(
+        g.load(
+            "main",
+            "{\"type\":\"Person\",\"data\":{\"name\":\"Dan\"}}\n{\"edge\":\"Knows\",\"from\":\"Dan\",\"to\":\"Alice\"}",
+            LoadMode::Append,
+        )
+        .await,
+    );
+    drop(g);
+    // The crashed writer is dead for certain: its lease has lapsed.
+    tokio::time::sleep(TEST_LEASE * 2).await;
+    let before = every_object(&uri).await;
+    assert!(
+        before
+            .iter()
+            .any(|(n, _, b)| n.starts_with("_graph/recovery/")
+                && n.ends_with(".json")
+                && b.is_some()),
+        "the crashed write left its sidecar"
+    );
+
+    let r = Omnigraph::open_read_only_with(&uri, test_options())
+        .await
+        .unwrap();
+    assert_eq!(
+        person_names(&r).await,
+        vec![json!("Alice"), json!("Bob"), json!("Carol")]
+    );
+    assert_eq!(r.commits("main", None).await.unwrap().len(), 2);
+    let err = r
+        .load(
+            "main",
+            "{\"type\":\"Person\",\"data\":{\"name\":\"X\"}}",
+            LoadMode::Append,
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, OmniError::ReadOnly(_)), "{err}");
+    let err = r.optimize("main").await.unwrap_err();
+    assert!(matches!(err, OmniError::ReadOnly(_)), "{err}");
+    r.close().await;
+    assert!(
+        before == every_object(&uri).await,
+        "a read-only open changed the graph's objects"
+    );
+
+    let rw = Omnigraph::open_with(&uri, test_options()).await.unwrap();
+    assert_eq!(rw.recovery_report().rolled_back.len(), 1);
 }
 
 /// A writer that stalls between its last lease check and its publish (a
