@@ -2,7 +2,7 @@
 """Cold query timings: one `omnigraph query` process per run (the OS page
 cache stays warm; the process, its runtime cache and graph index start empty).
 Usage: cold.py OMNIGRAPH_BIN GRAPH META_JSON [--repeats 3] [--branch B]
-[--only q2_hub,q5,...]"""
+[--only q2_hub,q5,...] [--json FILE]   (FILE: {variant: median ms})"""
 import json
 import os
 import statistics
@@ -17,6 +17,8 @@ def opt(name, default=None):
 repeats = int(opt("--repeats", 3))
 branch = opt("--branch", "main")
 only = opt("--only")
+out = opt("--json")
+figures = {}
 meta = json.load(open(meta_path))
 hub, median = meta["start"]["hub"], meta["start"]["median"]
 gq = os.path.join(os.path.dirname(os.path.abspath(__file__)), "queries.gq")
@@ -39,4 +41,8 @@ for q, name, params in variants:
         t = time.perf_counter()
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         times.append((time.perf_counter() - t) * 1000)
-    print(f"| {name} | {statistics.median(times):.0f} | {', '.join(f'{x:.0f}' for x in times)} |")
+    figures[name] = statistics.median(times)
+    print(f"| {name} | {figures[name]:.0f} | {', '.join(f'{x:.0f}' for x in times)} |")
+if out:
+    with open(out, "w") as f:
+        json.dump(figures, f)

@@ -917,6 +917,7 @@ impl Omnigraph {
             search: Default::default(),
             point: Default::default(),
             graphs: Default::default(),
+            reads: Default::default(),
             profile: None,
         }
     }
@@ -986,6 +987,7 @@ impl Omnigraph {
         if let Some(last) = steps.last_mut() {
             last.rows = Some(result.num_rows());
             last.ms = Some((total - ops).max(0.0));
+            last.uses = ctx.reads_made();
         }
         Ok((Some(result), steps))
     }

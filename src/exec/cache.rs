@@ -67,6 +67,8 @@ pub enum Key {
     },
     /// A Vector column's index partitions over one table version.
     Partitions(Phys, String),
+    /// How many queries read a table version cold (`residency`).
+    ColdReads(Phys),
 }
 
 struct Entry {

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use super::antijoin::anti_degree_test;
+use super::residency::Reach;
 use super::run::Ctx;
 use super::scan::{in_memory, pushdown};
 use crate::compiler::catalog::ID;
@@ -102,6 +103,24 @@ fn edge_text(edge: &str, dir: Dir, bounds: &str) -> String {
 }
 
 impl Ctx<'_> {
+    /// Where the run read each node type's ids and columns from, and why
+    /// (`residency`), once per distinct read: `Person.handle: held in
+    /// memory`.
+    pub fn reads_made(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for (t, column, d) in self.reads.log.lock().iter() {
+            let what = match column.as_str() {
+                ID => format!("{t} ids"),
+                c => format!("{t}.{c}"),
+            };
+            let line = format!("{what}: {}", d.text());
+            if !out.contains(&line) {
+                out.push(line);
+            }
+        }
+        out
+    }
+
     /// The steps of `plan` (every arm), with what each reads, and what a
     /// profiled run measured when given.
     pub async fn explain(&self, plan: &Plan, profile: Option<&Profile>) -> Result<Vec<PlanStep>> {
@@ -200,15 +219,16 @@ impl Ctx<'_> {
                     Some((i, _)) => {
                         detail.push_str(&format!(", key lookup {}", pred(self, plan, active[i])));
                         let ordered = super::point::usable_id_order(self, &table).await?.is_some();
-                        uses.push(match (warm, btrees.iter().any(|c| c == ID)) {
-                            (true, _) => "the cached id index".into(),
-                            (false, _) if ordered => {
-                                "the persisted id order (the id BTREE for an id it lacks)".into()
-                            }
-                            (false, true) => "the id BTREE".into(),
-                            (false, false) => {
-                                "a filtered scan of id (no BTREE: run optimize)".into()
-                            }
+                        let d = self.peek_reach(type_name, warm, 1)?;
+                        let how = match (btrees.iter().any(|c| c == ID), ordered) {
+                            (_, true) => "the persisted id order (the id BTREE for an id it lacks)",
+                            (true, false) => "the id BTREE",
+                            (false, false) => "a filtered scan of id (no BTREE: run optimize)",
+                        };
+                        uses.push(match d.reach {
+                            Reach::Held => "the id index, held in memory".into(),
+                            Reach::Whole => format!("the id index, {}", d.text()),
+                            Reach::Rows => format!("{how}: {}", d.text()),
                         });
                         active
                             .iter()

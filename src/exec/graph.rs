@@ -16,7 +16,8 @@ use std::time::Instant;
 use arrow_array::{Array, StringArray};
 
 use super::cache::Key;
-use super::run::{Ctx, POINT_LOOKUPS_MAX};
+use super::residency::ROWS_MAX;
+use super::run::Ctx;
 use crate::compiler::catalog::ID;
 use crate::compiler::query::ir::Dir;
 use crate::error::{OmniError, Result};
@@ -665,7 +666,7 @@ impl Ctx<'_> {
             return Ok(pairs.collect());
         }
         let rows: usize = src.iter().map(|a| a.len()).sum();
-        if rows * 2 > POINT_LOOKUPS_MAX {
+        if rows * 2 > ROWS_MAX {
             let from_ids = self.node_ids(from).await?;
             let to_ids = self.node_ids(to).await?;
             return Ok(adjacency::resolve(src, dst, &from_ids, &to_ids));

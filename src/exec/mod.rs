@@ -15,6 +15,7 @@ pub mod output;
 pub mod params;
 mod point;
 mod project;
+pub mod residency;
 pub mod run;
 mod scan;
 mod search;

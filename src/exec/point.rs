@@ -12,6 +12,7 @@ use std::sync::atomic::Ordering;
 
 use arrow_array::RecordBatch;
 
+use super::residency::Reach;
 use super::run::Ctx;
 use crate::compiler::catalog::{ID, PropType, TypeDef};
 use crate::compiler::query::ast::CmpOp;
@@ -153,13 +154,18 @@ pub(super) async fn view(ctx: &Ctx<'_>, plan: &Plan) -> Result<Option<PointView>
         return Ok(None);
     }
     let t = ctx.def(type_name);
-    if t.is_edge() || ctx.ids_cached(t)? {
+    if t.is_edge() {
         return Ok(None);
     }
     let active: Vec<&Pred> = filters.iter().filter(|p| ctx.active(p)).collect();
     let Some((_, id)) = key_lookup(ctx, t, &active) else {
         return Ok(None);
     };
+    // A version this process holds, or read cold before, is read (or
+    // loaded) whole instead: the workload repeats.
+    if ctx.reach(type_name, ID, ctx.ids_cached(t)?, 1)?.reach != Reach::Rows {
+        return Ok(None);
+    }
     let mut cols = vec![ID];
     cols.extend(
         t.properties

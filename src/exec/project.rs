@@ -9,7 +9,8 @@ use arrow_array::{Array, ArrayRef, UInt32Array};
 use arrow_schema::{DataType, Field};
 
 use super::cache::Key;
-use super::run::{Ctx, Frame, POINT_LOOKUPS_MAX, var_type};
+use super::residency::Reach;
+use super::run::{Ctx, Frame, var_type};
 use crate::compiler::catalog::{ID, PropType};
 use crate::compiler::query::ir::{Plan, RetExpr, ValExpr};
 use crate::compiler::value::Value;
@@ -82,8 +83,8 @@ impl Ctx<'_> {
 
     /// A column's values at `rows` (positions in scan order). From the
     /// cached column when this process holds it (or a point read's rows);
-    /// a few rows of a cold column are read alone; otherwise the whole
-    /// column is read, cached, and taken from.
+    /// else, as `residency` decides, just those rows from storage, or the
+    /// whole column, read, cached and taken from.
     pub(super) async fn column_at(
         &self,
         type_name: &str,
@@ -93,7 +94,10 @@ impl Ctx<'_> {
         let point = self.point.get().is_some_and(|p| p.type_name == type_name);
         let t = self.def(type_name);
         let key = Key::Column(self.phys(t)?, column.to_string());
-        if point || rows.len() > POINT_LOOKUPS_MAX || self.cache.get::<ArrayRef>(&key).is_some() {
+        // A point read's view holds its columns: its ids' decision was the
+        // read's.
+        let held = self.cache.get::<ArrayRef>(&key).is_some();
+        if point || self.reach(type_name, column, held, rows.len())?.reach != Reach::Rows {
             return take_at(&self.column(type_name, column).await?, rows);
         }
         let mut wanted: Vec<u32> = rows.to_vec();

@@ -20,6 +20,7 @@ use super::antijoin::anti_degree_test;
 use super::cache::{Key, Phys, RuntimeCache};
 use super::order::order_and_limit;
 use super::project::repeat;
+use super::residency::{self, Decision, Reach};
 use crate::compiler::catalog::{ID, TypeDef};
 use crate::compiler::query::ir::{Op, Plan, Pred, RetExpr, ValExpr, VarKind};
 use crate::compiler::value::Value;
@@ -47,10 +48,6 @@ impl QueryResult {
     }
 }
 
-/// A cold node type's ids are looked up one by one (see [`Ctx::positions`])
-/// up to this many; past it reading the whole id column is cheaper.
-pub(super) const POINT_LOOKUPS_MAX: usize = 4096;
-
 pub struct Ctx<'a> {
     pub g: &'a GraphStorage,
     pub snap: &'a Snapshot,
@@ -66,6 +63,8 @@ pub struct Ctx<'a> {
     pub point: std::sync::OnceLock<super::point::PointView>,
     /// Which adjacency each traversal read, in order (edge type, source).
     pub graphs: parking_lot::Mutex<Vec<(String, super::graph::Source)>>,
+    /// Where this query read each node type's ids and columns from.
+    pub reads: super::residency::QueryReads,
     /// Set for a profiled run: what each operator produced and took.
     pub profile: Option<&'a super::explain::Profile>,
 }
@@ -97,6 +96,44 @@ impl Ctx<'_> {
 
     pub(super) fn phys(&self, t: &TypeDef) -> Result<Phys> {
         Ok(Phys::of(self.g.store.uri(), self.snap.table(t)?))
+    }
+
+    /// How this run reads `column` (or the ids, [`ID`]) of a node type for
+    /// `rows` rows, `held` saying whether this process holds it already
+    /// (`residency`). Counts the run as one that read the version cold.
+    pub(super) fn reach(
+        &self,
+        type_name: &str,
+        column: &str,
+        held: bool,
+        rows: usize,
+    ) -> Result<Decision> {
+        let earlier = match held {
+            true => 0,
+            false => {
+                let phys = self.phys(self.def(type_name))?;
+                self.reads.earlier(self.cache, &phys, true)
+            }
+        };
+        let d = residency::decide(held, earlier, rows);
+        self.reads
+            .log
+            .lock()
+            .push((type_name.to_string(), column.to_string(), d));
+        Ok(d)
+    }
+
+    /// [`Self::reach`] as a run would decide it now, counting nothing (for
+    /// `--explain`).
+    pub(super) fn peek_reach(&self, type_name: &str, held: bool, rows: usize) -> Result<Decision> {
+        let earlier = match held {
+            true => 0,
+            false => {
+                let phys = self.phys(self.def(type_name))?;
+                self.reads.earlier(self.cache, &phys, false)
+            }
+        };
+        Ok(residency::decide(held, earlier, rows))
     }
 
     /// Does this process hold the type's ids already (the type is warm)?
@@ -137,7 +174,7 @@ impl Ctx<'_> {
             let rows = frame.cols[*var].as_ref().map_or(0, Vec::len);
             let t = var_type(plan, *var);
             let point = self.point.get().is_some_and(|p| p.type_name == t);
-            if rows > POINT_LOOKUPS_MAX && !point && !wanted.contains(&(t, prop.as_str())) {
+            if rows > residency::ROWS_MAX && !point && !wanted.contains(&(t, prop.as_str())) {
                 wanted.push((t, prop));
             }
         }
@@ -160,9 +197,10 @@ impl Ctx<'_> {
     }
 
     /// The dense positions of some ids of a node type (`None`: no such
-    /// node). A warm type answers from its id index; a cold one looks the
-    /// few ids up in storage (through the `id` BTREE once `optimize` built
-    /// it) instead of reading its whole id column.
+    /// node): from the id index this process holds, or (`residency`) by
+    /// looking the few ids up in storage (through the `id` BTREE once
+    /// `optimize` built it), or by reading the whole id column into an id
+    /// index it then keeps.
     pub(super) async fn positions(
         &self,
         type_name: &str,
@@ -177,7 +215,7 @@ impl Ctx<'_> {
         if let Some(v) = known {
             return Ok(ids.iter().map(|id| v.get(id)).collect());
         }
-        if ids.len() > POINT_LOOKUPS_MAX {
+        if self.reach(type_name, ID, false, ids.len())?.reach == Reach::Whole {
             let v = self.node_ids(type_name).await?;
             return Ok(ids.iter().map(|id| v.get(id)).collect());
         }

@@ -757,6 +757,62 @@ async fn a_cold_key_lookup_reads_only_its_rows_and_answers_as_the_warm_path() {
     assert_eq!(cold[3][0]["n"], json!(1));
 }
 
+/// In one process a key lookup reads just its rows from a table version
+/// the first time, loads what it reads of the version whole the second
+/// time (the workload repeats), and answers from memory after that, the
+/// same answer each time; `--profile` says which and why.
+#[tokio::test]
+async fn a_repeated_key_lookup_loads_its_version_once_then_answers_from_memory() {
+    let t = graph().await;
+    let uri = t.uri();
+    t.g.clone().close().await;
+    let g = Omnigraph::open_read_only(&uri).await.unwrap();
+    let q = "query q($n: String) { match { $p: Person { name: $n } } return { $p.name, $p.age } }";
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let (r, steps) = g
+            .query_profiled(&Target::main(), q, "q", &json!({"n": "b"}))
+            .await
+            .unwrap();
+        let uses = steps.last().unwrap().uses.clone();
+        seen.push((
+            omnigraph::exec::output::rows(&r).unwrap(),
+            uses,
+            g.cache_stats()["column_loads"].clone(),
+        ));
+    }
+    let first =
+        "only the rows needed, from storage (first read of this table version in this process)";
+    let second = "read whole and kept (1 earlier query read this table version from storage)";
+    let held = "held in memory";
+    let on = |what: &str, how: &str| format!("{what}: {how}");
+    assert_eq!(seen[0].1, [on("Person ids", first)]);
+    assert_eq!(
+        seen[1].1,
+        [
+            on("Person ids", second),
+            on("Person.name", second),
+            on("Person.age", second)
+        ]
+    );
+    assert_eq!(
+        seen[2].1,
+        [
+            on("Person ids", held),
+            on("Person.name", held),
+            on("Person.age", held)
+        ]
+    );
+    // Columns loaded: none by the point read, two by the second query, no
+    // more by the third.
+    let loads: Vec<&Value> = seen.iter().map(|s| &s.2).collect();
+    assert_eq!(loads, [&json!(0), &json!(2), &json!(2)]);
+    for s in &seen {
+        assert_eq!(s.0, seen[0].0);
+    }
+    assert_eq!(col(&seen[0].0, "p.age"), vec![json!(40)]);
+}
+
 /// A group by one string key: short keys (packed as integers), keys of
 /// 15, 16 and more bytes, and the null key each form their own group.
 #[tokio::test]

@@ -6,7 +6,7 @@
 //! omnigraph-bench mutations [--n 300]        # mutation latency, writer scaling, latency vs history
 //! omnigraph-bench processes [--writes 25]     # appends from 4 and 16 processes vs as many tasks in one
 //! omnigraph-bench locks [--n 10000]           # the cross-process lock work of one 1-table commit
-//! omnigraph-bench queries DIR --graph URI [--repeats 10] [--reference FILE]
+//! omnigraph-bench queries DIR --graph URI [--repeats 10] [--reference FILE] [--json FILE]
 //!                                             # q1..q6 warm (loads DIR into URI first if URI is empty)
 //! omnigraph-bench blob DIR [--mib 64] [--repeats 5]
 //!                                             # range reads of one blob vs a plain file and pylance
@@ -582,7 +582,15 @@ async fn open_or_load(uri: &str, schema: &str, data: &str) -> (Omnigraph, Option
 }
 
 // One benchmark run from setup to report, in the order it prints.
-async fn queries(dir: &str, uri: &str, repeats: usize, reference: Option<&str>) {
+/// q1..q6 warm; with `json`, also writes `{variant: {"first_ms", "warm_ms"}}`
+/// (warm: the median) to that file, for `bench/guard.py`.
+async fn queries(
+    dir: &str,
+    uri: &str,
+    repeats: usize,
+    reference: Option<&str>,
+    json: Option<&str>,
+) {
     let meta: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(format!("{dir}/meta.json")).expect("meta.json"),
     )
@@ -614,6 +622,7 @@ async fn queries(dir: &str, uri: &str, repeats: usize, reference: Option<&str>) 
     println!("| variant | first run ms | warm median ms | warm min ms | answer |");
     println!("|---|---|---|---|---|");
     let target = omnigraph::Target::main();
+    let mut figures = serde_json::Map::new();
     for (q, variant, params) in variants {
         let t0 = Instant::now();
         let first = g.query(&target, QUERIES, q, &params).await.expect("query");
@@ -637,6 +646,13 @@ async fn queries(dir: &str, uri: &str, repeats: usize, reference: Option<&str>) 
             percentile(&ms, 0.5),
             ms[0]
         );
+        figures.insert(
+            variant.to_string(),
+            serde_json::json!({"first_ms": first_ms, "warm_ms": percentile(&ms, 0.5)}),
+        );
+    }
+    if let Some(path) = json {
+        std::fs::write(path, serde_json::Value::Object(figures).to_string()).expect("write --json");
     }
     let stats = g.cache_stats();
     let edges = stats["graph_index_edges_built"].as_f64().unwrap_or(0.0);
@@ -700,6 +716,7 @@ fn main() {
                 &uri,
                 flag("--repeats", 10),
                 opt("--reference").as_deref(),
+                opt("--json").as_deref(),
             ));
         }
         Some("merge") => {
@@ -742,7 +759,7 @@ fn main() {
         }
         _ => {
             eprintln!(
-                "usage: omnigraph-bench (load DIR [--repeats N] | append [--n N] | processes [--writes N] | locks [--n N] | object-store URI [--n N] | queries DIR --graph URI [--repeats N] [--reference FILE] | merge DIR --graph URI [--sizes N,..] | search DIR --graph URI [--repeats N] | blob DIR [--mib N] [--repeats N] | schema DIR [--repeats N] | delta DIR --graph URI [--repeats N])"
+                "usage: omnigraph-bench (load DIR [--repeats N] | append [--n N] | processes [--writes N] | locks [--n N] | object-store URI [--n N] | queries DIR --graph URI [--repeats N] [--reference FILE] [--json FILE] | merge DIR --graph URI [--sizes N,..] | search DIR --graph URI [--repeats N] | blob DIR [--mib N] [--repeats N] | schema DIR [--repeats N] | delta DIR --graph URI [--repeats N])"
             );
             std::process::exit(2);
         }
