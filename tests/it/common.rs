@@ -147,12 +147,7 @@ impl Place {
 
 /// The object names under a folder of a graph, on any store.
 pub async fn stored(uri: &str, dir: &str) -> Vec<String> {
-    let store = omnigraph::storage::objstore::Store::open(
-        &omnigraph::storage::requests::StorageSession::default(),
-        uri,
-    )
-    .await
-    .unwrap();
+    let store = store(uri).await;
     store.list(dir).await.unwrap()
 }
 
@@ -165,14 +160,19 @@ pub struct Sidecar {
     pub kind: String,
 }
 
-/// Every recovery sidecar on storage.
-pub async fn sidecars(uri: &str) -> Vec<Sidecar> {
-    let store = omnigraph::storage::objstore::Store::open(
+/// The object store a graph lives on, opened the way the engine opens it.
+pub async fn store(uri: &str) -> omnigraph::storage::objstore::Store {
+    omnigraph::storage::objstore::Store::open(
         &omnigraph::storage::requests::StorageSession::default(),
         uri,
     )
     .await
-    .unwrap();
+    .unwrap()
+}
+
+/// Every recovery sidecar on storage.
+pub async fn sidecars(uri: &str) -> Vec<Sidecar> {
+    let store = store(uri).await;
     let mut out = Vec::new();
     for name in store.list("_graph/recovery").await.unwrap() {
         if !name.ends_with(".json") {
@@ -203,12 +203,7 @@ pub async fn sidecars(uri: &str) -> Vec<Sidecar> {
 
 /// Every graph version's change note: (kind, op).
 pub async fn changes(uri: &str) -> Vec<(String, String)> {
-    let store = omnigraph::storage::objstore::Store::open(
-        &omnigraph::storage::requests::StorageSession::default(),
-        uri,
-    )
-    .await
-    .unwrap();
+    let store = store(uri).await;
     let mut names = store.list("_graph/versions").await.unwrap();
     names.sort();
     let mut out = Vec::new();

@@ -139,12 +139,7 @@ async fn writer_processes_killed_among_live_ones_lose_nothing_on_s3() {
 /// Every object of a graph on any store, with its size, and its bytes
 /// where a plain read returns them.
 async fn every_object(uri: &str) -> Vec<(String, u64, Option<Vec<u8>>)> {
-    let store = omnigraph::storage::objstore::Store::open(
-        &omnigraph::storage::requests::StorageSession::default(),
-        uri,
-    )
-    .await
-    .unwrap();
+    let store = crate::common::store(uri).await;
     let mut out = Vec::new();
     for (name, size) in store.list_all("").await.unwrap() {
         let bytes = store.read(&name).await.unwrap().map(|b| b.to_vec());
