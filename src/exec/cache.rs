@@ -189,10 +189,11 @@ impl RuntimeCache {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn phys(v: u64) -> Phys {
+    /// Version `v` of one table (the tests of the cache's users share it).
+    pub(in crate::exec) fn phys(v: u64) -> Phys {
         Phys {
             graph: "g".into(),
             dir: "t".into(),

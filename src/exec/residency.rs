@@ -130,6 +130,7 @@ impl QueryReads {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exec::cache::tests::phys;
 
     #[test]
     fn a_first_read_takes_rows_a_repeated_one_loads_and_held_stays_held() {
@@ -151,15 +152,6 @@ mod tests {
         assert_eq!(decide(false, 0, ROWS_MAX).reach, Reach::Rows);
         assert_eq!(decide(true, 0, ROWS_MAX + 1).reach, Reach::Held);
         assert_eq!(decide(true, 5, 1).reach, Reach::Held);
-    }
-
-    fn phys(v: u64) -> Phys {
-        Phys {
-            graph: "g".into(),
-            dir: "t".into(),
-            lance_branch: None,
-            version: v,
-        }
     }
 
     #[test]

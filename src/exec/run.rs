@@ -108,14 +108,7 @@ impl Ctx<'_> {
         held: bool,
         rows: usize,
     ) -> Result<Decision> {
-        let earlier = match held {
-            true => 0,
-            false => {
-                let phys = self.phys(self.def(type_name))?;
-                self.reads.earlier(self.cache, &phys, true)
-            }
-        };
-        let d = residency::decide(held, earlier, rows);
+        let d = self.decide(type_name, held, rows, true)?;
         self.reads
             .log
             .lock()
@@ -126,11 +119,15 @@ impl Ctx<'_> {
     /// [`Self::reach`] as a run would decide it now, counting nothing (for
     /// `--explain`).
     pub(super) fn peek_reach(&self, type_name: &str, held: bool, rows: usize) -> Result<Decision> {
+        self.decide(type_name, held, rows, false)
+    }
+
+    fn decide(&self, type_name: &str, held: bool, rows: usize, count: bool) -> Result<Decision> {
         let earlier = match held {
             true => 0,
             false => {
                 let phys = self.phys(self.def(type_name))?;
-                self.reads.earlier(self.cache, &phys, false)
+                self.reads.earlier(self.cache, &phys, count)
             }
         };
         Ok(residency::decide(held, earlier, rows))
