@@ -403,6 +403,15 @@ impl Omnigraph {
         &self.inner.recovery
     }
 
+    /// The owner this handle's writes carry in their sidecars and leases
+    /// (a fresh one per open); `None` on a read-only handle.
+    pub fn owner(&self) -> Option<&str> {
+        self.inner
+            .writes
+            .as_ref()
+            .map(|w| w.substrate.locks().incarnation())
+    }
+
     #[cfg(feature = "fault-injection")]
     pub fn substrate(&self) -> &Arc<LanceSubstrate> {
         &self

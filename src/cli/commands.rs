@@ -647,7 +647,8 @@ async fn stress_writer(a: StressWriter) -> Result<()> {
     let mut out = std::io::stdout();
     // Its sidecars carry this owner: a harness that kills it can tell
     // which in-flight write was its.
-    writeln!(out, "OWNER {}", g.substrate().locks().incarnation())?;
+    let owner = g.owner().expect("a read-write handle");
+    writeln!(out, "OWNER {owner}")?;
     for n in a.start.. {
         writeln!(out, "BEGIN {n}")?;
         out.flush()?;
