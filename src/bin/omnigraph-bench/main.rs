@@ -6,7 +6,7 @@
 //! omnigraph-bench mutations [--n 300]        # mutation latency, writer scaling, latency vs history
 //! omnigraph-bench processes [--writes 25]     # appends from 4 and 16 processes vs as many tasks in one
 //! omnigraph-bench locks [--n 10000]           # the cross-process lock work of one 1-table commit
-//! omnigraph-bench queries DIR --graph URI [--repeats 10] [--reference FILE] [--json FILE]
+//! omnigraph-bench queries DIR --graph URI [--repeats 10] [--reference FILE] [--json FILE] [--only VARIANT]
 //!                                             # q1..q6 warm (loads DIR into URI first if URI is empty)
 //! omnigraph-bench blob DIR [--mib 64] [--repeats 5]
 //!                                             # range reads of one blob vs a plain file and pylance
@@ -590,6 +590,7 @@ async fn queries(
     repeats: usize,
     reference: Option<&str>,
     json: Option<&str>,
+    only: Option<&str>,
 ) {
     let meta: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(format!("{dir}/meta.json")).expect("meta.json"),
@@ -624,6 +625,9 @@ async fn queries(
     let target = omnigraph::Target::main();
     let mut figures = serde_json::Map::new();
     for (q, variant, params) in variants {
+        if only.is_some_and(|o| o != variant) {
+            continue;
+        }
         let t0 = Instant::now();
         let first = g.query(&target, QUERIES, q, &params).await.expect("query");
         let first_ms = t0.elapsed().as_secs_f64() * 1000.0;
@@ -717,6 +721,7 @@ fn main() {
                 flag("--repeats", 10),
                 opt("--reference").as_deref(),
                 opt("--json").as_deref(),
+                opt("--only").as_deref(),
             ));
         }
         Some("merge") => {
