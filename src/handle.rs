@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use crate::compiler::blob_policy::BlobPolicy;
 use crate::compiler::catalog::Catalog;
+use crate::compiler::query::plans::Plans;
 use crate::compiler::query::{check, mutation, parser};
 use crate::compiler::schema;
 use crate::error::{OmniError, Result};
@@ -161,6 +162,8 @@ struct Inner {
     /// The object-store requests of this handle's own session.
     requests: Arc<Counters>,
     cache: RuntimeCache,
+    /// Read queries parsed and checked, for the ones after them.
+    plans: Plans,
     embed: EmbedConfig,
     writes: Option<Writes>,
     recovery: RecoveryReport,
@@ -249,6 +252,7 @@ impl Omnigraph {
                 graph,
                 requests,
                 cache: RuntimeCache::new(DEFAULT_LIMIT),
+                plans: Plans::default(),
                 embed: opts.embed,
                 writes: None,
                 recovery: RecoveryReport::default(),
@@ -305,6 +309,7 @@ impl Omnigraph {
                 graph,
                 requests,
                 cache: RuntimeCache::new(DEFAULT_LIMIT),
+                plans: Plans::default(),
                 embed: opts.embed,
                 writes: Some(Writes { substrate, host }),
                 recovery,
@@ -901,13 +906,25 @@ impl Omnigraph {
         name: &str,
         params: &serde_json::Value,
     ) -> Result<QueryResult> {
-        let file = parser::parse(source)?;
-        let decl = check::find(&file, name)?;
-        // The past type-checks against the schema it accepted.
-        let snap = self.resolve(target).await?;
-        let plan = check::check(snap.catalog(), decl)?;
+        let (snap, plan) = self.planned(target, source, name).await?;
         let values = params::bind_params(&plan, params)?;
         run::run(&self.ctx(&snap, &values), &plan).await
+    }
+
+    /// The snapshot `target` names and the plan of query `name` of `source`
+    /// against it (the past type-checks against the schema it accepted).
+    /// The text is parsed before the target is resolved, so a bad text is
+    /// reported as such whatever the target.
+    async fn planned(
+        &self,
+        target: &Target,
+        source: &str,
+        name: &str,
+    ) -> Result<(Snapshot, Arc<crate::compiler::query::ir::Plan>)> {
+        let parsed = self.inner.plans.parsed(source, name)?;
+        let snap = self.resolve(target).await?;
+        let plan = parsed.plan(&snap.schema.id, snap.catalog())?;
+        Ok((snap, plan))
     }
 
     /// A read of one snapshot with bound parameters.
@@ -967,10 +984,7 @@ impl Omnigraph {
         params: &serde_json::Value,
         run: bool,
     ) -> Result<(Option<QueryResult>, Vec<crate::exec::explain::PlanStep>)> {
-        let file = parser::parse(source)?;
-        let decl = check::find(&file, name)?;
-        let snap = self.resolve(target).await?;
-        let plan = check::check(snap.catalog(), decl)?;
+        let (snap, plan) = self.planned(target, source, name).await?;
         let values = params::bind_params(&plan, params)?;
         let profile = crate::exec::explain::Profile::default();
         let mut ctx = self.ctx(&snap, &values);

@@ -188,7 +188,9 @@ impl Bfs {
             let mut next = Vec::new();
             for &n in &frontier {
                 let mut visit = |side: Side<'_>| {
-                    for t in side.targets(n) {
+                    // `for_each`, not `for`: it folds over the plain
+                    // slice without a branch on the kind per entry.
+                    side.targets(n).for_each(|t| {
                         if self.seen[t as usize] != stamp {
                             self.seen[t as usize] = stamp;
                             next.push(t);
@@ -196,7 +198,7 @@ impl Bfs {
                                 out.push(t);
                             }
                         }
-                    }
+                    });
                 };
                 match dir {
                     Dir::Out => visit(g.out()),

@@ -146,6 +146,16 @@ impl Store {
 
     /// Read an object with its entity tag, for a later `put_if_match`.
     pub async fn read_tagged(&self, rel: &str) -> Result<Option<(Bytes, String)>> {
+        // On local disk a missing object is told by one stat, without the
+        // object store's hop to a blocking thread and back: that hop was
+        // most of a warm read's cost, which asks for the next manifest
+        // version, missing, on every query.
+        if let Some(path) = self.local(rel)
+            && std::fs::symlink_metadata(&path)
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+        {
+            return Ok(None);
+        }
         let got = match self
             .os
             .inner

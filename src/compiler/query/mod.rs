@@ -6,4 +6,5 @@ pub mod codes;
 pub mod ir;
 pub mod mutation;
 pub mod parser;
+pub mod plans;
 pub mod search;
