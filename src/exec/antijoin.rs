@@ -4,7 +4,6 @@
 use super::run::{Ctx, Frame};
 use crate::compiler::query::ir::{Dir, Op, Plan, VarKind};
 use crate::error::Result;
-use crate::index::adjacency::Side;
 
 impl Ctx<'_> {
     /// `not { $p edge $_ }`: a row survives iff $p has no neighbour.
@@ -18,19 +17,22 @@ impl Ctx<'_> {
         let e = self.def(edge);
         let (ef, et) = e.endpoints().expect("edge");
         let same = ef == et;
-        let keep: Vec<usize> = (0..frame.rows)
-            .filter(|&r| {
-                let n = froms[r];
-                min > 0
-                    && match dir {
-                        Dir::Out => !has_neighbour(g.out(), n, same),
-                        Dir::In => !has_neighbour(g.inn(), n, same),
-                        Dir::Both => {
-                            !has_neighbour(g.out(), n, same) && !has_neighbour(g.inn(), n, same)
-                        }
-                    }
-            })
-            .collect();
+        let sides = match dir {
+            Dir::Out => vec![g.out()],
+            Dir::In => vec![g.inn()],
+            Dir::Both => vec![g.out(), g.inn()],
+        };
+        let keep: Vec<usize> = if min == 0 {
+            Vec::new()
+        } else {
+            let mut alone = vec![true; frame.rows];
+            for s in sides {
+                for (a, has) in alone.iter_mut().zip(s.have_neighbours(froms, same)) {
+                    *a &= !has;
+                }
+            }
+            (0..frame.rows).filter(|&r| alone[r]).collect()
+        };
         Ok(frame.take_rows(&keep))
     }
 
@@ -89,9 +91,4 @@ pub(super) fn anti_degree_test(inner: &[Op]) -> Option<(usize, &str, Dir, u32)> 
         ] if to_filters.is_empty() && *min <= 1 => Some((*from, edge.as_str(), *dir, *min)),
         _ => None,
     }
-}
-
-/// Has `n` a neighbour (other than itself, when both ends share a type)?
-pub(super) fn has_neighbour(side: Side<'_>, n: u32, same_type: bool) -> bool {
-    side.targets(n).any(|t| !same_type || t != n)
 }

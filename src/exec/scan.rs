@@ -205,11 +205,13 @@ impl Ctx<'_> {
                 );
             }
         }
-        out.cols[*var] = Some(
-            (0..frame.rows)
-                .flat_map(|_| cands.iter().copied())
-                .collect(),
-        );
+        // The usual first scan (one empty row) takes the candidates as
+        // they are: at s1m a copy through `flat_map` was a millisecond.
+        out.cols[*var] = Some(if frame.rows == 1 {
+            cands
+        } else {
+            cands.repeat(frame.rows)
+        });
         Ok(out)
     }
 

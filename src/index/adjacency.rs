@@ -645,6 +645,23 @@ impl<C: Iterator<Item = u32>> Iterator for Targets<'_, C> {
     }
 }
 
+/// Does node `n` of a base adjacency (`offsets`, `targets`) have a target
+/// (other than itself when `same_type`)? The bucket past the last node
+/// holds dangling edges and is never read.
+#[inline]
+fn plain_has_neighbour(offsets: &[u32], targets: &[u32], n: u32, same_type: bool) -> bool {
+    let n_ = n as usize;
+    if n_ + 2 >= offsets.len() {
+        return false;
+    }
+    let (a, b) = (offsets[n_] as usize, offsets[n_ + 1] as usize);
+    if same_type {
+        targets[a..b].iter().any(|&t| t != n)
+    } else {
+        a < b
+    }
+}
+
 /// One direction of a [`Graph`], over today's node numbering.
 #[derive(Clone, Copy)]
 pub struct Side<'a> {
@@ -720,6 +737,32 @@ impl<'a> Side<'a> {
             return Targets::Plain(self.base.targets[self.base.range(n)].iter());
         }
         Targets::Changed(self.changed_targets(n))
+    }
+
+    /// Has `n` a neighbour (other than itself, when both ends share a
+    /// type)? On a plain side a degree, not a walk: `not { $p edge $_ }`
+    /// asks it of every node.
+    #[inline]
+    pub fn has_neighbour(self, n: u32, same_type: bool) -> bool {
+        if self.plain() {
+            return plain_has_neighbour(&self.base.offsets, &self.base.targets, n, same_type);
+        }
+        self.changed_targets(n).any(|t| !same_type || t != n)
+    }
+
+    /// [`Self::has_neighbour`] of each of `nodes`, the slices read once.
+    pub fn have_neighbours(self, nodes: &[u32], same_type: bool) -> Vec<bool> {
+        if self.plain() {
+            let (offsets, targets) = (&self.base.offsets[..], &self.base.targets[..]);
+            return nodes
+                .iter()
+                .map(|&n| plain_has_neighbour(offsets, targets, n, same_type))
+                .collect();
+        }
+        nodes
+            .iter()
+            .map(|&n| self.has_neighbour(n, same_type))
+            .collect()
     }
 
     #[inline]
