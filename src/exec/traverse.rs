@@ -153,6 +153,8 @@ impl Ctx<'_> {
 /// cache, where a word per node did not), cleared after each search by
 /// the nodes it visited, or whole when that is cheaper.
 pub(super) struct Bfs {
+    /// Nodes in the id space searched.
+    nodes: usize,
     seen: Vec<u64>,
     /// Every node visited below the last hop, in visit order; hop `h`'s
     /// frontier is one range of it.
@@ -162,6 +164,7 @@ pub(super) struct Bfs {
 impl Bfs {
     fn new(n: usize) -> Self {
         Self {
+            nodes: n,
             seen: vec![0; n / 64 + 1],
             queue: Vec::new(),
         }
@@ -191,6 +194,36 @@ impl Bfs {
             // go to `out` only (every such hop is at least `min`).
             let last = max == Some(hop);
             let hi = queue.len();
+            if last && bottom_up_pays(g, dir, &queue[lo..hi], self.nodes - hi, self.nodes) {
+                // The last hop reaches exactly the unseen nodes with a seen
+                // neighbour against `dir` (one seen at an earlier hop would
+                // have reached them already), so each unseen node asks its
+                // own edges until one answers instead of the frontier
+                // walking all of its: on a hub's third hop most nodes are
+                // reached, and each answers at its first edge or so.
+                let bit = |seen: &[u64], t: u32| seen[t as usize / 64] & (1 << (t % 64)) != 0;
+                let first = out.len();
+                for v in 0..self.nodes as u32 {
+                    if bit(seen, v) {
+                        continue;
+                    }
+                    let reached = |side: Side<'_>| side.targets(v).any(|u| bit(seen, u));
+                    let hit = match dir {
+                        Dir::Out => reached(g.inn()),
+                        Dir::In => reached(g.out()),
+                        Dir::Both => reached(g.out()) || reached(g.inn()),
+                    };
+                    if hit {
+                        out.push(v);
+                    }
+                }
+                // Marked after the scan: a node reached at this hop is no
+                // one's way in at it.
+                for &v in &out[first..] {
+                    seen[v as usize / 64] |= 1 << (v % 64);
+                }
+                break;
+            }
             for i in lo..hi {
                 let n = queue[i];
                 let mut visit = |side: Side<'_>| {
@@ -231,6 +264,37 @@ impl Bfs {
             }
         }
     }
+}
+
+/// Is asking every unseen node for a seen neighbour cheaper than walking
+/// the frontier's edges? Only on plain sides, whose degrees are free. The
+/// frontier's walk costs its edges, `m`. Asking costs each unseen node a
+/// probe or so when it is reached and all its edges when it is not; with
+/// `m` edges landing at random among `nodes`, a node is reached with
+/// chance `1 - e^(-m/nodes)`. (A hub's second hop reaches half the graph,
+/// and asking there was twice as slow; its third hop reaches nearly all.)
+fn bottom_up_pays(g: &Graph, dir: Dir, frontier: &[u32], unseen: usize, nodes: usize) -> bool {
+    if !(g.out().plain() && g.inn().plain()) || nodes == 0 {
+        return false;
+    }
+    let sides = match dir {
+        Dir::Out => [Some(g.out()), None],
+        Dir::In => [Some(g.inn()), None],
+        Dir::Both => [Some(g.out()), Some(g.inn())],
+    };
+    let m: usize = sides
+        .into_iter()
+        .flatten()
+        .map(|s| frontier.iter().map(|&n| s.plain_degree(n)).sum::<usize>())
+        .sum();
+    let degree = sides
+        .into_iter()
+        .flatten()
+        .map(|s| s.plain_entries())
+        .sum::<usize>() as f64
+        / nodes as f64;
+    let missed = (-(m as f64) / nodes as f64).exp();
+    m as f64 > unseen as f64 * (degree * missed + 1.0)
 }
 
 /// Each row's one-hop neighbours in `g` (deduplicated, the start itself
@@ -313,6 +377,48 @@ mod tests {
         for dir in [Dir::Out, Dir::In, Dir::Both] {
             for start in [0, 5, 299, 0, 150, 7, 7] {
                 for (min, max) in [(0, 1), (1, 1), (2, 2), (1, 3), (3, 5), (1, 300)] {
+                    let mut got = Vec::new();
+                    bfs.reach(&g, dir, start, min, Some(max), &mut got);
+                    got.sort_unstable();
+                    assert_eq!(
+                        got,
+                        by_hops(&pairs, start, min, max, dir),
+                        "{dir:?} from {start}, hops {min}..={max}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_dense_last_hop_asked_from_the_unseen_side_reaches_the_same_nodes() {
+        // 200 nodes, 2,000 edges from a fixed generator (self-loops and
+        // repeats included): by the second hop the frontier has more edges
+        // than there are unseen nodes, so the last hop is answered from
+        // the unseen side.
+        let n = 200u32;
+        let mut x = 12345u64;
+        let mut next = || {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 33) as u32 % n
+        };
+        let pairs: Vec<(u32, u32)> = (0..2000).map(|_| (next(), next())).collect();
+        let g = Graph::whole(Arc::new(GraphIndex::from_pairs(
+            n as usize, n as usize, &pairs, 0,
+        )));
+        assert!(bottom_up_pays(
+            &g,
+            Dir::Out,
+            &(0..40).collect::<Vec<_>>(),
+            150,
+            200
+        ));
+        let mut bfs = Bfs::new(n as usize);
+        for dir in [Dir::Out, Dir::In, Dir::Both] {
+            for start in [0, 3, 199, 0] {
+                for (min, max) in [(2, 2), (1, 2), (1, 3), (3, 3), (0, 2)] {
                     let mut got = Vec::new();
                     bfs.reach(&g, dir, start, min, Some(max), &mut got);
                     got.sort_unstable();

@@ -720,7 +720,7 @@ impl<'a> Side<'a> {
     /// Nothing changed since the base: no node moved, no edge was deleted
     /// or added, so a node's targets are the base's own slice.
     #[inline]
-    fn plain(self) -> bool {
+    pub fn plain(self) -> bool {
         self.added.is_none()
             && self.base_of_now.is_none()
             && self.now_of_base.is_none()
@@ -748,6 +748,18 @@ impl<'a> Side<'a> {
             return plain_has_neighbour(&self.base.offsets, &self.base.targets, n, same_type);
         }
         self.changed_targets(n).any(|t| !same_type || t != n)
+    }
+
+    /// How many entries node `n` has on a plain side (see [`Self::plain`]).
+    #[inline]
+    pub fn plain_degree(self, n: u32) -> usize {
+        self.base.range(n).len()
+    }
+
+    /// Entries of a plain side, over all its nodes.
+    #[inline]
+    pub fn plain_entries(self) -> usize {
+        self.base.targets.len()
     }
 
     /// [`Self::has_neighbour`] of each of `nodes`, the slices read once.
