@@ -10,6 +10,9 @@ pub type Result<T, E = OmniError> = std::result::Result<T, E>;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Location {
     pub line: Option<usize>,
+    /// The 0-based row of an input table (a load from Arrow tables); 32
+    /// bits keep every error small, and a row past them saturates.
+    pub row: Option<u32>,
     pub type_name: Option<String>,
     pub property: Option<String>,
     pub value: Option<String>,
@@ -20,6 +23,9 @@ impl fmt::Display for Location {
         let mut parts = Vec::new();
         if let Some(l) = self.line {
             parts.push(format!("line {l}"));
+        }
+        if let Some(r) = self.row {
+            parts.push(format!("row {r}"));
         }
         match (&self.type_name, &self.property) {
             (Some(t), Some(p)) => parts.push(format!("{t}.{p}")),
@@ -160,6 +166,27 @@ impl OmniError {
 
     pub fn storage(e: impl fmt::Display) -> Self {
         Self::Storage(e.to_string())
+    }
+
+    /// The exit code of the CLI, and the group a binding raises: 2, the
+    /// input is wrong (fix it); 4, a condition or another writer got in the
+    /// way (retry); 5, a merge has conflicts (resolve them); 1, anything
+    /// else.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Self::Parse { .. }
+            | Self::Schema { .. }
+            | Self::Type { .. }
+            | Self::BadRequest(_)
+            | Self::BlobRangeNotSatisfiable { .. }
+            | Self::ReadOnly(_) => 2,
+            Self::ReadSetChanged
+            | Self::SchemaChanged { .. }
+            | Self::Contended { .. }
+            | Self::PreconditionFailed { .. } => 4,
+            Self::MergeConflicts(_) => 5,
+            _ => 1,
+        }
     }
 
     /// A short stable name for the error kind, used in machine output.

@@ -27,6 +27,7 @@ use crate::storage::requests::{Counters, Requests, StorageSession, counted_sessi
 use crate::storage::substrate::{LanceSubstrate, Pinned, PrepareWork};
 use crate::storage::{GraphStorage, Snapshot, Target};
 use crate::util::ulid::new_ulid;
+use crate::write::arrow_input::{Lines, TableInput};
 use crate::write::compact::{COMPACT_AT_FRAGMENTS, CompactWork};
 use crate::write::load::{LoadMode, prepare_input};
 use crate::write::merge::{self, MergeOutcome, MergeWork, changes::EntityChange};
@@ -139,6 +140,15 @@ pub struct TableInfo {
     pub table_version: u64,
     /// The Lance branch holding this state (`null`: Lance's main line).
     pub lance_branch: Option<String>,
+}
+
+/// A table's dataset as one graph version names it.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct TableLocation {
+    pub uri: String,
+    /// The Lance branch (`None`: Lance's main line).
+    pub lance_branch: Option<String>,
+    pub version: u64,
 }
 
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
@@ -532,6 +542,29 @@ impl Omnigraph {
         })
     }
 
+    /// Load Arrow tables (one per type, in order) into `branch` as one
+    /// commit, checked by the same rules as a file; an error names the
+    /// table's row instead of a line.
+    pub async fn load_tables<P>(
+        &self,
+        branch: &str,
+        from: Option<&str>,
+        tables: Vec<TableInput>,
+        mode: LoadMode,
+        progress: P,
+    ) -> Result<LoadReport>
+    where
+        P: Fn(u64) + Send + Sync + 'static,
+    {
+        self.writes("load")?;
+        let catalog = self.inner.graph.current_schema().await?.catalog.clone();
+        let lines = Lines::new(&catalog, tables)?;
+        let rows = lines.rows();
+        self.load_from(branch, from, lines, mode, progress)
+            .await
+            .map_err(|e| rows.restate(e))
+    }
+
     /// Compact the branch's own tables that have grown many small fragments.
     /// The write that called this is already durable, so a failure here is
     /// only logged.
@@ -738,6 +771,22 @@ impl Omnigraph {
             head_commit: snap.record.head.clone(),
             schema_id: snap.schema.id.clone(),
             types,
+        })
+    }
+
+    /// Where type `type_name`'s table is at `target`: its dataset's URI,
+    /// Lance branch and version, for tools that read Lance directly.
+    pub async fn table_location(&self, target: &Target, type_name: &str) -> Result<TableLocation> {
+        let snap = self.resolve(target).await?;
+        let t = snap
+            .catalog()
+            .get(type_name)
+            .ok_or_else(|| OmniError::NotFound(format!("type {type_name:?}")))?;
+        let r = snap.table(t)?;
+        Ok(TableLocation {
+            uri: self.inner.graph.tables.uri(&r.dir),
+            lance_branch: r.lance_branch.clone(),
+            version: r.version,
         })
     }
 

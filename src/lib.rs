@@ -38,11 +38,12 @@ pub use exec::blob::{Blob, BlobCell, BlobReader};
 pub use exec::run::QueryResult;
 pub use handle::{
     BranchInfo, LoadReport, Omnigraph, OptimizeReport, Options, SchemaCommit, SnapshotInfo,
-    TableInfo,
+    TableInfo, TableLocation,
 };
 pub use storage::Target;
 pub use storage::index_files::GcReport;
 pub use storage::manifest::CommitRecord;
+pub use write::arrow_input::TableInput;
 pub use write::load::LoadMode;
 pub use write::merge::changes::EntityChange;
 pub use write::merge::{MergeConflict, MergeOutcome};

@@ -475,19 +475,7 @@ pub fn query_inputs(
     };
     let name = match name {
         Some(n) => n,
-        None => {
-            let file = omnigraph::compiler::query::parser::parse(&source)?;
-            match file.queries.as_slice() {
-                [one] => one.name.clone(),
-                many => {
-                    let names: Vec<&str> = many.iter().map(|q| q.name.as_str()).collect();
-                    return Err(OmniError::BadRequest(format!(
-                        "which query? name one of: {}",
-                        names.join(", ")
-                    )));
-                }
-            }
-        }
+        None => omnigraph::compiler::query::check::only_name(&source)?,
     };
     let params: serde_json::Value = match params {
         Some(p) => serde_json::from_str(&p)

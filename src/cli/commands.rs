@@ -3,7 +3,7 @@
 
 use std::io::Write;
 
-use omnigraph::{Blob, BlobCell, LoadMode, OmniError, Omnigraph, Target};
+use omnigraph::{BlobCell, LoadMode, OmniError, Omnigraph, Target};
 use serde::Serialize;
 
 use super::args::{
@@ -297,7 +297,7 @@ async fn branch_merge(a: Merge) -> Result<()> {
         _ => None,
     };
     if a.json {
-        let mut v = serde_json::json!({ "outcome": outcome.name(), "commit": outcome.commit() });
+        let mut v = serde_json::to_value(&outcome)?;
         if let Some(d) = &deleted {
             v["branch_deleted"] = serde_json::json!(d.is_ok());
             if let Some(e) = &delete_error {
@@ -554,18 +554,7 @@ async fn read_blob(a: BlobCellArgs) -> Result<omnigraph::Blob> {
 }
 
 async fn blob_stat(a: BlobCellArgs, json: bool) -> Result<()> {
-    let v = match read_blob(a).await? {
-        Blob::Managed { length, etag, .. } => {
-            serde_json::json!({ "kind": "managed", "length": length, "etag": etag })
-        }
-        Blob::External {
-            uri,
-            offset,
-            length,
-        } => {
-            serde_json::json!({ "kind": "external", "uri": uri, "offset": offset, "length": length })
-        }
-    };
+    let v = read_blob(a).await?.stat();
     if json {
         print_json(&v);
     } else {
@@ -583,24 +572,9 @@ async fn blob_get(
     length: Option<u64>,
     out: Option<std::path::PathBuf>,
 ) -> Result<()> {
-    let cell = format!("{} {:?}.{}", a.type_name, a.id, a.property);
-    let reader = match read_blob(a).await? {
-        Blob::Managed { reader, .. } => reader,
-        Blob::External { uri, .. } => {
-            return Err(OmniError::BadRequest(format!(
-                "{cell} is an external reference to {uri}: the graph holds no bytes for it"
-            )));
-        }
-    };
-    let len = reader.len();
-    if offset > len {
-        return Err(OmniError::BlobRangeNotSatisfiable {
-            start: offset,
-            end: offset.saturating_add(length.unwrap_or(0)),
-            length: len,
-        });
-    }
-    let end = length.map_or(len, |n| offset.saturating_add(n).min(len));
+    let cell = BlobCell::new(&a.type_name, &a.id, &a.property);
+    let reader = read_blob(a).await?.into_reader(&cell)?;
+    let range = omnigraph::exec::blob::clamp(offset, length, reader.len())?;
     let (mut sink, partial): (Box<dyn Write>, _) = match &out {
         None => (Box::new(std::io::stdout().lock()), None),
         Some(path) => {
@@ -614,7 +588,7 @@ async fn blob_get(
         }
     };
     let written = async {
-        for step in omnigraph::exec::blob::steps(offset..end) {
+        for step in omnigraph::exec::blob::steps(range) {
             sink.write_all(&reader.read_range(step).await?)?;
         }
         sink.flush()?;

@@ -10,27 +10,6 @@ mod progress;
 mod table;
 
 use clap::Parser;
-use omnigraph::OmniError;
-
-/// 2: the input is wrong (fix it); 4: a condition or another writer got in
-/// the way (retry); 5: a merge has conflicts (resolve them); 1: anything
-/// else.
-fn exit_code(e: &OmniError) -> i32 {
-    match e {
-        OmniError::Parse { .. }
-        | OmniError::Schema { .. }
-        | OmniError::Type { .. }
-        | OmniError::BadRequest(_)
-        | OmniError::BlobRangeNotSatisfiable { .. }
-        | OmniError::ReadOnly(_) => 2,
-        OmniError::ReadSetChanged
-        | OmniError::SchemaChanged { .. }
-        | OmniError::Contended { .. }
-        | OmniError::PreconditionFailed { .. } => 4,
-        OmniError::MergeConflicts(_) => 5,
-        _ => 1,
-    }
-}
 
 pub fn main() {
     // SAFETY: the first thing the process does, before any thread starts.
@@ -50,6 +29,6 @@ pub fn main() {
     let result = runtime.block_on(commands::run(cli.cmd));
     if let Err(e) = result {
         eprintln!("error[{}]: {e}", e.kind());
-        std::process::exit(exit_code(&e));
+        std::process::exit(e.exit_code());
     }
 }

@@ -49,6 +49,48 @@ pub enum Blob {
     },
 }
 
+impl Blob {
+    /// What the cell holds, as the CLI's `blob stat --json` prints it.
+    pub fn stat(&self) -> serde_json::Value {
+        match self {
+            Blob::Managed { length, etag, .. } => {
+                serde_json::json!({ "kind": "managed", "length": length, "etag": etag })
+            }
+            Blob::External {
+                uri,
+                offset,
+                length,
+            } => {
+                serde_json::json!({ "kind": "external", "uri": uri, "offset": offset, "length": length })
+            }
+        }
+    }
+
+    /// The reader of a managed value; an external reference has no bytes
+    /// in the graph (`cell` names it in the error).
+    pub fn into_reader(self, cell: &BlobCell) -> Result<BlobReader> {
+        match self {
+            Blob::Managed { reader, .. } => Ok(reader),
+            Blob::External { uri, .. } => Err(OmniError::BadRequest(format!(
+                "{cell} is an external reference to {uri}: the graph holds no bytes for it"
+            ))),
+        }
+    }
+}
+
+/// The bytes `offset..offset+length` of a blob of `len` bytes, the end
+/// clamped to `len`; an offset past the end is not satisfiable.
+pub fn clamp(offset: u64, length: Option<u64>, len: u64) -> Result<std::ops::Range<u64>> {
+    if offset > len {
+        return Err(OmniError::BlobRangeNotSatisfiable {
+            start: offset,
+            end: offset.saturating_add(length.unwrap_or(0)),
+            length: len,
+        });
+    }
+    Ok(offset..length.map_or(len, |n| offset.saturating_add(n).min(len)))
+}
+
 /// The cell's type and property id, checked against the catalog.
 fn resolve_cell<'c>(catalog: &'c Catalog, cell: &BlobCell) -> Result<(&'c TypeDef, u32)> {
     let t = catalog.get(&cell.type_name).ok_or_else(|| {

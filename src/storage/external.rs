@@ -142,6 +142,7 @@ pub async fn resolve(
                 let raw = uris.value(row).to_string();
                 let at = || Location {
                     line: lines.get(b).and_then(|l| l.get(row)).map(|&l| l as usize),
+                    row: None,
                     type_name: Some(def.name.clone()),
                     property: Some(prop.to_string()),
                     value: Some(format!("{raw:?}")),

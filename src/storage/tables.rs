@@ -712,9 +712,12 @@ impl Tables {
                 lines.push((Some(b), versions(&ds).await?));
             }
         }
-        let wanted = lines
-            .iter()
-            .flat_map(|(b, vs)| vs.iter().map(move |&v| (b.clone(), v)));
+        // Gathered first: a lazy iterator of borrowing closures held across
+        // the awaits below would make this future not `Send`.
+        let wanted: Vec<(Option<String>, u64)> = lines
+            .into_iter()
+            .flat_map(|(b, vs)| vs.into_iter().map(move |v| (b.clone(), v)))
+            .collect();
         futures::stream::iter(wanted)
             .map(|(b, v)| async move {
                 match self.load_version(dir, b.as_deref(), v).await {

@@ -98,6 +98,7 @@ impl TypeRules {
                     OmniError::invalid(
                         Location {
                             line,
+                            row: None,
                             type_name: Some(self.def.name.clone()),
                             property: Some(props[i].def.name.clone()),
                             value,

@@ -82,6 +82,7 @@ fn line_of(pt: &ParsedType, batch: usize, row: usize) -> usize {
 fn loc(line: usize, ty: &str, prop: Option<&str>, value: Option<String>) -> Location {
     Location {
         line: Some(line),
+        row: None,
         type_name: Some(ty.to_string()),
         property: prop.map(str::to_string),
         value,

@@ -1,6 +1,7 @@
 //! Writes before the protocol: values checked against the schema, rows built
 //! into Arrow batches, the JSONL loader, and the prepare step of each write.
 
+pub mod arrow_input;
 pub mod columns;
 pub mod compact;
 pub mod ids;

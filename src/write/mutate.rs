@@ -121,6 +121,7 @@ fn blob_props(def: &TypeDef) -> Vec<usize> {
 fn loc(ty: &str, prop: Option<&str>, value: Option<String>) -> Location {
     Location {
         line: None,
+        row: None,
         type_name: Some(ty.to_string()),
         property: prop.map(str::to_string),
         value,

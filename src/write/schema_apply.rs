@@ -157,6 +157,7 @@ fn violation(t: &TypeDef, prop: Option<&str>, value: Option<String>, message: St
     OmniError::invalid(
         Location {
             line: None,
+            row: None,
             type_name: Some(t.name.clone()),
             property: prop.map(str::to_string),
             value,

@@ -19,6 +19,7 @@ use crate::util::idindex::IdIndex;
 fn at(line: usize, pt: &ParsedType, prop: &str, value: String) -> Location {
     Location {
         line: Some(line),
+        row: None,
         type_name: Some(pt.def.name.clone()),
         property: Some(prop.to_string()),
         value: Some(value),

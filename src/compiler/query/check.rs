@@ -41,6 +41,22 @@ pub fn find<'f>(file: &'f QueryFile, name: &str) -> Result<&'f QueryDecl> {
     })
 }
 
+/// The name of the one query or mutation `source` declares, for callers
+/// that may leave the name out; a text with several asks which.
+pub fn only_name(source: &str) -> Result<String> {
+    let file = super::parser::parse(source)?;
+    match file.queries.as_slice() {
+        [one] => Ok(one.name.clone()),
+        many => {
+            let names: Vec<&str> = many.iter().map(|q| q.name.as_str()).collect();
+            Err(OmniError::BadRequest(format!(
+                "which query? name one of: {}",
+                names.join(", ")
+            )))
+        }
+    }
+}
+
 /// The edge type a traversal word names: the type name with its first letter
 /// lower-cased (`WorksAt` is `worksAt`).
 pub fn edge_by_word<'c>(catalog: &'c Catalog, word: &str) -> Option<&'c TypeDef> {

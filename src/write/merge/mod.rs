@@ -52,6 +52,17 @@ pub enum MergeOutcome {
     Merged { commit: String },
 }
 
+/// `{"outcome": name, "commit": id}`, as the CLI's `--json` prints it.
+impl Serialize for MergeOutcome {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(2))?;
+        m.serialize_entry("outcome", self.name())?;
+        m.serialize_entry("commit", self.commit())?;
+        m.end()
+    }
+}
+
 impl MergeOutcome {
     pub fn name(&self) -> &'static str {
         match self {
