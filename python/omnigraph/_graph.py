@@ -255,9 +255,8 @@ class _Methods:
                 f"not {type(data).__name__}"
             )
         tick, bar = _progress(progress, total)
-        native = getattr(self._g, f"load_{kind}")
         try:
-            call = native(arg, mode, branch, from_, tick, self._async)
+            call = self._g.load(kind, arg, mode, branch, from_, tick, self._async)
         except BaseException:
             if bar is not None:
                 bar.close()

@@ -14,7 +14,7 @@ use omnigraph::{LoadMode, OmniError, Omnigraph, Options, TableInput, Target};
 use parking_lot::RwLock;
 use pyo3::IntoPyObjectExt;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList};
+use pyo3::types::PyBytes;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -276,12 +276,16 @@ impl Graph {
         })
     }
 
-    /// Load JSONL text.
+    /// Load `data` as one commit. `kind` says what it is: `text` (JSONL),
+    /// `path` (a JSONL file), `chunks` (an iterator of JSONL `str` chunks,
+    /// each ending at a line end) or `tables` (a list of `(type_name,
+    /// table)`, each table exporting `__arrow_c_stream__`).
     #[allow(clippy::too_many_arguments)]
-    fn load_text<'py>(
+    fn load<'py>(
         &self,
         py: Python<'py>,
-        text: String,
+        kind: &str,
+        data: Bound<'py, PyAny>,
         mode: &str,
         branch: String,
         from_: Option<String>,
@@ -290,63 +294,53 @@ impl Graph {
     ) -> PyResult<Bound<'py, PyAny>> {
         let g = self.g()?;
         let mode = self::mode(mode)?;
-        let input = std::io::Cursor::new(text.into_bytes());
-        call(py, asynchronous, async move {
-            json(
-                g.load_from(&branch, from_.as_deref(), input, mode, reporter(progress))
-                    .await?,
-            )
-        })
-    }
-
-    /// Load a JSONL file.
-    #[allow(clippy::too_many_arguments)]
-    fn load_path<'py>(
-        &self,
-        py: Python<'py>,
-        path: PathBuf,
-        mode: &str,
-        branch: String,
-        from_: Option<String>,
-        progress: Option<Py<PyAny>>,
-        asynchronous: bool,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let g = self.g()?;
-        let mode = self::mode(mode)?;
-        call(py, asynchronous, async move {
-            let file = std::fs::File::open(&path).map_err(|e| {
-                OmniError::BadRequest(format!("cannot read {}: {e}", path.display()))
-            })?;
-            let input = std::io::BufReader::with_capacity(1 << 20, file);
-            json(
-                g.load_from(&branch, from_.as_deref(), input, mode, reporter(progress))
-                    .await?,
-            )
-        })
-    }
-
-    /// Load JSONL pulled from a Python iterator of `str` chunks, each
-    /// ending at a line end.
-    #[allow(clippy::too_many_arguments)]
-    fn load_chunks<'py>(
-        &self,
-        py: Python<'py>,
-        chunks: Bound<'py, PyAny>,
-        mode: &str,
-        branch: String,
-        from_: Option<String>,
-        progress: Option<Py<PyAny>>,
-        asynchronous: bool,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let g = self.g()?;
-        let mode = self::mode(mode)?;
-        let input = PyChunks::new(chunks.try_iter()?.unbind());
-        let raised = input.raised();
+        let mut raised = None;
+        let input = match kind {
+            "text" => Input::Text(data.extract::<String>()?.into_bytes()),
+            "path" => Input::Path(data.extract()?),
+            "chunks" => {
+                let chunks = PyChunks::new(data.try_iter()?.unbind());
+                raised = Some(chunks.raised());
+                Input::Chunks(chunks)
+            }
+            "tables" => {
+                let mut inputs = Vec::new();
+                for item in data.try_iter()? {
+                    let (type_name, table): (String, Bound<'py, PyAny>) = item?.extract()?;
+                    inputs.push(TableInput {
+                        type_name,
+                        batches: Box::new(read_stream(&table)?),
+                    });
+                }
+                Input::Tables(inputs)
+            }
+            other => {
+                return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                    "unknown load input {other:?}"
+                )));
+            }
+        };
         let fut = async move {
-            let r = g
-                .load_from(&branch, from_.as_deref(), input, mode, reporter(progress))
-                .await;
-            r.map_err(|e| (e, raised.lock().take()))
+            let (from, progress) = (from_.as_deref(), reporter(progress));
+            let r = match input {
+                Input::Text(bytes) => {
+                    let input = std::io::Cursor::new(bytes);
+                    g.load_from(&branch, from, input, mode, progress).await
+                }
+                Input::Path(path) => match std::fs::File::open(&path) {
+                    Ok(file) => {
+                        let input = std::io::BufReader::with_capacity(1 << 20, file);
+                        g.load_from(&branch, from, input, mode, progress).await
+                    }
+                    Err(e) => Err(OmniError::BadRequest(format!(
+                        "cannot read {}: {e}",
+                        path.display()
+                    ))),
+                },
+                Input::Chunks(chunks) => g.load_from(&branch, from, chunks, mode, progress).await,
+                Input::Tables(tables) => g.load_tables(&branch, from, tables, mode, progress).await,
+            };
+            r.map_err(|e| (e, raised.and_then(|r| r.lock().take())))
         };
         // An exception the iterator raised is the caller's to see, not the
         // I/O error the loader saw.
@@ -359,37 +353,6 @@ impl Graph {
             return awaitable(py, async move { unpack(fut.await) });
         }
         unpack(block_on(py, fut))?.into_bound_py_any(py)
-    }
-
-    /// Load Arrow tables: `tables` is a list of `(type_name, table)`, each
-    /// table exporting `__arrow_c_stream__`.
-    #[allow(clippy::too_many_arguments)]
-    fn load_tables<'py>(
-        &self,
-        py: Python<'py>,
-        tables: Bound<'py, PyList>,
-        mode: &str,
-        branch: String,
-        from_: Option<String>,
-        progress: Option<Py<PyAny>>,
-        asynchronous: bool,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let g = self.g()?;
-        let mode = self::mode(mode)?;
-        let mut inputs = Vec::new();
-        for item in tables.iter() {
-            let (type_name, table): (String, Bound<'py, PyAny>) = item.extract()?;
-            inputs.push(TableInput {
-                type_name,
-                batches: Box::new(read_stream(&table)?),
-            });
-        }
-        call(py, asynchronous, async move {
-            json(
-                g.load_tables(&branch, from_.as_deref(), inputs, mode, reporter(progress))
-                    .await?,
-            )
-        })
     }
 
     fn branch_create<'py>(
@@ -659,6 +622,14 @@ impl Graph {
         };
         format!("Graph({:?}{state})", self.uri)
     }
+}
+
+/// What a load reads.
+enum Input {
+    Text(Vec<u8>),
+    Path(PathBuf),
+    Chunks(PyChunks),
+    Tables(Vec<TableInput>),
 }
 
 /// Bytes that become a Python `bytes` once the GIL is held.

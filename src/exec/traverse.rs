@@ -334,6 +334,33 @@ mod tests {
     use crate::index::adjacency::GraphIndex;
 
     /// The nodes first reached at hops `min..=max`, by sets of hops.
+    /// One reused `Bfs` from each start (repeats included, so state left by
+    /// one search is met by the next), in every direction and hop range,
+    /// against the pairs counted by hand.
+    fn reaches_as_by_hops(
+        g: &Graph,
+        pairs: &[(u32, u32)],
+        n: u32,
+        starts: &[u32],
+        ranges: &[(u32, u32)],
+    ) {
+        let mut bfs = Bfs::new(n as usize);
+        for dir in [Dir::Out, Dir::In, Dir::Both] {
+            for &start in starts {
+                for &(min, max) in ranges {
+                    let mut got = Vec::new();
+                    bfs.reach(g, dir, start, min, Some(max), &mut got);
+                    got.sort_unstable();
+                    assert_eq!(
+                        got,
+                        by_hops(pairs, start, min, max, dir),
+                        "{dir:?} from {start}, hops {min}..={max}"
+                    );
+                }
+            }
+        }
+    }
+
     fn by_hops(pairs: &[(u32, u32)], start: u32, min: u32, max: u32, dir: Dir) -> Vec<u32> {
         let step = |from: &BTreeSet<u32>| -> BTreeSet<u32> {
             let mut to = BTreeSet::new();
@@ -373,21 +400,13 @@ mod tests {
         let g = Graph::whole(Arc::new(GraphIndex::from_pairs(
             n as usize, n as usize, &pairs, 0,
         )));
-        let mut bfs = Bfs::new(n as usize);
-        for dir in [Dir::Out, Dir::In, Dir::Both] {
-            for start in [0, 5, 299, 0, 150, 7, 7] {
-                for (min, max) in [(0, 1), (1, 1), (2, 2), (1, 3), (3, 5), (1, 300)] {
-                    let mut got = Vec::new();
-                    bfs.reach(&g, dir, start, min, Some(max), &mut got);
-                    got.sort_unstable();
-                    assert_eq!(
-                        got,
-                        by_hops(&pairs, start, min, max, dir),
-                        "{dir:?} from {start}, hops {min}..={max}"
-                    );
-                }
-            }
-        }
+        reaches_as_by_hops(
+            &g,
+            &pairs,
+            n,
+            &[0, 5, 299, 0, 150, 7, 7],
+            &[(0, 1), (1, 1), (2, 2), (1, 3), (3, 5), (1, 300)],
+        );
     }
 
     #[test]
@@ -415,20 +434,12 @@ mod tests {
             150,
             200
         ));
-        let mut bfs = Bfs::new(n as usize);
-        for dir in [Dir::Out, Dir::In, Dir::Both] {
-            for start in [0, 3, 199, 0] {
-                for (min, max) in [(2, 2), (1, 2), (1, 3), (3, 3), (0, 2)] {
-                    let mut got = Vec::new();
-                    bfs.reach(&g, dir, start, min, Some(max), &mut got);
-                    got.sort_unstable();
-                    assert_eq!(
-                        got,
-                        by_hops(&pairs, start, min, max, dir),
-                        "{dir:?} from {start}, hops {min}..={max}"
-                    );
-                }
-            }
-        }
+        reaches_as_by_hops(
+            &g,
+            &pairs,
+            n,
+            &[0, 3, 199, 0],
+            &[(2, 2), (1, 2), (1, 3), (3, 3), (0, 2)],
+        );
     }
 }
