@@ -27,9 +27,9 @@ use crate::storage::requests::{Counters, Requests, StorageSession, counted_sessi
 use crate::storage::substrate::{LanceSubstrate, Pinned, PrepareWork};
 use crate::storage::{GraphStorage, Snapshot, Target};
 use crate::util::ulid::new_ulid;
-use crate::write::arrow_input::{Lines, TableInput};
+use crate::write::arrow_input::{self, Rows, TableInput};
 use crate::write::compact::{COMPACT_AT_FRAGMENTS, CompactWork};
-use crate::write::load::{LoadMode, prepare_input};
+use crate::write::load::{LoadMode, LoadWork, prepare_input};
 use crate::write::merge::{self, MergeOutcome, MergeWork, changes::EntityChange};
 use crate::write::mutate::{self, MutationResult, MutationWork};
 use crate::write::optimize;
@@ -489,6 +489,48 @@ impl Omnigraph {
         R: Read + Send + 'static,
         P: Fn(u64) + Send + Sync + 'static,
     {
+        self.load_prepared(branch, from, move |catalog: &Catalog| {
+            prepare_input(catalog, input, mode, &progress)
+        })
+        .await
+    }
+
+    /// Load Arrow tables (one per type, in order) into `branch` as one
+    /// commit, checked by the same rules as a file's lines; an error names
+    /// the table's row instead of a line.
+    pub async fn load_tables<P>(
+        &self,
+        branch: &str,
+        from: Option<&str>,
+        tables: Vec<TableInput>,
+        mode: LoadMode,
+        progress: P,
+    ) -> Result<LoadReport>
+    where
+        P: Fn(u64) + Send + Sync + 'static,
+    {
+        let rows = Rows::default();
+        let seen = rows.clone();
+        self.load_prepared(branch, from, move |catalog: &Catalog| {
+            let parsed = arrow_input::parse(catalog, tables, &seen, &progress)?;
+            Ok(Arc::new(LoadWork::new(parsed, mode)?))
+        })
+        .await
+        .map_err(|e| rows.restate(e))
+    }
+
+    /// The load `prepare` makes from the accepted catalog (off the async
+    /// threads), as one commit on `branch`; with `from`, a missing `branch`
+    /// is first created from that branch.
+    async fn load_prepared<F>(
+        &self,
+        branch: &str,
+        from: Option<&str>,
+        prepare: F,
+    ) -> Result<LoadReport>
+    where
+        F: FnOnce(&Catalog) -> Result<Arc<LoadWork>> + Send + 'static,
+    {
         self.writes("load")?;
         let mut branch_created = false;
         if let Some(from) = from {
@@ -512,10 +554,10 @@ impl Omnigraph {
         // the prepare fails the load (`SchemaChanged`) rather than retrying.
         let schema = self.inner.graph.current_schema().await?;
         let catalog = schema.catalog.clone();
-        let work =
-            tokio::task::spawn_blocking(move || prepare_input(&catalog, input, mode, &progress))
-                .await
-                .map_err(|e| OmniError::Storage(format!("the load task failed: {e}")))??;
+        let work = tokio::task::spawn_blocking(move || prepare(&catalog))
+            .await
+            .map_err(|e| OmniError::Storage(format!("the load task failed: {e}")))??;
+        let mode = work.mode();
         let (nodes, edges) = work.counts();
         let work = Arc::new(Pinned {
             schema: schema.id.clone(),
@@ -540,29 +582,6 @@ impl Omnigraph {
             commit: commit.unwrap_or_default(),
             manifest_version: version,
         })
-    }
-
-    /// Load Arrow tables (one per type, in order) into `branch` as one
-    /// commit, checked by the same rules as a file; an error names the
-    /// table's row instead of a line.
-    pub async fn load_tables<P>(
-        &self,
-        branch: &str,
-        from: Option<&str>,
-        tables: Vec<TableInput>,
-        mode: LoadMode,
-        progress: P,
-    ) -> Result<LoadReport>
-    where
-        P: Fn(u64) + Send + Sync + 'static,
-    {
-        self.writes("load")?;
-        let catalog = self.inner.graph.current_schema().await?.catalog.clone();
-        let lines = Lines::new(&catalog, tables)?;
-        let rows = lines.rows();
-        self.load_from(branch, from, lines, mode, progress)
-            .await
-            .map_err(|e| rows.restate(e))
     }
 
     /// Compact the branch's own tables that have grown many small fragments.

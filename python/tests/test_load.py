@@ -139,6 +139,33 @@ def test_an_arrow_column_of_an_unloadable_type(empty, uri):
     assert version(empty) == 1
 
 
+def test_a_column_that_is_no_property(empty):
+    people = pa.table({"handle": ["dee"], "name": ["Dee"], "nickname": ["D"]})
+    with pytest.raises(omnigraph.OmnigraphError) as e:
+        empty.load({"Person": people})
+    assert e.value.kind == "InvalidData" and e.value.property == "nickname"
+    assert version(empty) == 1
+
+
+def test_edges_by_id_and_blobs_from_binary_columns(empty):
+    empty.load({"Person": pa.table({"handle": ["a", "b"], "name": ["A", "B"]})})
+    report = empty.load({
+        "Knows": pa.table({"from": ["a"], "to": ["b"], "since": pa.array([5], pa.uint8())}),
+        "Doc": pa.table({"slug": ["d"], "body": pa.array([b"\x00\x01bytes"], pa.binary())}),
+    })
+    assert counts(report) == ({"Doc": 1}, {"Knows": 1})
+    assert empty.read_blob("Doc", "d", "body") == b"\x00\x01bytes"
+    assert empty.query('query q() { match { $p: Person { handle: "a" } $p knows $f } return { $f.handle } }').to_pylist() == [{"f.handle": "b"}]
+
+
+def test_a_missing_endpoint_names_the_edge_tables_row(empty):
+    empty.load({"Person": pa.table({"handle": ["a"], "name": ["A"]})})
+    with pytest.raises(omnigraph.OmnigraphError) as e:
+        empty.load({"Knows": pa.table({"from": ["a", "a"], "to": ["a", "ghost"]})})
+    assert e.value.kind == "InvalidData"
+    assert e.value.row == 1 and e.value.line is None and e.value.type_name == "Knows"
+
+
 def test_an_unknown_type_of_a_table(empty):
     with pytest.raises(omnigraph.OmnigraphError) as e:
         empty.load({"Robot": pa.table({"x": [1]})})

@@ -1,28 +1,29 @@
-//! Arrow tables as a load's input. Each row becomes one line of the JSONL
-//! load format as the loader reads, so a load from tables is checked by
-//! exactly the rules a file is (and never holds the whole input twice); an
-//! error the loader reports at a line is told back as the table's row.
+//! Arrow tables as a load's input. Each row goes through the checks and
+//! builders a line of a JSONL file goes through (`jsonl::ValueRows`), its
+//! cells read straight from the columns (no text between), numbered as
+//! lines that run on from one table to the next; an error the load reports
+//! at such a line is told back as the table's row ([`Rows::restate`]).
 //!
 //! A table's columns are its type's properties (an edge's also `from` and
-//! `to`); a null cell is a property left out. Columns of types JSON has no
-//! form for directly are cast first: narrow integers widen, string views
-//! and dictionaries become strings, timestamps become date-times, binary
-//! cells become `base64:` blobs.
+//! `to`; any type's `id`); a null cell is a property left out. Columns of
+//! types a cell cannot be read from directly are cast first: narrow
+//! integers widen, string views and dictionaries become strings,
+//! timestamps become date-times; binary cells are blob bytes.
 
-use std::io::Read;
 use std::sync::Arc;
 
 use arrow::compute::cast;
 use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef, RecordBatch, RecordBatchReader};
 use arrow_schema::{DataType, Field};
-use base64::Engine;
 use parking_lot::Mutex;
-use serde_json::{Map, Value};
 
-use crate::compiler::catalog::Catalog;
+use super::columns::TypeRules;
+use super::jsonl::{self, Parsed};
+use crate::compiler::catalog::{Catalog, TypeDef};
+use crate::compiler::value::{self, Value};
 use crate::error::{Location, OmniError, Result};
-use crate::exec::export::{cell_json, has_json_form};
+use crate::exec::export::has_json_form;
 
 /// One table to load: the type its rows are, and its batches.
 pub struct TableInput {
@@ -35,8 +36,6 @@ pub struct TableInput {
 #[derive(Clone, Debug, Default)]
 pub struct Rows {
     spans: Arc<Mutex<Vec<(usize, String)>>>,
-    /// Why reading the tables stopped (the loader sees only an I/O error).
-    failed: Arc<Mutex<Option<OmniError>>>,
 }
 
 impl Rows {
@@ -52,10 +51,6 @@ impl Rows {
 
     /// `e` as the rows of the tables say it: a line becomes a row.
     pub fn restate(&self, e: OmniError) -> OmniError {
-        let e = match (e, self.failed.lock().take()) {
-            (OmniError::Io(_), Some(why)) => why,
-            (e, _) => e,
-        };
         match e {
             OmniError::Invalid { mut at, message } => {
                 if let Some((table, row)) = at.line.and_then(|l| self.of(l)) {
@@ -70,126 +65,127 @@ impl Rows {
     }
 }
 
-/// The tables as JSONL text, made as it is read.
-pub struct Lines {
-    tables: std::vec::IntoIter<Table>,
-    current: Option<Table>,
-    rows: Rows,
-    next_line: usize,
-    buf: Vec<u8>,
-    pos: usize,
-}
-
-struct Table {
-    type_name: String,
-    edge: bool,
-    batches: Box<dyn RecordBatchReader + Send>,
-}
-
-/// Rows turned into text per read: enough to keep the loader's blocks full.
-const ROWS_PER_FILL: usize = 4096;
-
-impl Lines {
-    /// Every table's type must be one of `catalog`'s; nothing is read yet.
-    pub fn new(catalog: &Catalog, tables: Vec<TableInput>) -> Result<Self> {
-        let mut out = Vec::with_capacity(tables.len());
-        for t in tables {
-            let def = catalog.get(&t.type_name).ok_or_else(|| {
-                OmniError::invalid(
-                    Location {
-                        type_name: Some(t.type_name.clone()),
-                        ..Default::default()
-                    },
-                    format!("the schema has no type {:?}", t.type_name),
-                )
-            })?;
-            check_columns(&t.type_name, &t.batches.schema())?;
-            out.push(Table {
-                edge: def.is_edge(),
-                type_name: t.type_name,
-                batches: t.batches,
-            });
-        }
-        Ok(Self {
-            tables: out.into_iter(),
-            current: None,
-            rows: Rows::default(),
-            next_line: 1,
-            buf: Vec::new(),
-            pos: 0,
-        })
+/// The rows of `tables`, checked by the rules a file's lines are checked
+/// by, gathered per type; `rows` learns where each table starts.
+/// `progress` hears the Arrow bytes read so far.
+pub fn parse(
+    catalog: &Catalog,
+    tables: Vec<TableInput>,
+    rows: &Rows,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<Parsed> {
+    // Every table's type and columns first, before a row is read.
+    let mut checked = Vec::with_capacity(tables.len());
+    for t in tables {
+        let def = catalog.get(&t.type_name).ok_or_else(|| {
+            OmniError::invalid(
+                Location {
+                    type_name: Some(t.type_name.clone()),
+                    ..Default::default()
+                },
+                format!("the schema has no type {:?}", t.type_name),
+            )
+        })?;
+        check_columns(def, &t.batches.schema())?;
+        checked.push(t);
     }
-
-    /// Where each table's rows are, for [`Rows::restate`].
-    pub fn rows(&self) -> Rows {
-        self.rows.clone()
-    }
-
-    /// Turn the next batch into text; false at the end of every table.
-    fn fill(&mut self) -> Result<bool> {
-        self.buf.clear();
-        self.pos = 0;
-        loop {
-            if self.current.is_none() {
-                match self.tables.next() {
-                    Some(t) => {
-                        self.rows
-                            .spans
-                            .lock()
-                            .push((self.next_line, t.type_name.clone()));
-                        self.current = Some(t);
-                    }
-                    None => return Ok(false),
-                }
+    let (mut next_line, mut bytes) = (1, 0u64);
+    let parsed = jsonl::parse_values(catalog, |out| {
+        for mut t in checked {
+            rows.spans.lock().push((next_line, t.type_name.clone()));
+            let rules = out.rules(&t.type_name).expect("checked above");
+            for batch in t.batches.by_ref() {
+                let batch = batch?;
+                next_line = push_batch(out, rules, &batch, next_line)?;
+                bytes += batch.get_array_memory_size() as u64;
+                progress(bytes);
             }
-            let t = self.current.as_mut().expect("a table");
-            match t.batches.next() {
-                Some(batch) => {
-                    let batch = batch?;
-                    let (type_name, edge) = (t.type_name.clone(), t.edge);
-                    for start in (0..batch.num_rows()).step_by(ROWS_PER_FILL) {
-                        let part = batch.slice(start, ROWS_PER_FILL.min(batch.num_rows() - start));
-                        self.write_rows(&type_name, edge, &part)?;
-                    }
-                    if !self.buf.is_empty() {
-                        return Ok(true);
-                    }
-                }
-                None => self.current = None,
-            }
-        }
-    }
-
-    fn write_rows(&mut self, type_name: &str, edge: bool, batch: &RecordBatch) -> Result<()> {
-        let schema = batch.schema();
-        let columns: Vec<(&Field, ArrayRef)> = schema
-            .fields()
-            .iter()
-            .zip(batch.columns())
-            .map(|(f, c)| Ok((f.as_ref(), json_ready(type_name, f, c)?)))
-            .collect::<Result<_>>()?;
-        for i in 0..batch.num_rows() {
-            let mut data = Map::new();
-            let mut line = Map::new();
-            for (f, c) in &columns {
-                let v = cell(c, i)?;
-                if v.is_null() {
-                    continue;
-                }
-                match f.name().as_str() {
-                    "from" | "to" if edge => line.insert(f.name().clone(), v),
-                    _ => data.insert(f.name().clone(), v),
-                };
-            }
-            let kind = if edge { "edge" } else { "type" };
-            line.insert(kind.into(), Value::String(type_name.to_string()));
-            line.insert("data".into(), Value::Object(data));
-            serde_json::to_writer(&mut self.buf, &line)?;
-            self.buf.push(b'\n');
-            self.next_line += 1;
         }
         Ok(())
+    })?;
+    Ok(Parsed { bytes, ..parsed })
+}
+
+/// Where a column goes in a row.
+#[derive(Clone, Copy)]
+enum Slot {
+    Prop(usize),
+    Id,
+    From,
+    To,
+}
+
+fn slot_of(def: &TypeDef, name: &str) -> Option<Slot> {
+    match name {
+        "id" => Some(Slot::Id),
+        "from" if def.is_edge() => Some(Slot::From),
+        "to" if def.is_edge() => Some(Slot::To),
+        p => def
+            .properties
+            .iter()
+            .position(|d| d.name == p)
+            .map(Slot::Prop),
     }
+}
+
+/// Every column names a property of the type (or its id, or an edge's
+/// `from` / `to`) and has a type a cell can be read from.
+fn check_columns(def: &TypeDef, schema: &arrow_schema::Schema) -> Result<()> {
+    for f in schema.fields() {
+        if slot_of(def, f.name()).is_none() {
+            return Err(OmniError::invalid(
+                column(&def.name, f),
+                format!("{} has no property {:?}", def.name, f.name()),
+            ));
+        }
+        if reading(f.data_type()).is_none() {
+            return Err(OmniError::invalid(
+                column(&def.name, f),
+                format!("a column of type {} cannot be loaded", f.data_type()),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// One batch's rows, numbered from `line`; the number after the last.
+fn push_batch<'c>(
+    out: &mut jsonl::ValueRows<'c>,
+    rules: &'c Arc<TypeRules>,
+    batch: &RecordBatch,
+    mut line: usize,
+) -> Result<usize> {
+    let def = &rules.def;
+    let schema = batch.schema();
+    let columns: Vec<(Slot, ArrayRef)> = schema
+        .fields()
+        .iter()
+        .zip(batch.columns())
+        .map(|(f, c)| {
+            let slot = slot_of(def, f.name()).expect("checked before the rows");
+            Ok((slot, json_ready(&def.name, f, c)?))
+        })
+        .collect::<Result<_>>()?;
+    for i in 0..batch.num_rows() {
+        let mut cells: Vec<Option<Value<'_>>> = vec![None; def.properties.len()];
+        let (mut id, mut from, mut to) = (None, None, None);
+        for (slot, c) in &columns {
+            let v = cell(c, i);
+            if matches!(v, Value::Null) {
+                continue;
+            }
+            match slot {
+                Slot::Prop(p) => cells[*p] = Some(v),
+                Slot::Id => id = Some(v),
+                Slot::From => from = Some(v),
+                Slot::To => to = Some(v),
+            }
+        }
+        let ends = def.is_edge().then_some((&from, &to));
+        out.push(rules, cells, id.as_ref(), ends, line)?;
+        line += 1;
+    }
+    Ok(line)
 }
 
 /// How a column of `dt` is read: as it is (`Some(None)`), cast to a type
@@ -210,20 +206,6 @@ fn reading(dt: &DataType) -> Option<Option<DataType>> {
         _ => return None,
     };
     Some(Some(to))
-}
-
-/// Every column of `schema` can be read, or the error naming the first
-/// that cannot.
-fn check_columns(type_name: &str, schema: &arrow_schema::Schema) -> Result<()> {
-    for f in schema.fields() {
-        if reading(f.data_type()).is_none() {
-            return Err(OmniError::invalid(
-                column(type_name, f),
-                format!("a column of type {} cannot be loaded", f.data_type()),
-            ));
-        }
-    }
-    Ok(())
 }
 
 fn column(type_name: &str, f: &Field) -> Location {
@@ -268,38 +250,17 @@ fn is_binary(dt: &DataType) -> bool {
     )
 }
 
-/// One cell as the load format's JSON: binary cells as `base64:` blobs.
-fn cell(c: &ArrayRef, i: usize) -> Result<Value> {
+/// One cell as a value: binary cells as blob bytes.
+fn cell(c: &ArrayRef, i: usize) -> Value<'_> {
     if c.is_null(i) {
-        return Ok(Value::Null);
+        return Value::Null;
     }
     let bytes = match c.data_type() {
         DataType::Binary => c.as_binary::<i32>().value(i),
         DataType::LargeBinary => c.as_binary::<i64>().value(i),
         DataType::BinaryView => c.as_binary_view().value(i),
         DataType::FixedSizeBinary(_) => c.as_fixed_size_binary().value(i),
-        _ => return cell_json(c, i),
+        _ => return value::at(c, i),
     };
-    let b64 = base64::engine::general_purpose::STANDARD.encode(bytes);
-    Ok(Value::String(format!("base64:{b64}")))
-}
-
-impl Read for Lines {
-    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
-        if self.pos == self.buf.len() {
-            match self.fill() {
-                Ok(true) => {}
-                Ok(false) => return Ok(0),
-                Err(e) => {
-                    let said = std::io::Error::other(e.to_string());
-                    *self.rows.failed.lock() = Some(e);
-                    return Err(said);
-                }
-            }
-        }
-        let n = out.len().min(self.buf.len() - self.pos);
-        out[..n].copy_from_slice(&self.buf[self.pos..self.pos + n]);
-        self.pos += n;
-        Ok(n)
-    }
+    Value::Bytes(bytes.to_vec())
 }

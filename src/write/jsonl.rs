@@ -530,6 +530,66 @@ impl<'c> BlockParser<'c> {
     }
 }
 
+/// Rows that arrive as values rather than text (a load from Arrow tables),
+/// each checked and built exactly as a line of a file is.
+pub(super) struct ValueRows<'c> {
+    parser: BlockParser<'c>,
+    lines: usize,
+}
+
+impl<'c> ValueRows<'c> {
+    /// The checks of type `name`.
+    pub(super) fn rules(&self, name: &str) -> Option<&'c Arc<TypeRules>> {
+        self.parser.rules.get(name)
+    }
+
+    /// One row: a cell per property of `rules` (`None`: absent), the id
+    /// it gives (if any) and, for an edge, its endpoints; `line` numbers it
+    /// in errors and in "last occurrence wins".
+    pub(super) fn push<'a>(
+        &mut self,
+        rules: &'c Arc<TypeRules>,
+        cells: Vec<Option<Value<'a>>>,
+        given: Option<&Value<'a>>,
+        ends: Option<(&Option<Value<'a>>, &Option<Value<'a>>)>,
+        line: usize,
+    ) -> Result<()> {
+        let vals = rules.validate(cells, Some(line))?;
+        self.lines = self.lines.max(line);
+        self.parser.push_row(rules, vals, given, ends, line)
+    }
+}
+
+/// Rows `feed` gives as values, checked and gathered per type as [`parse`]
+/// gathers a file's.
+pub(super) fn parse_values(
+    catalog: &Catalog,
+    feed: impl FnOnce(&mut ValueRows<'_>) -> Result<()>,
+) -> Result<Parsed> {
+    let rules: RulesByName = catalog
+        .types
+        .iter()
+        .map(|t| Ok((t.name.clone(), Arc::new(TypeRules::new(t)?))))
+        .collect::<Result<_>>()?;
+    let mut rows = ValueRows {
+        parser: BlockParser::new(&rules),
+        lines: 0,
+    };
+    feed(&mut rows)?;
+    let lines = rows.lines;
+    let mut out = BTreeMap::new();
+    for (id, b) in rows.parser.builders {
+        let explicit = b.explicit_ids;
+        let (batch, lines) = b.finish()?;
+        out.insert(id, (batch, lines, explicit));
+    }
+    Ok(Parsed {
+        types: merge_blocks(catalog, vec![(0, Ok(out))])?,
+        lines,
+        bytes: 0,
+    })
+}
+
 /// One block's rows per type: the batch, its lines, and how many ids were explicit.
 type BlockRows = BTreeMap<u32, (RecordBatch, Vec<u32>, usize)>;
 type BlockResult = (usize, Result<BlockRows>);
