@@ -16,6 +16,10 @@ pub struct Location {
     pub type_name: Option<String>,
     pub property: Option<String>,
     pub value: Option<String>,
+    /// The line (or, with `row`, the row) of the earlier input row this one
+    /// repeats: a duplicate id's or a `@unique` value's first occurrence
+    /// (32 bits, as `row`; past them it is left out).
+    pub first: Option<u32>,
 }
 
 impl fmt::Display for Location {
@@ -35,6 +39,11 @@ impl fmt::Display for Location {
         }
         if let Some(v) = &self.value {
             parts.push(format!("value {v}"));
+        }
+        match (self.first, self.row) {
+            (Some(first), Some(_)) => parts.push(format!("first at row {first}")),
+            (Some(first), None) => parts.push(format!("first at line {first}")),
+            (None, _) => {}
         }
         f.write_str(&parts.join(", "))
     }
@@ -62,7 +71,7 @@ pub enum OmniError {
     },
     /// Input data violates the schema or a constraint.
     #[error("{at}: {message}")]
-    Invalid { at: Location, message: String },
+    Invalid { at: Box<Location>, message: String },
     #[error("key conflict: {type_name} with id {id:?} already exists")]
     KeyConflict { type_name: String, id: String },
     /// A conditional write's branch head was not the expected commit.
@@ -153,7 +162,7 @@ fn at_position(line: usize, column: usize) -> String {
 impl OmniError {
     pub fn invalid(at: Location, message: impl Into<String>) -> Self {
         Self::Invalid {
-            at,
+            at: Box::new(at),
             message: message.into(),
         }
     }

@@ -10,7 +10,8 @@ from typing import Any
 class OmnigraphError(Exception):
     """An error of the engine. `kind` names it (`NotFound`, `StorageError`,
     ...); kinds that name a place in the input carry it as attributes
-    (`line`, `row`, `type_name`, `property`, `value`, `column`, `id`)."""
+    (`line`, `row`, `type_name`, `property`, `value`, `column`, `id`;
+    `first`: the line or row of the earlier row a duplicate repeats)."""
 
     kind: str = "Error"
     exit_code: int = 1
@@ -20,6 +21,7 @@ class OmnigraphError(Exception):
     type_name: str | None = None
     property: str | None = None
     value: str | None = None
+    first: int | None = None
     id: str | None = None
 
     def __init__(self, message: str) -> None:

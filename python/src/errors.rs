@@ -45,6 +45,7 @@ fn build(py: Python<'_>, e: &OmniError) -> PyResult<PyErr> {
             exc.setattr("type_name", at.type_name.as_deref())?;
             exc.setattr("property", at.property.as_deref())?;
             exc.setattr("value", at.value.as_deref())?;
+            exc.setattr("first", at.first)?;
         }
         OmniError::Parse { line, column, .. } | OmniError::Type { line, column, .. } => {
             exc.setattr("line", *line)?;

@@ -131,6 +131,43 @@ def test_an_arrow_table_with_a_bad_row_names_the_row(empty, uri):
     assert_refused(empty, uri, lambda: empty.load({"Person": people}), row=1)
 
 
+BIG = 200_000  # rows: several of the blocks checked in parallel
+
+
+def big_people(names):
+    handles = [f"p{i}" for i in range(BIG)]
+    table = pa.table({"handle": handles, "name": names})
+    return pa.Table.from_batches(table.to_batches(max_chunksize=30_000))
+
+
+def test_a_big_table_keeps_its_row_order_across_blocks(empty):
+    names = [f"n{i}" for i in range(BIG)]
+    people = big_people(names)
+    report = empty.load({"Person": people}, mode="overwrite")
+    assert counts(report) == ({"Person": BIG}, {})
+    one = "query one($h: String) { match { $p: Person { handle: $h } } return { $p.name } }"
+    for h in ["p0", "p65535", "p65536", "p199999"]:
+        assert empty.query(one, params={"h": h}).to_pylist() == [{"p.name": "n" + h[1:]}]
+
+
+def test_a_duplicate_across_blocks_names_both_rows(empty, uri):
+    again = pa.table({"handle": ["p3"], "name": ["again"]})
+    people = pa.concat_tables([big_people([f"n{i}" for i in range(BIG)]), again])
+    with pytest.raises(omnigraph.OmnigraphError) as e:
+        empty.load({"Person": people}, mode="overwrite")
+    assert (e.value.row, e.value.first, e.value.value) == (BIG, 3, '"p3"')
+    assert "row 200000, Person.id, value \"p3\", first at row 3" in str(e.value)
+
+
+def test_the_first_bad_row_of_a_big_table_is_named(empty, uri):
+    names = [f"n{i}" for i in range(BIG)]
+    names[70_001] = None
+    names[150_001] = None
+    people = big_people(names)
+    load = lambda: empty.load({"Person": people}, mode="overwrite")  # noqa: E731
+    assert_refused(empty, uri, load, row=70_001)
+
+
 def test_an_arrow_column_of_an_unloadable_type(empty, uri):
     people = pa.table({"handle": ["dee"], "name": ["Dee"], "age": pa.array([1], pa.time64("us"))})
     with pytest.raises(omnigraph.OmnigraphError) as e:

@@ -146,6 +146,7 @@ pub async fn resolve(
                     type_name: Some(def.name.clone()),
                     property: Some(prop.to_string()),
                     value: Some(format!("{raw:?}")),
+                    ..Default::default()
                 };
                 if policy.is_none() {
                     policy = Some(read_policy(store).await?.1);

@@ -57,6 +57,11 @@ impl Rows {
                     at.line = None;
                     at.row = Some(u32::try_from(row).unwrap_or(u32::MAX));
                     at.type_name.get_or_insert(table);
+                    // Rules compare rows of one type, so of this table.
+                    at.first = at
+                        .first
+                        .and_then(|l| self.of(l as usize))
+                        .and_then(|(_, r)| u32::try_from(r).ok());
                 }
                 OmniError::Invalid { at, message }
             }
@@ -89,22 +94,53 @@ pub fn parse(
         check_columns(def, &t.batches.schema())?;
         checked.push(t);
     }
-    let (mut next_line, mut bytes) = (1, 0u64);
-    let parsed = jsonl::parse_values(catalog, |out| {
-        for mut t in checked {
-            rows.spans.lock().push((next_line, t.type_name.clone()));
-            let rules = out.rules(&t.type_name).expect("checked above");
-            for batch in t.batches.by_ref() {
-                let batch = batch?;
-                next_line = push_batch(out, rules, &batch, next_line)?;
-                bytes += batch.get_array_memory_size() as u64;
-                progress(bytes);
-            }
-        }
-        Ok(())
+    // Blocks of at most BLOCK_ROWS rows, numbered as they are read; the
+    // workers check them in parallel.
+    // (A slice reports its whole batch's buffers, so bytes count per batch.)
+    let next_line = std::cell::Cell::new(1usize);
+    let bytes = std::cell::Cell::new(0u64);
+    let blocks = checked.into_iter().flat_map(|t| {
+        let TableInput { type_name, batches } = t;
+        rows.spans.lock().push((next_line.get(), type_name.clone()));
+        let bytes = &bytes;
+        batches.flat_map(move |b| {
+            let blocks: Vec<Result<(String, RecordBatch)>> = match b {
+                Ok(b) => {
+                    bytes.set(bytes.get() + b.get_array_memory_size() as u64);
+                    progress(bytes.get());
+                    (0..b.num_rows())
+                        .step_by(BLOCK_ROWS)
+                        .map(|at| {
+                            Ok((
+                                type_name.clone(),
+                                b.slice(at, BLOCK_ROWS.min(b.num_rows() - at)),
+                            ))
+                        })
+                        .collect()
+                }
+                Err(e) => vec![Err(e.into())],
+            };
+            blocks
+        })
+    });
+    let numbered = blocks.map(|block| {
+        let (type_name, batch) = block?;
+        let first = next_line.get();
+        next_line.set(first + batch.num_rows());
+        Ok((type_name, batch, first))
+    });
+    let parsed = jsonl::parse_values(catalog, numbered, |out, (type_name, batch, first)| {
+        let rules = out.rules(&type_name).expect("checked above");
+        push_batch(out, rules, &batch, first).map(|_| ())
     })?;
-    Ok(Parsed { bytes, ..parsed })
+    Ok(Parsed {
+        bytes: bytes.get(),
+        ..parsed
+    })
 }
+
+/// Rows checked as one block by one worker.
+const BLOCK_ROWS: usize = 65_536;
 
 /// Where a column goes in a row.
 #[derive(Clone, Copy)]

@@ -102,6 +102,7 @@ impl TypeRules {
                             type_name: Some(self.def.name.clone()),
                             property: Some(props[i].def.name.clone()),
                             value,
+                            ..Default::default()
                         },
                         message,
                     )

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::io::Read;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use arrow_array::RecordBatch;
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, Visitor};
@@ -520,6 +520,11 @@ impl<'c> BlockParser<'c> {
             }
             self.line(l, first_line + i)?;
         }
+        self.finish()
+    }
+
+    /// The block's rows per type.
+    fn finish(self) -> Result<BlockRows> {
         let mut out = BTreeMap::new();
         for (id, b) in self.builders {
             let explicit = b.explicit_ids;
@@ -560,32 +565,38 @@ impl<'c> ValueRows<'c> {
     }
 }
 
-/// Rows `feed` gives as values, checked and gathered per type as [`parse`]
-/// gathers a file's.
-pub(super) fn parse_values(
+/// Rows given as values in blocks, checked and gathered per type as
+/// [`parse`] gathers a file's: each block is fed to a [`ValueRows`] on one
+/// of the workers, and the blocks' rows are put back in input order.
+pub(super) fn parse_values<B: Send>(
     catalog: &Catalog,
-    feed: impl FnOnce(&mut ValueRows<'_>) -> Result<()>,
+    blocks: impl Iterator<Item = Result<B>>,
+    feed: impl Fn(&mut ValueRows<'_>, B) -> Result<()> + Sync,
 ) -> Result<Parsed> {
-    let rules: RulesByName = catalog
-        .types
-        .iter()
-        .map(|t| Ok((t.name.clone(), Arc::new(TypeRules::new(t)?))))
-        .collect::<Result<_>>()?;
-    let mut rows = ValueRows {
-        parser: BlockParser::new(&rules),
-        lines: 0,
-    };
-    feed(&mut rows)?;
-    let lines = rows.lines;
-    let mut out = BTreeMap::new();
-    for (id, b) in rows.parser.builders {
-        let explicit = b.explicit_ids;
-        let (batch, lines) = b.finish()?;
-        out.insert(id, (batch, lines, explicit));
-    }
+    let rules = rules_by_name(catalog)?;
+    let lines = AtomicUsize::new(0);
+    let ((), results) = in_workers(
+        |work_tx, failure| {
+            for (idx, block) in blocks.enumerate() {
+                if failure.any() || work_tx.send((idx, block?)).is_err() {
+                    break;
+                }
+            }
+            Ok(())
+        },
+        |block| {
+            let mut rows = ValueRows {
+                parser: BlockParser::new(&rules),
+                lines: 0,
+            };
+            feed(&mut rows, block)?;
+            lines.fetch_max(rows.lines, Ordering::Relaxed);
+            rows.parser.finish()
+        },
+    )?;
     Ok(Parsed {
-        types: merge_blocks(catalog, vec![(0, Ok(out))])?,
-        lines,
+        types: merge_blocks(catalog, results)?,
+        lines: lines.into_inner(),
         bytes: 0,
     })
 }
@@ -600,51 +611,95 @@ pub fn parse(
     input: impl Read,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<Parsed> {
-    let rules: RulesByName = catalog
-        .types
-        .iter()
-        .map(|t| Ok((t.name.clone(), Arc::new(TypeRules::new(t)?))))
-        .collect::<Result<_>>()?;
-    let workers = std::thread::available_parallelism()
-        .map_or(2, |n| n.get())
-        .clamp(1, 8);
-    let (work_tx, work_rx) = crossbeam_channel::bounded::<(usize, usize, Vec<u8>)>(workers * 2);
-    let (done_tx, done_rx) = crossbeam_channel::unbounded::<BlockResult>();
+    let rules = rules_by_name(catalog)?;
     // Parsed blocks' buffers go back to the reader: fresh ones would cost
     // a page fault and a zeroed page every 4 KiB of input.
-    let (spare_tx, spare_rx) = crossbeam_channel::bounded::<Vec<u8>>(workers * 2);
-    let failed = AtomicBool::new(false);
-    let (lines, bytes) = std::thread::scope(|scope| {
-        for _ in 0..workers {
-            let work_rx = work_rx.clone();
-            let done_tx = done_tx.clone();
-            let spare_tx = spare_tx.clone();
-            let (rules, failed) = (&rules, &failed);
-            scope.spawn(move || {
-                for (idx, first_line, bytes) in work_rx {
-                    if failed.load(Ordering::Relaxed) {
-                        continue;
-                    }
-                    let result = parse_block(rules, first_line, &bytes);
-                    if result.is_err() {
-                        failed.store(true, Ordering::Relaxed);
-                    }
-                    let _ = done_tx.send((idx, result));
-                    let _ = spare_tx.try_send(bytes);
-                }
-            });
-        }
-        drop(done_tx);
-        drop(spare_tx);
-        read_blocks(input, work_tx, spare_rx, &failed, progress)
-    })?;
-    let mut results: Vec<BlockResult> = done_rx.into_iter().collect();
-    results.sort_by_key(|(idx, _)| *idx);
+    let (spare_tx, spare_rx) = crossbeam_channel::bounded::<Vec<u8>>(2 * workers());
+    let ((lines, bytes), results) = in_workers(
+        |work_tx, failure| read_blocks(input, work_tx, spare_rx, failure, progress),
+        |(first_line, bytes): (usize, Vec<u8>)| {
+            let result = parse_block(&rules, first_line, &bytes);
+            let _ = spare_tx.try_send(bytes);
+            result
+        },
+    )?;
     Ok(Parsed {
         types: merge_blocks(catalog, results)?,
         lines,
         bytes,
     })
+}
+
+fn rules_by_name(catalog: &Catalog) -> Result<RulesByName> {
+    catalog
+        .types
+        .iter()
+        .map(|t| Ok((t.name.clone(), Arc::new(TypeRules::new(t)?))))
+        .collect()
+}
+
+fn workers() -> usize {
+    std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .clamp(1, 8)
+}
+
+/// The first block (in input order) whose check failed, if any.
+struct Failure(AtomicUsize);
+
+impl Failure {
+    fn any(&self) -> bool {
+        self.0.load(Ordering::Relaxed) != usize::MAX
+    }
+
+    /// Blocks after a failed one need no check: its error is reported.
+    fn skips(&self, idx: usize) -> bool {
+        idx > self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Blocks checked on worker threads. `read` numbers the blocks and sends
+/// them until its input ends or `Failure::any`; `check` turns one into its
+/// rows. The results come back in input order, and since only blocks
+/// after a failed one are skipped, the first error in input order is
+/// among them whichever worker ran first.
+fn in_workers<W: Send, R>(
+    read: impl FnOnce(&crossbeam_channel::Sender<(usize, W)>, &Failure) -> Result<R>,
+    check: impl Fn(W) -> Result<BlockRows> + Sync,
+) -> Result<(R, Vec<BlockResult>)> {
+    let workers = workers();
+    let (work_tx, work_rx) = crossbeam_channel::bounded::<(usize, W)>(workers * 2);
+    let (done_tx, done_rx) = crossbeam_channel::unbounded::<BlockResult>();
+    let failure = Failure(AtomicUsize::new(usize::MAX));
+    let read = std::thread::scope(|scope| {
+        for _ in 0..workers {
+            let (work_rx, done_tx) = (work_rx.clone(), done_tx.clone());
+            let (failure, check) = (&failure, &check);
+            scope.spawn(move || {
+                for (idx, block) in work_rx {
+                    if failure.skips(idx) {
+                        continue;
+                    }
+                    let result = check(block);
+                    if result.is_err() {
+                        failure.0.fetch_min(idx, Ordering::Relaxed);
+                    }
+                    let _ = done_tx.send((idx, result));
+                }
+            });
+        }
+        drop(done_tx);
+        let read = read(&work_tx, &failure);
+        drop(work_tx);
+        read
+    });
+    let mut results: Vec<BlockResult> = done_rx.into_iter().collect();
+    results.sort_by_key(|(idx, _)| *idx);
+    // A block's error comes before one of the reading that stopped after it.
+    if let Some(at) = results.iter().position(|(_, r)| r.is_err()) {
+        return Err(results.swap_remove(at).1.expect_err("found above"));
+    }
+    Ok((read?, results))
 }
 
 /// One block of whole lines, its first line numbered `first_line`.
@@ -670,9 +725,9 @@ fn parse_block(rules: &RulesByName, first_line: usize, bytes: &[u8]) -> Result<B
 /// lines and bytes read.
 fn read_blocks(
     mut input: impl Read,
-    work_tx: crossbeam_channel::Sender<(usize, usize, Vec<u8>)>,
+    work_tx: &crossbeam_channel::Sender<(usize, (usize, Vec<u8>))>,
     spare_rx: crossbeam_channel::Receiver<Vec<u8>>,
-    failed: &AtomicBool,
+    failure: &Failure,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<(usize, u64)> {
     let (mut total_lines, mut total_bytes) = (0usize, 0u64);
@@ -680,7 +735,7 @@ fn read_blocks(
     let mut idx = 0;
     let mut next_line = 1usize;
     let mut eof = false;
-    while !eof && !failed.load(Ordering::Relaxed) {
+    while !eof && !failure.any() {
         let mut block = spare_rx.try_recv().unwrap_or_default();
         block.clear();
         block.extend_from_slice(&carry);
@@ -713,7 +768,7 @@ fn read_blocks(
         let first = next_line;
         next_line += newlines;
         total_lines += lines_here;
-        if work_tx.send((idx, first, block)).is_err() {
+        if work_tx.send((idx, (first, block))).is_err() {
             break;
         }
         idx += 1;
@@ -794,7 +849,7 @@ mod tests {
 
     fn err_of(text: &str) -> (Location, String) {
         match run(text) {
-            Err(OmniError::Invalid { at, message }) => (at, message),
+            Err(OmniError::Invalid { at, message }) => (*at, message),
             other => panic!("expected invalid data, got {:?}", other.map(|p| p.lines)),
         }
     }
@@ -873,8 +928,6 @@ mod tests {
         let mut bad = text.clone();
         bad.push_str("{\"type\":\"Person\",\"data\":{\"name\":\"x\",\"age\":\"y\"}}\n");
         let err = run(&bad).err().expect("the bad line is refused");
-        assert!(
-            matches!(err, OmniError::Invalid { at: Location { line: Some(l), .. }, .. } if l == n + 1)
-        );
+        assert!(matches!(err, OmniError::Invalid { at, .. } if at.line == Some(n + 1)));
     }
 }

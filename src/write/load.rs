@@ -86,6 +86,7 @@ fn loc(line: usize, ty: &str, prop: Option<&str>, value: Option<String>) -> Loca
         type_name: Some(ty.to_string()),
         property: prop.map(str::to_string),
         value,
+        ..Default::default()
     }
 }
 
@@ -345,18 +346,14 @@ fn repeated(pt: &ParsedType, first: u32, again: u32) -> OmniError {
     };
     let ((fb, fi), (ab, ai)) = (place(first), place(again));
     let id = ids(&pt.batches[ab]).value(ai);
-    OmniError::invalid(
-        loc(
-            line_of(pt, ab, ai),
-            &pt.def.name,
-            Some("id"),
-            Some(format!("{id:?}")),
-        ),
-        format!(
-            "duplicate id in the file (first at line {})",
-            line_of(pt, fb, fi)
-        ),
-    )
+    let at = loc(
+        line_of(pt, ab, ai),
+        &pt.def.name,
+        Some("id"),
+        Some(format!("{id:?}")),
+    );
+    let first = u32::try_from(line_of(pt, fb, fi)).ok();
+    OmniError::invalid(Location { first, ..at }, "duplicate id in the input")
 }
 
 /// Merge keeps the last occurrence of each id.

@@ -125,6 +125,7 @@ fn loc(ty: &str, prop: Option<&str>, value: Option<String>) -> Location {
         type_name: Some(ty.to_string()),
         property: prop.map(str::to_string),
         value,
+        ..Default::default()
     }
 }
 

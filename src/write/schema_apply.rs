@@ -161,6 +161,7 @@ fn violation(t: &TypeDef, prop: Option<&str>, value: Option<String>, message: St
             type_name: Some(t.name.clone()),
             property: prop.map(str::to_string),
             value,
+            ..Default::default()
         },
         message,
     )

@@ -23,6 +23,7 @@ fn at(line: usize, pt: &ParsedType, prop: &str, value: String) -> Location {
         type_name: Some(pt.def.name.clone()),
         property: Some(prop.to_string()),
         value: Some(value),
+        ..Default::default()
     }
 }
 
@@ -85,9 +86,11 @@ async fn unique(
             if let Some((other, first)) = file.get(&k)
                 && other != ids.value(i)
             {
+                let at = at(line, pt, &shown, k.replace('\u{1}', ", "));
+                let first = u32::try_from(*first).ok();
                 return Err(OmniError::invalid(
-                    at(line, pt, &shown, k.replace('\u{1}', ", ")),
-                    format!("violates @unique: line {first} has it too"),
+                    Location { first, ..at },
+                    "violates @unique",
                 ));
             }
             file.insert(k, (ids.value(i).to_string(), line));

@@ -14,7 +14,7 @@ async fn refused(t: &TestGraph, jsonl: &str, mode: LoadMode) -> OmniError {
 
 fn invalid(err: OmniError) -> omnigraph::error::Location {
     match err {
-        OmniError::Invalid { at, .. } => at,
+        OmniError::Invalid { at, .. } => *at,
         other => panic!("expected invalid data, got {other:?}"),
     }
 }
@@ -127,7 +127,7 @@ async fn duplicate_key_in_one_file() {
         let err = refused(&t, &dup, mode).await;
         assert!(
             err.to_string()
-                .contains("duplicate id in the file (first at line 1)"),
+                .contains("first at line 1: duplicate id in the input"),
             "{err}"
         );
         let at = invalid(err);
