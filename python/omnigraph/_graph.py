@@ -36,6 +36,13 @@ def _check_params(params: Any) -> None:
         raise TypeError(f"params must be a mapping, not {type(params).__name__}")
 
 
+def _check_query(source: Any, name: Any, params: Any) -> None:
+    """The arguments every call that runs a query's text takes."""
+    _check_str("source", source)
+    _check_str("name", name, optional=True)
+    _check_params(params)
+
+
 def _json_default(v: Any) -> Any:
     if isinstance(v, (datetime.date, datetime.datetime)):
         return v.isoformat()
@@ -109,9 +116,7 @@ class _Methods:
         left out when it declares one query) against one snapshot: the head
         of `branch` (default `main`), the commit `snapshot`, or `branch` as of
         graph manifest `version`. Returns a `QueryResult`."""
-        _check_str("source", source)
-        _check_str("name", name, optional=True)
-        _check_params(params)
+        _check_query(source, name, params)
         call = self._g.query(source, name, params, branch, snapshot, version, self._async)
         return self._run(call, QueryResult)
 
@@ -126,8 +131,7 @@ class _Methods:
     ) -> Any:
         """The steps `query` would run and what each would read, without
         running them (the CLI's `query --explain --format json`)."""
-        _check_str("source", source)
-        _check_params(params)
+        _check_query(source, name, params)
         return self._run(
             self._g.explain(source, name, params, branch, snapshot, version, self._async)
         )
@@ -202,9 +206,8 @@ class _Methods:
         `if_commit`, only if the branch head is still that commit (otherwise
         `RetryableError` of kind `PreconditionFailed`, nothing written).
         Returns a `MutationResult`."""
-        _check_str("source", source)
+        _check_query(source, name, params)
         _check_str("branch", branch)
-        _check_params(params)
         call = self._g.mutate(source, name, params, branch, if_commit, self._async)
         return self._run(call, lambda d: MutationResult(**d))
 

@@ -117,10 +117,13 @@ def test_a_closed_graph_refuses_calls(uri):
 
 
 def test_python_mistakes_are_python_errors(g):
-    with pytest.raises(TypeError):
-        g.query(42)
-    with pytest.raises(TypeError):
-        g.query(PERSONS, params=["h"])
+    for run in (g.query, g.explain, g.mutate):
+        with pytest.raises(TypeError, match="source must be a str, not int"):
+            run(42)
+        with pytest.raises(TypeError, match="name must be a str, not int"):
+            run(PERSONS, name=1)
+        with pytest.raises(TypeError, match="params must be a mapping, not list"):
+            run(PERSONS, params=["h"])
     with pytest.raises(TypeError):
         g.query(FRIENDS, params={"h": object()})
     with pytest.raises(ValueError):
