@@ -219,3 +219,16 @@ def test_modes_branches_and_progress(g):
     assert len(g.query(PERSONS)) == 3
     g.load(jsonl(GOOD), mode="overwrite")
     assert [r["p.handle"] for r in g.query(PERSONS).to_pylist()] == ["dee", "eve"]
+
+def test_progress_true_draws_a_tqdm_bar_to_the_end(g, tmp_path, capsys):
+    f = tmp_path / "rows.jsonl"
+    f.write_text(jsonl(GOOD))
+    g.load(f, mode="overwrite", progress=True)
+    bar = capsys.readouterr().err.replace("\r", "\n").strip().splitlines()[-1]
+    size = f.stat().st_size
+    assert bar.startswith("load: 100%") and f"{size}/{size}" in bar, bar
+
+
+def test_a_bad_progress_is_a_type_error(g):
+    with pytest.raises(TypeError, match="progress must be a callable"):
+        g.load(jsonl(GOOD), progress="yes")
