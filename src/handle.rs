@@ -202,6 +202,9 @@ fn session_of(opts: &Options) -> (StorageSession, Arc<Counters>) {
 #[derive(Clone)]
 pub struct Omnigraph {
     inner: Arc<Inner>,
+    /// The actor this handle's writes record instead of the one it was
+    /// opened with (see [`Omnigraph::acting_as`]).
+    actor: Option<Arc<str>>,
 }
 
 fn outcome_to_result(outcome: Outcome, detail: Option<OmniError>) -> Result<(Option<String>, u64)> {
@@ -267,7 +270,18 @@ impl Omnigraph {
                 writes: None,
                 recovery: RecoveryReport::default(),
             }),
+            actor: None,
         })
+    }
+
+    /// The same graph (its caches, actors and locks shared) whose writes
+    /// record `actor` as their author: a server acts for each caller on
+    /// one open handle.
+    pub fn acting_as(&self, actor: &str) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            actor: Some(actor.into()),
+        }
     }
 
     /// Whether this handle was opened with `open_read_only`.
@@ -324,6 +338,7 @@ impl Omnigraph {
                 writes: Some(Writes { substrate, host }),
                 recovery,
             }),
+            actor: None,
         })
     }
 
@@ -443,8 +458,13 @@ impl Omnigraph {
     ) -> Result<(Option<String>, u64, serde_json::Value)> {
         let w = self.writes(label)?;
         let op = OpId(new_ulid());
-        w.substrate.register(&op, label, work);
+        w.substrate
+            .register(&op, label, work, self.actor.as_deref());
+        // In the caller's span (a server request's), so that its id leads
+        // to the operation id every protocol step logs.
+        tracing::info!(operation_id = %op.0, label, "write started");
         let outcome = w.host.run(op.clone(), kind).await;
+        tracing::info!(operation_id = %op.0, outcome = ?outcome, "write ended");
         let ctx = w.substrate.finish(&op);
         // A write that failed because this process lost its lease says so,
         // whatever step noticed first.
@@ -1113,9 +1133,20 @@ impl Omnigraph {
         target: &Target,
         out: &mut (dyn std::io::Write + Send),
     ) -> Result<usize> {
+        self.export_types(target, None, out).await
+    }
+
+    /// [`Self::export`] of the types `only` names (an unknown one is
+    /// refused before anything is written).
+    pub async fn export_types(
+        &self,
+        target: &Target,
+        only: Option<&[String]>,
+        out: &mut (dyn std::io::Write + Send),
+    ) -> Result<usize> {
         let snap = self.resolve(target).await?;
         // Boxed: Lance's scan futures nest deep enough that a caller's own
         // async fn could otherwise overflow the compiler's layout query depth.
-        Box::pin(export::export(&self.inner.graph, &snap, out)).await
+        Box::pin(export::export(&self.inner.graph, &snap, only, out)).await
     }
 }

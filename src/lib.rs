@@ -16,6 +16,7 @@ pub mod error;
 pub mod exec;
 pub mod handle;
 pub mod index;
+pub mod server;
 pub mod storage;
 pub mod util;
 pub mod write;

@@ -7,7 +7,8 @@
 
 `init` and `open` give a `Graph` (blocking calls, the GIL released while
 the engine works); `init_async` and `open_async` an `AsyncGraph` (the same
-methods as coroutines). A `uri` is a local path, `memory://name` or
+methods as coroutines); `connect(url, graph, token)` a `RemoteGraph` on an
+`omnigraph serve` server, with the same methods and results. A `uri` is a local path, `memory://name` or
 `s3://bucket/path` (with the usual AWS environment). See docs/python.md."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 from . import _omnigraph
 from ._errors import InputError, MergeConflictError, OmnigraphError, RetryableError
 from ._graph import AsyncGraph, Graph
+from ._remote import RemoteGraph, connect
 from ._result import MutationResult, QueryResult
 
 __version__: str = _omnigraph.__version__
@@ -27,8 +29,10 @@ __all__ = [
     "MutationResult",
     "OmnigraphError",
     "QueryResult",
+    "RemoteGraph",
     "RetryableError",
     "__version__",
+    "connect",
     "init",
     "init_async",
     "open",

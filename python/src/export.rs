@@ -6,7 +6,8 @@ use std::collections::VecDeque;
 use std::io::Write;
 use std::path::Path;
 
-use crossbeam_channel::{Receiver, Sender, bounded};
+use crossbeam_channel::{Receiver, bounded};
+use omnigraph::exec::export::LineChunks;
 use omnigraph::{OmniError, Omnigraph, Target};
 use parking_lot::Mutex;
 use pyo3::exceptions::PyStopIteration;
@@ -17,8 +18,6 @@ use crate::runtime::runtime;
 
 /// Chunks of whole lines in flight between the export and Python.
 const CHUNKS_IN_FLIGHT: usize = 8;
-/// Bytes gathered before a chunk is sent.
-const CHUNK_BYTES: usize = 1 << 16;
 
 /// Export `at` to `path` (through a temporary file renamed at the end, so
 /// a failed export leaves no partial file); the number of lines.
@@ -50,40 +49,6 @@ pub async fn to_path(g: &Omnigraph, at: &Target, path: &Path) -> omnigraph::Resu
     }
 }
 
-struct ChannelWriter {
-    tx: Sender<Result<String, OmniError>>,
-    buf: Vec<u8>,
-}
-
-impl ChannelWriter {
-    /// Send the whole lines gathered so far.
-    fn send_lines(&mut self) -> std::io::Result<()> {
-        let Some(end) = self.buf.iter().rposition(|b| *b == b'\n') else {
-            return Ok(());
-        };
-        let rest = self.buf.split_off(end + 1);
-        let lines = std::mem::replace(&mut self.buf, rest);
-        let text = String::from_utf8(lines).map_err(std::io::Error::other)?;
-        self.tx
-            .send(Ok(text))
-            .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the reader left"))
-    }
-}
-
-impl Write for ChannelWriter {
-    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-        self.buf.extend_from_slice(data);
-        if self.buf.len() >= CHUNK_BYTES {
-            self.send_lines()?;
-        }
-        Ok(data.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.send_lines()
-    }
-}
-
 /// An iterator of the export's lines (each without its line end).
 #[pyclass(module = "omnigraph._omnigraph", name = "ExportLines")]
 pub struct ExportLines {
@@ -97,10 +62,13 @@ impl ExportLines {
         let rt = runtime();
         let handle = rt.handle().clone();
         rt.spawn_blocking(move || {
-            let mut w = ChannelWriter {
-                tx: tx.clone(),
-                buf: Vec::new(),
-            };
+            let lines = tx.clone();
+            let mut w = LineChunks::new(move |chunk: Vec<u8>| {
+                let text = String::from_utf8(chunk).map_err(std::io::Error::other)?;
+                lines.send(Ok(text)).map_err(|_| {
+                    std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the reader left")
+                })
+            });
             let done = handle.block_on(async {
                 g.export(&at, &mut w).await?;
                 w.flush()?;

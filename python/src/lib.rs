@@ -22,5 +22,6 @@ fn _omnigraph(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<export::ExportLines>()?;
     m.add_function(wrap_pyfunction!(graph::open, m)?)?;
     m.add_function(wrap_pyfunction!(graph::init, m)?)?;
+    m.add_function(wrap_pyfunction!(result::result_from_ipc, m)?)?;
     Ok(())
 }

@@ -91,3 +91,28 @@ impl QueryResult {
         )
     }
 }
+
+/// A result a server sent as an Arrow IPC stream, with what it said of
+/// the read (the remote client's `query`): the same class, rows and
+/// stream as an in-process result.
+#[pyfunction]
+pub fn result_from_ipc(
+    py: Python<'_>,
+    data: &[u8],
+    query_name: &str,
+    branch: &str,
+    graph_commit_id: &str,
+    manifest_version: u64,
+) -> PyResult<QueryResult> {
+    py.detach(|| {
+        omnigraph::exec::output::from_ipc(
+            data,
+            query_name,
+            branch,
+            graph_commit_id,
+            manifest_version,
+        )
+    })
+    .or_raise()
+    .map(|r| QueryResult(Arc::new(r)))
+}

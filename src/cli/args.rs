@@ -87,6 +87,8 @@ pub enum Cmd {
     /// acknowledged (the chaos tests kill this process at chosen moments).
     #[command(hide = true)]
     StressWriter(StressWriter),
+    /// Serve graphs over HTTP (JSON, Arrow IPC, NDJSON), with bearer tokens.
+    Serve(Serve),
     /// Create a small graph in a temporary folder and walk through the main features.
     Demo {
         /// Where to create the demo graph (default: a fresh temporary folder).
@@ -483,4 +485,40 @@ pub fn query_inputs(
         None => serde_json::Value::Null,
     };
     Ok((uri, source, name, params))
+}
+
+#[derive(Args)]
+pub struct Serve {
+    /// A graph to serve, as ID=URI (repeat for several).
+    #[arg(long = "graph", value_name = "ID=URI", required = true)]
+    pub graphs: Vec<String>,
+    /// The address to listen on (port 0: any free port).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    pub listen: String,
+    /// A JSON file `{"actor": "token", ...}` (else the OMNIGRAPH_TOKENS variable).
+    #[arg(long, value_name = "FILE")]
+    pub tokens: Option<PathBuf>,
+    /// Serve without tokens: every request acts as this process's user.
+    #[arg(long, conflicts_with = "tokens")]
+    pub unauthenticated: bool,
+    /// The largest JSON request body (a load's NDJSON body is streamed, not bounded by this).
+    #[arg(long, value_name = "N", default_value_t = omnigraph::server::DEFAULT_MAX_BODY_BYTES)]
+    pub max_body_bytes: usize,
+}
+
+impl Serve {
+    /// `(id, uri)` per `--graph`.
+    pub fn graph_list(&self) -> Result<Vec<(String, String)>, OmniError> {
+        self.graphs
+            .iter()
+            .map(|g| {
+                g.split_once('=')
+                    .filter(|(id, uri)| !id.is_empty() && !uri.is_empty())
+                    .map(|(id, uri)| (id.to_string(), uri.to_string()))
+                    .ok_or_else(|| {
+                        OmniError::BadRequest(format!("--graph {g:?}: give it as ID=URI"))
+                    })
+            })
+            .collect()
+    }
 }

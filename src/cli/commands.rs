@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::args::{
     BlobCellArgs, BlobCmd, BranchCmd, Cmd, CommitCmd, Export, Gc, Graph, Init, Load, Merge, Mutate,
-    Optimize, Query, SchemaCmd, Snapshot, StressWriter, query_inputs, target,
+    Optimize, Query, SchemaCmd, Serve, Snapshot, StressWriter, query_inputs, target,
 };
 use super::progress::Progress;
 use super::{demo, table};
@@ -81,6 +81,7 @@ pub async fn run(cmd: Cmd) -> Result<()> {
         Cmd::Optimize(a) => Box::pin(optimize(a)),
         Cmd::Gc(a) => Box::pin(gc(a)),
         Cmd::StressWriter(a) => Box::pin(stress_writer(a)),
+        Cmd::Serve(a) => Box::pin(serve(a)),
         Cmd::Demo { dir } => Box::pin(demo::run(dir)),
     };
     fut.await
@@ -636,4 +637,62 @@ async fn stress_writer(a: StressWriter) -> Result<()> {
         out.flush()?;
     }
     Ok(())
+}
+
+/// The tokens `--tokens FILE` or `OMNIGRAPH_TOKENS` holds; none (with
+/// `--unauthenticated`), or a refusal to start without them.
+fn serve_tokens(a: &Serve) -> Result<Option<omnigraph::server::auth::Tokens>> {
+    use omnigraph::server::auth::Tokens;
+    if a.unauthenticated {
+        return Ok(None);
+    }
+    if let Some(path) = &a.tokens {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            OmniError::BadRequest(format!(
+                "cannot read the tokens file {}: {e}",
+                path.display()
+            ))
+        })?;
+        return Tokens::parse(&text, &path.display().to_string()).map(Some);
+    }
+    match std::env::var("OMNIGRAPH_TOKENS") {
+        Ok(text) if !text.trim().is_empty() => Tokens::parse(&text, "OMNIGRAPH_TOKENS").map(Some),
+        _ => Err(OmniError::BadRequest(
+            "no tokens: give --tokens FILE or OMNIGRAPH_TOKENS (JSON {\"actor\": \"token\"}), or --unauthenticated to serve without them".into(),
+        )),
+    }
+}
+
+async fn serve(a: Serve) -> Result<()> {
+    let tokens = serve_tokens(&a)?;
+    let graphs = a.graph_list()?;
+    let listener = tokio::net::TcpListener::bind(&a.listen)
+        .await
+        .map_err(|e| OmniError::BadRequest(format!("cannot listen on {}: {e}", a.listen)))?;
+    let state = omnigraph::server::ServerState::open(omnigraph::server::Config {
+        graphs,
+        tokens,
+        max_body_bytes: a.max_body_bytes,
+    })
+    .await?;
+    let addr = listener.local_addr()?;
+    println!("OMNIGRAPH_LISTEN_ADDR={addr}");
+    std::io::stdout().flush()?;
+    omnigraph::server::serve(listener, state, stop_signal()?).await
+}
+
+/// Resolves at the first SIGTERM or SIGINT (heard on a thread of its own).
+fn stop_signal() -> Result<impl std::future::Future<Output = ()> + Send + 'static> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])?;
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        if let Some(sig) = signals.forever().next() {
+            tracing::info!(signal = sig, "stop requested");
+            let _ = tx.send(());
+        }
+    });
+    Ok(async move {
+        let _ = rx.await;
+    })
 }

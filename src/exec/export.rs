@@ -172,15 +172,35 @@ async fn read_blobs<'p>(
     Ok(out)
 }
 
+/// Every name is a type of `catalog` (else `BadRequest`, naming it).
+pub fn check_types(catalog: &crate::compiler::catalog::Catalog, names: &[String]) -> Result<()> {
+    match names.iter().find(|n| catalog.get(n).is_none()) {
+        Some(unknown) => Err(OmniError::BadRequest(format!(
+            "the schema has no type {unknown:?}; nothing was exported"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Export `snap`'s types (all of them, or only those `only` names, in
+/// catalog order) to `out`; the number of lines.
 pub async fn export(
     g: &GraphStorage,
     snap: &Snapshot,
+    only: Option<&[String]>,
     out: &mut (dyn Write + Send),
 ) -> Result<usize> {
     // Every column is checked before the first line is written, so an
     // export either writes the whole graph or nothing.
     let catalog = snap.catalog();
-    let types: Vec<&TypeDef> = catalog.nodes().chain(catalog.edges()).collect();
+    if let Some(names) = only {
+        check_types(catalog, names)?;
+    }
+    let types: Vec<&TypeDef> = catalog
+        .nodes()
+        .chain(catalog.edges())
+        .filter(|t| only.is_none_or(|names| names.contains(&t.name)))
+        .collect();
     for t in &types {
         let ds = g.read_table(snap, t).await?;
         let schema = ds.schema();
@@ -202,6 +222,49 @@ pub async fn export(
     }
     out.flush()?;
     Ok(lines)
+}
+
+/// Bytes gathered before [`LineChunks`] hands them on.
+pub const CHUNK_BYTES: usize = 1 << 16;
+
+/// A writer that hands an export on in chunks of whole lines (about
+/// [`CHUNK_BYTES`] each) to `send`: how a streamed export (an HTTP body, a
+/// Python iterator) takes its lines while the export runs.
+pub struct LineChunks<F> {
+    send: F,
+    buf: Vec<u8>,
+}
+
+impl<F: FnMut(Vec<u8>) -> std::io::Result<()>> LineChunks<F> {
+    pub fn new(send: F) -> Self {
+        Self {
+            send,
+            buf: Vec::new(),
+        }
+    }
+
+    /// Send the whole lines gathered so far.
+    fn send_lines(&mut self) -> std::io::Result<()> {
+        let Some(end) = self.buf.iter().rposition(|b| *b == b'\n') else {
+            return Ok(());
+        };
+        let rest = self.buf.split_off(end + 1);
+        (self.send)(std::mem::replace(&mut self.buf, rest))
+    }
+}
+
+impl<F: FnMut(Vec<u8>) -> std::io::Result<()>> Write for LineChunks<F> {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(data);
+        if self.buf.len() >= CHUNK_BYTES {
+            self.send_lines()?;
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.send_lines()
+    }
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! Query results as text: JSON (one object), JSONL (metadata, then a row per
-//! line), CSV, and rows of JSON values for the human table.
+//! line), CSV, and rows of JSON values for the human table; and as an
+//! Arrow IPC stream (what the server sends and its clients read back).
 
 use std::io::Write;
 
@@ -32,6 +33,56 @@ impl std::str::FromStr for Format {
             }
         })
     }
+}
+
+/// The result's batches as one Arrow IPC stream (its schema, then each
+/// batch).
+pub fn to_ipc(r: &QueryResult) -> Result<Vec<u8>> {
+    let schema = r
+        .batches
+        .first()
+        .map(|b| b.schema())
+        .ok_or_else(|| OmniError::Storage("a query result without a batch".into()))?;
+    let mut out = Vec::new();
+    let mut w = arrow::ipc::writer::StreamWriter::try_new(&mut out, &schema)?;
+    for b in &r.batches {
+        w.write(b)?;
+    }
+    w.finish()?;
+    drop(w);
+    Ok(out)
+}
+
+/// A result read back from [`to_ipc`]'s stream, with what the server said
+/// of the read beside it.
+pub fn from_ipc(
+    bytes: &[u8],
+    query: &str,
+    branch: &str,
+    graph_commit_id: &str,
+    manifest_version: u64,
+) -> Result<QueryResult> {
+    let bad = |e: arrow_schema::ArrowError| {
+        OmniError::BadRequest(format!("not an Arrow IPC stream of a result: {e}"))
+    };
+    let reader = arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes), None)
+        .map_err(bad)?;
+    let schema = reader.schema();
+    let mut batches = reader
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(bad)?;
+    if batches.is_empty() {
+        batches.push(arrow_array::RecordBatch::new_empty(schema.clone()));
+    }
+    Ok(QueryResult {
+        query: query.to_string(),
+        branch: branch.to_string(),
+        graph_commit_id: graph_commit_id.to_string(),
+        manifest_version,
+        columns: schema.fields().iter().map(|f| f.name().clone()).collect(),
+        batches,
+        search: Vec::new(),
+    })
 }
 
 /// Every row as a JSON object keyed by column name, in result order.

@@ -213,6 +213,8 @@ impl PrepareCx {
 pub struct OpCtx {
     work: Option<Arc<dyn PrepareWork>>,
     kind: String,
+    /// The write's author, recorded in its commit.
+    actor: String,
     staged: BTreeMap<String, StagedTable>,
     pub error: Option<OmniError>,
     pub summary: serde_json::Value,
@@ -335,12 +337,19 @@ impl LanceSubstrate {
         &self.g
     }
 
-    pub fn register(&self, op: &OpId, kind: &str, work: Option<Arc<dyn PrepareWork>>) {
+    pub fn register(
+        &self,
+        op: &OpId,
+        kind: &str,
+        work: Option<Arc<dyn PrepareWork>>,
+        actor: Option<&str>,
+    ) {
         self.ops.lock().insert(
             op.clone(),
             OpCtx {
                 work,
                 kind: kind.to_string(),
+                actor: actor.unwrap_or(&self.actor).to_string(),
                 ..Default::default()
             },
         );
@@ -834,11 +843,15 @@ impl LanceSubstrate {
                     ("fast_forward", None)
                 } else {
                     rec.head = commit.0.clone();
-                    let (kind, summary) = {
+                    let (kind, summary, actor) = {
                         let ops = self.ops.lock();
                         match ops.get(&req.op) {
-                            Some(c) => (c.kind.clone(), c.summary.clone()),
-                            None => (RECOVERED_KIND.to_string(), serde_json::Value::Null),
+                            Some(c) => (c.kind.clone(), c.summary.clone(), c.actor.clone()),
+                            None => (
+                                RECOVERED_KIND.to_string(),
+                                serde_json::Value::Null,
+                                self.actor.clone(),
+                            ),
                         }
                     };
                     let mut parents = vec![parent];
@@ -848,7 +861,7 @@ impl LanceSubstrate {
                         parents,
                         branch: req.branch.clone(),
                         manifest_version: version,
-                        actor: self.actor.clone(),
+                        actor,
                         timestamp: chrono::Utc::now().to_rfc3339(),
                         kind,
                         summary,

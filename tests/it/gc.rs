@@ -144,7 +144,7 @@ async fn gc_in(place: Place) {
     other.branch_delete("b").await.unwrap();
     // This process's own files stay while a write of its own is in flight.
     let op = omnigraph_actors::OpId("in-flight".into());
-    other.substrate().register(&op, "optimize", None);
+    other.substrate().register(&op, "optimize", None, None);
     let r = other.gc(false).await.unwrap();
     assert_eq!(removed(&r), BTreeSet::new(), "{r:?}");
     assert_eq!(r.kept.writer_alive, on_b.len(), "{r:?}");

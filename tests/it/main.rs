@@ -31,3 +31,4 @@ mod recovery;
 mod s3;
 mod schema;
 mod search;
+mod server;

@@ -110,6 +110,32 @@ async fn insert_update_delete_with_read_your_writes() {
 }
 
 #[tokio::test]
+async fn a_handle_acting_for_someone_records_them_as_the_author() {
+    let t = loaded_graph().await;
+    let own =
+        t.g.mutate("main", MUTATIONS, "add", &json!({"n": "Own"}))
+            .await
+            .unwrap();
+    let alice = t.g.acting_as("alice");
+    let theirs = alice
+        .mutate("main", MUTATIONS, "add", &json!({"n": "Theirs"}))
+        .await
+        .unwrap();
+    assert_eq!(t.g.commit(&theirs.commit).await.unwrap().actor, "alice");
+    // The handle it came from still writes as itself.
+    let own_actor = t.g.commit(&own.commit).await.unwrap().actor;
+    assert_ne!(own_actor, "alice");
+    let after =
+        t.g.mutate("main", MUTATIONS, "add", &json!({"n": "After"}))
+            .await
+            .unwrap();
+    assert_eq!(t.g.commit(&after.commit).await.unwrap().actor, own_actor);
+    // Both share one graph: each sees the other's writes at once.
+    let names: Vec<String> = people(&alice).await.into_iter().map(|(n, _)| n).collect();
+    assert!(names.contains(&"After".to_string()), "{names:?}");
+}
+
+#[tokio::test]
 async fn constraint_violations_are_refused_and_change_nothing() {
     let t = loaded_graph().await;
     // Mixed constructive and destructive statements: the exact message.

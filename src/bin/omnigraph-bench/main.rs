@@ -15,6 +15,8 @@
 //! omnigraph-bench search DIR --graph URI [--repeats 3]
 //!                                             # the search workload (gen_docs.py), see search.rs
 //! omnigraph-bench schema DIR [--repeats 2]    # schema applies on DIR's graph, then 1-row inserts
+//! omnigraph-bench server DIR --graph URI [--n 2000] [--seconds 10]
+//!                                             # the HTTP server against the embedded handle, see server.rs
 //! ```
 
 use std::time::Instant;
@@ -26,6 +28,7 @@ mod delta;
 mod merge;
 mod schema;
 mod search;
+mod server;
 
 fn peak_rss_mib() -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -755,6 +758,18 @@ fn main() {
             let uri = opt("--graph").expect("--graph URI (an optimized graph)");
             rt.block_on(delta::run(dir, &uri, flag("--repeats", 5)));
         }
+        Some("server") => {
+            let dir = args
+                .get(2)
+                .expect("usage: omnigraph-bench server DIR --graph URI");
+            let uri = opt("--graph").expect("--graph URI");
+            rt.block_on(server::run(
+                dir,
+                &uri,
+                flag("--n", 2000),
+                flag("--seconds", 10) as u64,
+            ));
+        }
         Some("search") => {
             let dir = args
                 .get(2)
@@ -764,7 +779,7 @@ fn main() {
         }
         _ => {
             eprintln!(
-                "usage: omnigraph-bench (load DIR [--repeats N] | append [--n N] | processes [--writes N] | locks [--n N] | object-store URI [--n N] | queries DIR --graph URI [--repeats N] [--reference FILE] [--json FILE] | merge DIR --graph URI [--sizes N,..] | search DIR --graph URI [--repeats N] | blob DIR [--mib N] [--repeats N] | schema DIR [--repeats N] | delta DIR --graph URI [--repeats N])"
+                "usage: omnigraph-bench (load DIR [--repeats N] | append [--n N] | processes [--writes N] | locks [--n N] | object-store URI [--n N] | queries DIR --graph URI [--repeats N] [--reference FILE] [--json FILE] | merge DIR --graph URI [--sizes N,..] | search DIR --graph URI [--repeats N] | blob DIR [--mib N] [--repeats N] | schema DIR [--repeats N] | delta DIR --graph URI [--repeats N] | server DIR --graph URI [--n N] [--seconds N])"
             );
             std::process::exit(2);
         }
