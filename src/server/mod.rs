@@ -122,6 +122,13 @@ pub fn router(state: Shared) -> axum::Router {
             state.clone(),
             authenticate,
         ))
+        .layer(
+            tower_http::trace::TraceLayer::new_for_http()
+                .make_span_with(request_span)
+                .on_response(
+                    tower_http::trace::DefaultOnResponse::new().level(tracing::Level::INFO),
+                ),
+        )
         .layer(axum::middleware::from_fn_with_state(state.clone(), observe))
         .with_state(state)
 }
@@ -163,34 +170,42 @@ async fn authenticate(State(s): State<Shared>, mut req: Request, next: Next) -> 
     next.run(req).await
 }
 
-/// Count and time every request, in a span that carries its id (the
-/// engine's logs of the request's write, its operation id included, are
-/// inside it).
-async fn observe(State(s): State<Shared>, req: Request, next: Next) -> Response {
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or("unmatched", |p| p.as_str())
-        .to_string();
+/// The id a request is known by in the log and in its answer's
+/// [`REQUEST_ID_HEADER`].
+#[derive(Clone)]
+struct RequestId(String);
+
+/// Name, count and time every request (the outermost layer).
+async fn observe(State(s): State<Shared>, mut req: Request, next: Next) -> Response {
+    let route = route_of(&req).to_string();
     let method = req.method().to_string();
     let id = crate::util::ulid::new_ulid();
-    let span = tracing::info_span!("request", id = %id, method = %method, route = %route);
+    req.extensions_mut().insert(RequestId(id.clone()));
     let started = Instant::now();
-    let mut resp = tracing::Instrument::instrument(next.run(req), span.clone()).await;
-    let status = resp.status().as_u16();
+    let mut resp = next.run(req).await;
     s.metrics
-        .request(&route, &method, status, started.elapsed());
-    span.in_scope(|| {
-        tracing::debug!(
-            status,
-            ms = started.elapsed().as_secs_f64() * 1e3,
-            "answered"
-        )
-    });
+        .request(&route, &method, resp.status().as_u16(), started.elapsed());
     if let Ok(v) = HeaderValue::from_str(&id) {
         resp.headers_mut().insert(REQUEST_ID_HEADER, v);
     }
     resp
+}
+
+/// The route's pattern (`/graphs/{id}/query`), never the path itself.
+fn route_of(req: &Request) -> &str {
+    req.extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", |p| p.as_str())
+}
+
+/// The span every request runs in: the engine's logs of its write (the
+/// operation id included) are inside it.
+fn request_span(req: &Request) -> tracing::Span {
+    let id = req
+        .extensions()
+        .get::<RequestId>()
+        .map_or("", |r| r.0.as_str());
+    tracing::info_span!("request", id = %id, method = %req.method(), route = %route_of(req))
 }
 
 /// A JSON request body, read up to the server's limit (over it:
