@@ -32,23 +32,22 @@ struct Server {
 }
 
 impl Server {
-    /// Start `omnigraph serve` on `graphs` with the test tokens (or with
-    /// `extra` in their place, when it says otherwise).
+    /// Start `omnigraph serve` on `graphs` with the test tokens in a file
+    /// (or with `extra` in their place, when it says otherwise).
     fn start(graphs: &[(&str, &str)], extra: &[&str]) -> Self {
         let tokens = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(tokens.path(), TOKENS).unwrap();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_omnigraph"));
-        cmd.arg("serve").args(["--listen", "127.0.0.1:0"]);
-        for (id, uri) in graphs {
-            cmd.args(["--graph", &format!("{id}={uri}")]);
-        }
+        let mut cmd = serve_command(graphs);
         if !extra.contains(&"--unauthenticated") {
             cmd.arg("--tokens").arg(tokens.path());
         }
-        cmd.args(extra)
-            .env_remove("OMNIGRAPH_TOKENS")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+        cmd.args(extra).env_remove("OMNIGRAPH_TOKENS");
+        Self::spawn(cmd, tokens)
+    }
+
+    /// Start `cmd` and wait for the address it prints.
+    fn spawn(mut cmd: Command, tokens: tempfile::NamedTempFile) -> Self {
+        cmd.stdout(Stdio::piped()).stderr(Stdio::inherit());
         let mut child = cmd.spawn().unwrap();
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
@@ -95,6 +94,16 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// `omnigraph serve` on `graphs`, on any free loopback port.
+fn serve_command(graphs: &[(&str, &str)]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_omnigraph"));
+    cmd.arg("serve").args(["--listen", "127.0.0.1:0"]);
+    for (id, uri) in graphs {
+        cmd.args(["--graph", &format!("{id}={uri}")]);
+    }
+    cmd
 }
 
 fn signal(child: &Child, sig: &str) {
@@ -322,6 +331,26 @@ async fn a_server_without_tokens_refuses_to_start_unless_told() {
             .unwrap();
         assert_eq!(out.status.code(), Some(2), "{bad}");
     }
+    // The same JSON in OMNIGRAPH_TOKENS.
+    let mut cmd = serve_command(&[("g", &uri)]);
+    cmd.env("OMNIGRAPH_TOKENS", r#"{"carol": "carol-token"}"#);
+    let from_env = Server::spawn(cmd, tempfile::NamedTempFile::new().unwrap());
+    assert_error(
+        &from_env.client(Some("alice-token")).get("/graphs").await,
+        401,
+        "unauthorized",
+        "Unauthorized",
+    );
+    let carol = from_env.client(Some("carol-token"));
+    let m = carol
+        .post(
+            "/graphs/g/mutate",
+            json!({"query": ADD, "params": {"n": "Cy"}}),
+        )
+        .await;
+    assert_eq!(m.1["actor_id"], "carol", "{}", m.1);
+    assert_eq!(from_env.stop().code(), Some(0));
+
     let open = Server::start(&[("g", &uri)], &["--unauthenticated"]);
     let anyone = open.client(None);
     let m = anyone
