@@ -77,6 +77,7 @@ def _raise(status: int, body: bytes) -> None:
     if err.get("key_conflict"):
         exc.type_name = err["key_conflict"]["type"]
         exc.id = err["key_conflict"]["id"]
+    exc.blob_range = err.get("blob_range")  # type: ignore[attr-defined]
     if isinstance(exc, _errors.MergeConflictError):
         exc.conflicts = err.get("merge_conflicts") or []
     raise exc
@@ -305,7 +306,15 @@ class RemoteGraph:
         if offset or length is not None:
             end = "" if length is None else str(offset + length - 1)
             headers["Range"] = f"bytes={offset}-{end}"
-        return self._blob("GET", type, id, prop, headers, branch, snapshot).read()
+        try:
+            return self._blob("GET", type, id, prop, headers, branch, snapshot).read()
+        except _errors.InputError as e:
+            # HTTP has no empty range; an offset at the very end reads
+            # nothing, as in-process.
+            at_end = (getattr(e, "blob_range", None) or {}).get("length") == offset
+            if e.kind == "BlobRangeNotSatisfiable" and at_end:
+                return b""
+            raise
 
     # -- writes --------------------------------------------------------
 

@@ -164,6 +164,7 @@ def test_remote_blobs_read_ranges_and_stat(served):
     assert remote.read_blob("Doc", "d1", "body") == b"hello blob"
     assert remote.read_blob("Doc", "d1", "body", offset=6) == b"blob"
     assert remote.read_blob("Doc", "d1", "body", offset=1, length=3) == b"ell"
+    assert remote.read_blob("Doc", "d1", "body", offset=10) == b""
     with pytest.raises(omnigraph.InputError) as e:
         remote.read_blob("Doc", "d1", "body", offset=50)
     assert e.value.kind == "BlobRangeNotSatisfiable"
