@@ -1053,3 +1053,58 @@ async fn a_server_killed_during_writes_keeps_every_answered_write() {
     }
     assert_eq!(again.stop().code(), Some(0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_write_that_waits_past_its_limit_is_too_many_requests_with_retry_after() {
+    use std::os::fd::AsRawFd;
+    let (_dir, uri) = graph_on_disk().await;
+    let tokens = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(tokens.path(), TOKENS).unwrap();
+    let mut cmd = serve_command(&[("g", &uri)]);
+    cmd.arg("--tokens")
+        .arg(tokens.path())
+        .env("OMNIGRAPH_GATE_WAIT_MS", "200");
+    let s = Server::spawn(cmd, tokens);
+    let c = s.client(Some("alice-token"));
+    // Another process's hold of main's branch gate, as a writer would.
+    let locks = std::path::Path::new(&uri).join("_graph/locks");
+    std::fs::create_dir_all(&locks).unwrap();
+    let held = std::fs::File::create(locks.join("branch-main.lock")).unwrap();
+    // SAFETY: flock on a file this test owns.
+    assert_eq!(unsafe { libc::flock(held.as_raw_fd(), libc::LOCK_EX) }, 0);
+    let r = c
+        .req(reqwest::Method::POST, "/graphs/g/mutate")
+        .json(&json!({"query": ADD, "params": {"n": "Late"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["retry-after"], "1");
+    let body = json_of(r).await;
+    assert_error(&body, 429, "too_many_requests", "Contended");
+    assert!(
+        body.1["error"].as_str().unwrap().contains("main"),
+        "{}",
+        body.1
+    );
+    drop(held);
+    let ok = c
+        .post(
+            "/graphs/g/mutate",
+            json!({"query": ADD, "params": {"n": "Late"}}),
+        )
+        .await;
+    assert_eq!(ok.0, StatusCode::OK, "{}", ok.1);
+    let m = c
+        .req(reqwest::Method::GET, "/metrics")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        m.contains("omnigraph_writes_contended_total{graph=\"g\"} 1\n"),
+        "{m}"
+    );
+    assert_eq!(s.stop().code(), Some(0));
+}
