@@ -14,7 +14,8 @@ use serde_json::json;
 
 use super::{QUERIES, SOCIAL_SCHEMA, open_or_load, percentile};
 
-const ADD: &str = r#"query add($h: String) { insert Person { handle: $h, name: "bench", city: "Bench" } }"#;
+const ADD: &str =
+    r#"query add($h: String) { insert Person { handle: $h, name: "bench", city: "Bench" } }"#;
 const TOKEN: &str = "bench-token";
 
 fn median_ms(mut v: Vec<f64>) -> (f64, f64) {
