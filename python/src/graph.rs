@@ -218,10 +218,7 @@ impl Graph {
         let params = params_json(params.as_ref())?;
         let at = target(branch, snapshot, version)?;
         call(py, asynchronous, async move {
-            let name = match name {
-                Some(n) => n,
-                None => omnigraph::compiler::query::check::only_name(&source)?,
-            };
+            let name = omnigraph::compiler::query::check::query_name(&source, name)?;
             let r = g.query(&at, &source, &name, &params).await?;
             Ok(QueryResult(Arc::new(r)))
         })
@@ -243,10 +240,7 @@ impl Graph {
         let params = params_json(params.as_ref())?;
         let at = target(branch, snapshot, version)?;
         call(py, asynchronous, async move {
-            let name = match name {
-                Some(n) => n,
-                None => omnigraph::compiler::query::check::only_name(&source)?,
-            };
+            let name = omnigraph::compiler::query::check::query_name(&source, name)?;
             json(g.explain(&at, &source, &name, &params).await?)
         })
     }
@@ -265,10 +259,7 @@ impl Graph {
         let g = self.g()?;
         let params = params_json(params.as_ref())?;
         call(py, asynchronous, async move {
-            let name = match name {
-                Some(n) => n,
-                None => omnigraph::compiler::query::check::only_name(&source)?,
-            };
+            let name = omnigraph::compiler::query::check::query_name(&source, name)?;
             json(
                 g.mutate_if(&branch, &source, &name, &params, if_commit.as_deref())
                     .await?,

@@ -475,10 +475,7 @@ pub fn query_inputs(
             ));
         }
     };
-    let name = match name {
-        Some(n) => n,
-        None => omnigraph::compiler::query::check::only_name(&source)?,
-    };
+    let name = omnigraph::compiler::query::check::query_name(&source, name)?;
     let params: serde_json::Value = match params {
         Some(p) => serde_json::from_str(&p)
             .map_err(|e| OmniError::BadRequest(format!("--params is not JSON: {e}")))?,

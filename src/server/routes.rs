@@ -12,7 +12,7 @@ use axum::{Extension, Json, Router};
 use super::api::*;
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::{Actor, JsonBody, QueryParams, Shared};
-use crate::compiler::query::check::only_name;
+use crate::compiler::query::check::query_name;
 use crate::error::OmniError;
 use crate::storage::Target;
 use crate::storage::manifest::MAIN;
@@ -100,11 +100,6 @@ pub async fn graphs(State(s): State<Shared>) -> Json<GraphList> {
     })
 }
 
-/// The query's name: the one given, or the text's only query.
-fn name_of(source: &str, name: Option<String>) -> crate::Result<String> {
-    name.map_or_else(|| only_name(source), Ok)
-}
-
 fn wants_arrow(h: &HeaderMap) -> bool {
     h.get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
@@ -125,7 +120,7 @@ pub async fn query(
 ) -> ApiResult<Response> {
     let g = s.graph(&id, &actor)?;
     let at = target(req.branch.as_deref(), req.snapshot.as_deref(), req.version)?;
-    let name = name_of(&req.query, req.name)?;
+    let name = query_name(&req.query, req.name)?;
     let params = req.params.unwrap_or(serde_json::Value::Null);
     let r = g.query(&at, &req.query, &name, &params).await?;
     if wants_arrow(&headers) {
@@ -165,7 +160,7 @@ async fn run_mutation(
 ) -> ApiResult<Json<MutateResponse>> {
     let g = s.graph(id, actor)?;
     let branch = req.branch.unwrap_or_else(|| MAIN.to_string());
-    let name = name_of(&req.query, req.name)?;
+    let name = query_name(&req.query, req.name)?;
     let params = req.params.unwrap_or(serde_json::Value::Null);
     let r = g
         .mutate_if(&branch, &req.query, &name, &params, expected_head)

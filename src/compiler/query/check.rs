@@ -41,9 +41,13 @@ pub fn find<'f>(file: &'f QueryFile, name: &str) -> Result<&'f QueryDecl> {
     })
 }
 
-/// The name of the one query or mutation `source` declares, for callers
-/// that may leave the name out; a text with several asks which.
-pub fn only_name(source: &str) -> Result<String> {
+/// The query or mutation to run: `given`, or else the one `source`
+/// declares (for callers that may leave the name out; a text with several
+/// asks which).
+pub fn query_name(source: &str, given: Option<String>) -> Result<String> {
+    if let Some(name) = given {
+        return Ok(name);
+    }
     let file = super::parser::parse(source)?;
     match file.queries.as_slice() {
         [one] => Ok(one.name.clone()),
