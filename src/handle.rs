@@ -1133,20 +1133,20 @@ impl Omnigraph {
         target: &Target,
         out: &mut (dyn std::io::Write + Send),
     ) -> Result<usize> {
-        self.export_types(target, None, out).await
+        let snap = self.resolve(target).await?;
+        self.export_snapshot(&snap, None, out).await
     }
 
-    /// [`Self::export`] of the types `only` names (an unknown one is
-    /// refused before anything is written).
-    pub async fn export_types(
+    /// [`Self::export`] of a snapshot already resolved, of the types `only`
+    /// names (an unknown one is refused before anything is written).
+    pub async fn export_snapshot(
         &self,
-        target: &Target,
+        snap: &Snapshot,
         only: Option<&[String]>,
         out: &mut (dyn std::io::Write + Send),
     ) -> Result<usize> {
-        let snap = self.resolve(target).await?;
         // Boxed: Lance's scan futures nest deep enough that a caller's own
         // async fn could otherwise overflow the compiler's layout query depth.
-        Box::pin(export::export(&self.inner.graph, &snap, only, out)).await
+        Box::pin(export::export(&self.inner.graph, snap, only, out)).await
     }
 }

@@ -19,7 +19,6 @@ use super::error::{ApiResult, ErrorBody};
 use super::{Actor, JsonBody, QueryParams, Shared};
 use crate::error::OmniError;
 use crate::exec::export::LineChunks;
-use crate::storage::Target;
 use crate::storage::manifest::MAIN;
 use crate::write::load::LoadMode;
 
@@ -122,13 +121,13 @@ pub async fn export(
 ) -> ApiResult<Response> {
     let g = s.graph(&id, &actor)?;
     let at = target(req.branch.as_deref(), req.snapshot.as_deref(), None)?;
-    // Resolved now, so that a wrong branch, snapshot or type is an error
-    // status rather than a cut stream; the export reads that state.
+    // Resolved and checked now, so that a wrong branch, snapshot or type
+    // is an error status rather than a cut stream; the export reads this
+    // snapshot.
     let snap = g.resolve(&at).await?;
     if let Some(names) = &req.type_names {
         crate::exec::export::check_types(snap.catalog(), names)?;
     }
-    let pinned = Target::Commit(snap.record.head.clone());
     let (tx, rx) = mpsc::channel::<std::io::Result<Bytes>>(CHUNKS_IN_FLIGHT);
     let rt = tokio::runtime::Handle::current();
     tokio::task::spawn_blocking(move || {
@@ -138,10 +137,10 @@ pub async fn export(
                 .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the client left"))
         });
         let done = rt.block_on(async {
-            g.export_types(&pinned, req.type_names.as_deref(), &mut w)
-                .await?;
-            std::io::Write::flush(&mut w)?;
-            Ok::<_, OmniError>(())
+            // The export flushes its last lines itself.
+            g.export_snapshot(&snap, req.type_names.as_deref(), &mut w)
+                .await
+                .map(drop)
         });
         match done {
             Err(OmniError::Io(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
