@@ -57,6 +57,19 @@ fn label(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
+fn bump(counts: &mut BTreeMap<String, u64>, graph: &str) {
+    *counts.entry(graph.to_string()).or_default() += 1;
+}
+
+/// A counter with one series per graph.
+fn per_graph(o: &mut String, name: &str, help: &str, counts: &BTreeMap<String, u64>) {
+    let _ = writeln!(o, "# HELP {name} {help}");
+    let _ = writeln!(o, "# TYPE {name} counter");
+    for (g, n) in counts {
+        let _ = writeln!(o, "{name}{{graph=\"{}\"}} {n}", label(g));
+    }
+}
+
 impl Metrics {
     pub fn request(&self, route: &str, method: &str, status: u16, took: Duration) {
         let mut c = self.counts.lock();
@@ -70,21 +83,11 @@ impl Metrics {
     }
 
     pub fn write_committed(&self, graph: &str) {
-        *self
-            .counts
-            .lock()
-            .writes
-            .entry(graph.to_string())
-            .or_default() += 1;
+        bump(&mut self.counts.lock().writes, graph);
     }
 
     pub fn write_contended(&self, graph: &str) {
-        *self
-            .counts
-            .lock()
-            .contended
-            .entry(graph.to_string())
-            .or_default() += 1;
+        bump(&mut self.counts.lock().contended, graph);
     }
 
     /// The text exposition, with `open_handles` graphs open.
@@ -127,24 +130,18 @@ impl Metrics {
                 h.count
             );
         }
-        o.push_str("# HELP omnigraph_writes_committed_total Writes that committed, per graph.\n");
-        o.push_str("# TYPE omnigraph_writes_committed_total counter\n");
-        for (g, n) in &c.writes {
-            let _ = writeln!(
-                o,
-                "omnigraph_writes_committed_total{{graph=\"{}\"}} {n}",
-                label(g)
-            );
-        }
-        o.push_str("# HELP omnigraph_writes_contended_total Writes that waited on another writer past their limit or lost a race, per graph.\n");
-        o.push_str("# TYPE omnigraph_writes_contended_total counter\n");
-        for (g, n) in &c.contended {
-            let _ = writeln!(
-                o,
-                "omnigraph_writes_contended_total{{graph=\"{}\"}} {n}",
-                label(g)
-            );
-        }
+        per_graph(
+            &mut o,
+            "omnigraph_writes_committed_total",
+            "Writes that committed, per graph.",
+            &c.writes,
+        );
+        per_graph(
+            &mut o,
+            "omnigraph_writes_contended_total",
+            "Writes that waited on another writer past their limit or lost a race, per graph.",
+            &c.contended,
+        );
         o.push_str("# HELP omnigraph_open_handles Graph handles this server holds open.\n");
         o.push_str("# TYPE omnigraph_open_handles gauge\n");
         let _ = writeln!(o, "omnigraph_open_handles {open_handles}");

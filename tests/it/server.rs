@@ -159,6 +159,17 @@ impl Client {
         .await
     }
 
+    /// The Prometheus text of `/metrics`.
+    async fn metrics(&self) -> String {
+        let r = self
+            .req(reqwest::Method::GET, "/metrics")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        r.text().await.unwrap()
+    }
+
     async fn delete(&self, path: &str) -> (StatusCode, Value) {
         json_of(
             self.req(reqwest::Method::DELETE, path)
@@ -666,14 +677,7 @@ async fn writes_branches_merges_and_history_over_http() {
     assert_eq!(bad.0, StatusCode::BAD_REQUEST, "{}", bad.1);
 
     // Metrics count what was answered.
-    let m = c
-        .req(reqwest::Method::GET, "/metrics")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let m = c.metrics().await;
     assert!(
         m.contains("omnigraph_http_requests_total{route=\"/graphs/{id}/mutate\",method=\"POST\",status=\"409\"} 1"),
         "{m}"
@@ -1094,14 +1098,7 @@ async fn a_write_that_waits_past_its_limit_is_too_many_requests_with_retry_after
         )
         .await;
     assert_eq!(ok.0, StatusCode::OK, "{}", ok.1);
-    let m = c
-        .req(reqwest::Method::GET, "/metrics")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let m = c.metrics().await;
     assert!(
         m.contains("omnigraph_writes_contended_total{graph=\"g\"} 1\n"),
         "{m}"
