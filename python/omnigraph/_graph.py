@@ -91,6 +91,34 @@ def _is_file(s: str) -> bool:
     return "\n" not in s and len(s) < 4096 and os.path.isfile(s)
 
 
+def _load_input(data: Any, mode: Any, branch: Any, from_: Any) -> tuple[str, Any, int | None]:
+    """A load's arguments checked, and its data told apart: `("path",
+    path)`, `("text", str)`, `("tables", [(type_name, arrow source)])` or
+    `("chunks", JSONL chunks)`, with its size in bytes when known."""
+    if mode not in _MODES:
+        raise ValueError(f"mode must be one of {', '.join(_MODES)}, not {mode!r}")
+    _check_str("branch", branch)
+    _check_str("from_", from_, optional=True)
+    if isinstance(data, os.PathLike) or (isinstance(data, str) and _is_file(data)):
+        path = os.fspath(data)
+        return "path", path, os.path.getsize(path)
+    if isinstance(data, (str, bytes, bytearray)):
+        text = data if isinstance(data, str) else bytes(data).decode("utf-8")
+        return "text", text, len(text)
+    if isinstance(data, Mapping):
+        tables = []
+        for type_name, table in data.items():
+            _check_str("a table's type name", type_name)
+            tables.append((type_name, _arrow_source(table)))
+        return "tables", tables, None
+    if isinstance(data, Iterable):
+        return "chunks", _chunks(data), None
+    raise TypeError(
+        "data must be JSONL text, a path, an iterable of dicts or a mapping of tables, "
+        f"not {type(data).__name__}"
+    )
+
+
 class _Methods:
     """The methods `Graph` and `AsyncGraph` share; `_run` decides whether a
     call blocks or is awaited."""
@@ -231,32 +259,7 @@ class _Methods:
         missing `branch` is first made from that branch. `progress` is a
         callable told the input bytes read so far, or True for a tqdm bar.
         Returns the CLI's `load --json` report."""
-        if mode not in _MODES:
-            raise ValueError(f"mode must be one of {', '.join(_MODES)}, not {mode!r}")
-        _check_str("branch", branch)
-        _check_str("from_", from_, optional=True)
-        total = None
-        if isinstance(data, os.PathLike) or (isinstance(data, str) and _is_file(data)):
-            path = os.fspath(data)
-            total = os.path.getsize(path)
-            kind, arg = "path", path
-        elif isinstance(data, (str, bytes, bytearray)):
-            text = data if isinstance(data, str) else bytes(data).decode("utf-8")
-            total = len(text)
-            kind, arg = "text", text
-        elif isinstance(data, Mapping):
-            tables = []
-            for type_name, table in data.items():
-                _check_str("a table's type name", type_name)
-                tables.append((type_name, _arrow_source(table)))
-            kind, arg = "tables", tables
-        elif isinstance(data, Iterable):
-            kind, arg = "chunks", _chunks(data)
-        else:
-            raise TypeError(
-                "data must be JSONL text, a path, an iterable of dicts or a mapping of tables, "
-                f"not {type(data).__name__}"
-            )
+        kind, arg, total = _load_input(data, mode, branch, from_)
         tick, bar = _progress(progress, total)
         try:
             call = self._g.load(kind, arg, mode, branch, from_, tick, self._async)

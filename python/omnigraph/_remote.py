@@ -11,18 +11,17 @@ import json
 import os
 import threading
 import urllib.parse
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from . import _errors, _omnigraph
 from ._graph import (
     LOAD_ROWS_PER_CHUNK,
-    _MODES,
     _check_query,
     _check_str,
     _chunks,
-    _is_file,
     _json_default,
+    _load_input,
 )
 from ._result import MutationResult, QueryResult
 
@@ -341,28 +340,18 @@ class RemoteGraph:
     def load(self, data: Any, mode: str = "append", branch: str = "main", from_: str | None = None) -> Any:
         """As `Graph.load`: JSONL text, a path, an iterable of dicts, or a
         mapping of Arrow tables, streamed to the server as NDJSON."""
-        if mode not in _MODES:
-            raise ValueError(f"mode must be one of {', '.join(_MODES)}, not {mode!r}")
-        _check_str("branch", branch)
-        _check_str("from_", from_, optional=True)
+        kind, arg, _ = _load_input(data, mode, branch, from_)
         body: Any
-        if isinstance(data, os.PathLike) or (isinstance(data, str) and _is_file(data)):
-            body = _file_chunks(os.fspath(data))
-        elif isinstance(data, str):
-            body = data.encode("utf-8")
-        elif isinstance(data, (bytes, bytearray)):
-            body = bytes(data)
-        elif isinstance(data, Mapping):
+        if kind == "path":
+            body = _file_chunks(arg)
+        elif kind == "text":
+            body = arg.encode("utf-8")
+        elif kind == "tables":
             # Asked before the load's body starts: one request at a time.
             kinds = {t["name"]: t["kind"] for t in self.snapshot(branch=from_ or branch)["types"]}
-            body = (c.encode("utf-8") for c in _chunks(_table_rows(data, kinds)))
-        elif isinstance(data, Iterable):
-            body = (c.encode("utf-8") for c in _chunks(data))
+            body = (c.encode("utf-8") for c in _chunks(_table_rows(arg, kinds)))
         else:
-            raise TypeError(
-                "data must be JSONL text, a path, an iterable of dicts or a mapping of tables, "
-                f"not {type(data).__name__}"
-            )
+            body = (c.encode("utf-8") for c in arg)
         r = self._call("POST", "/load/ndjson", body,
                        headers={"Content-Type": "application/x-ndjson"},
                        query={"mode": mode, "branch": branch, "from": from_})
@@ -444,13 +433,12 @@ class RemoteGraph:
         return f"RemoteGraph({self.url!r}, graph={self.graph!r})"
 
 
-def _table_rows(tables: Mapping[str, Any], kinds: Mapping[str, str]) -> Iterator[dict[str, Any]]:
+def _table_rows(tables: list[tuple[str, Any]], kinds: Mapping[str, str]) -> Iterator[dict[str, Any]]:
     """Arrow tables as load-format rows (an edge table's `from` and `to`
     columns are its endpoints); `kinds` says which types are edges."""
     import pyarrow
 
-    for type_name, table in tables.items():
-        _check_str("a table's type name", type_name)
+    for type_name, table in tables:
         if type_name not in kinds:
             raise _errors.InputError(f"the schema has no type {type_name!r}")
         for batch in pyarrow.table(table).to_batches(LOAD_ROWS_PER_CHUNK):
