@@ -26,6 +26,10 @@ pub const NAMES: &[&str] = &[
     "fence-on-every-listing",
     "version-before-record",
     "keep-sidecar-when-published",
+    "cleanup-ignores-intents",
+    "cleanup-ignores-writers",
+    "cleanup-references-once",
+    "cleanup-drops-heads",
 ];
 
 #[cfg(feature = "planted-bugs")]
@@ -53,6 +57,10 @@ pub struct Bugs {
     fence_on_every_listing: bool,
     version_before_record: bool,
     keep_sidecar_when_published: bool,
+    cleanup_ignores_intents: bool,
+    cleanup_ignores_writers: bool,
+    cleanup_references_once: bool,
+    cleanup_drops_heads: bool,
 }
 
 #[cfg(feature = "planted-bugs")]
@@ -82,6 +90,10 @@ impl Bugs {
             "fence-on-every-listing" => b.fence_on_every_listing = true,
             "version-before-record" => b.version_before_record = true,
             "keep-sidecar-when-published" => b.keep_sidecar_when_published = true,
+            "cleanup-ignores-intents" => b.cleanup_ignores_intents = true,
+            "cleanup-ignores-writers" => b.cleanup_ignores_writers = true,
+            "cleanup-references-once" => b.cleanup_references_once = true,
+            "cleanup-drops-heads" => b.cleanup_drops_heads = true,
             _ => return None,
         }
         Some(b)
@@ -165,6 +177,22 @@ impl Bugs {
     pub fn keep_sidecar_when_published(&self) -> bool {
         self.keep_sidecar_when_published
     }
+    /// Version cleanup leaves unresolved intents' bases out of what it keeps.
+    pub fn cleanup_ignores_intents(&self) -> bool {
+        self.cleanup_ignores_intents
+    }
+    /// Version cleanup takes every process for gone when it judges who may still commit an unreferenced file.
+    pub fn cleanup_ignores_writers(&self) -> bool {
+        self.cleanup_ignores_writers
+    }
+    /// Version cleanup removes the unreferenced files of its first listing without listing them again after judging the writers.
+    pub fn cleanup_references_once(&self) -> bool {
+        self.cleanup_references_once
+    }
+    /// Version cleanup keeps by age and count only, not the latest graph version that holds every branch head.
+    pub fn cleanup_drops_heads(&self) -> bool {
+        self.cleanup_drops_heads
+    }
 }
 
 /// No bug can be planted: every switch below is a constant `false`. (A
@@ -245,6 +273,18 @@ impl Bugs {
         false
     }
     pub const fn keep_sidecar_when_published(&self) -> bool {
+        false
+    }
+    pub const fn cleanup_ignores_intents(&self) -> bool {
+        false
+    }
+    pub const fn cleanup_ignores_writers(&self) -> bool {
+        false
+    }
+    pub const fn cleanup_references_once(&self) -> bool {
+        false
+    }
+    pub const fn cleanup_drops_heads(&self) -> bool {
         false
     }
 }

@@ -10,6 +10,7 @@
 //! Gate order, always: schema -> branch -> tables sorted by [`TableKey`].
 
 pub mod bugs;
+pub mod cleaner;
 pub mod collector;
 pub mod gate;
 pub mod host;
