@@ -28,7 +28,7 @@ pub const NAMES: &[&str] = &[
     "keep-sidecar-when-published",
     "cleanup-ignores-intents",
     "cleanup-ignores-writers",
-    "cleanup-references-once",
+    "cleanup-frees-shared-files",
     "cleanup-drops-heads",
 ];
 
@@ -59,7 +59,7 @@ pub struct Bugs {
     keep_sidecar_when_published: bool,
     cleanup_ignores_intents: bool,
     cleanup_ignores_writers: bool,
-    cleanup_references_once: bool,
+    cleanup_frees_shared_files: bool,
     cleanup_drops_heads: bool,
 }
 
@@ -92,7 +92,7 @@ impl Bugs {
             "keep-sidecar-when-published" => b.keep_sidecar_when_published = true,
             "cleanup-ignores-intents" => b.cleanup_ignores_intents = true,
             "cleanup-ignores-writers" => b.cleanup_ignores_writers = true,
-            "cleanup-references-once" => b.cleanup_references_once = true,
+            "cleanup-frees-shared-files" => b.cleanup_frees_shared_files = true,
             "cleanup-drops-heads" => b.cleanup_drops_heads = true,
             _ => return None,
         }
@@ -185,9 +185,9 @@ impl Bugs {
     pub fn cleanup_ignores_writers(&self) -> bool {
         self.cleanup_ignores_writers
     }
-    /// Version cleanup removes the unreferenced files of its first listing without listing them again after judging the writers.
-    pub fn cleanup_references_once(&self) -> bool {
-        self.cleanup_references_once
+    /// Trimming a table line frees every data file its removed versions reference, including those later versions share.
+    pub fn cleanup_frees_shared_files(&self) -> bool {
+        self.cleanup_frees_shared_files
     }
     /// Version cleanup keeps by age and count only, not the latest graph version that holds every branch head.
     pub fn cleanup_drops_heads(&self) -> bool {
@@ -281,7 +281,7 @@ impl Bugs {
     pub const fn cleanup_ignores_writers(&self) -> bool {
         false
     }
-    pub const fn cleanup_references_once(&self) -> bool {
+    pub const fn cleanup_frees_shared_files(&self) -> bool {
         false
     }
     pub const fn cleanup_drops_heads(&self) -> bool {

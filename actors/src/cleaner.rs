@@ -5,11 +5,14 @@
 //! request at a time (production with Lance, the simulator with its model).
 //!
 //! The order is the protocol:
-//! 1. List the graph versions, then the unresolved intents, then every
-//!    table line's versions. A version published after the listing is newer
+//! 1. List the graph versions, then every table line's versions, then the
+//!    unresolved intents. A version published after the listing is newer
 //!    than everything it lists and names only table versions at or above
-//!    what the listed head names, so it is never touched; an intent written
-//!    after the listing has a base at or above its line's listed head.
+//!    what the listed heads name (a branch is created from its source as
+//!    it is at the publish), so it is never touched. A table commit follows
+//!    its writer's intent: a line listed with a commit above what the
+//!    graph versions name has its intent in the later listing, and a line
+//!    created after its listing (a fork) is not trimmed at all.
 //! 2. Record the commits the removed graph versions carried (history stays
 //!    listable), then remove those graph versions, then trim each table line
 //!    below its floor: the oldest version a kept graph version names, an
@@ -54,6 +57,9 @@ pub struct LineAt {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BranchAt {
     pub head: String,
+    /// The graph version at which the branch record last changed: writers
+    /// read the branch's state there.
+    pub updated_at: u64,
     pub tables: Vec<LineAt>,
 }
 
@@ -74,6 +80,9 @@ pub struct GraphVersion {
 pub struct IntentBases {
     pub op: String,
     pub bases: Vec<LineAt>,
+    /// The graph versions its resolution reads (its expected head, a
+    /// merge's pinned source head).
+    pub versions: Vec<u64>,
 }
 
 /// A table line's versions on storage now.
@@ -172,15 +181,29 @@ enum State {
 }
 
 /// The graph versions `policy` keeps of `versions`, `now_ms` being the
-/// start of the cleanup: the newest (it holds every branch head), those
-/// written within the rule, and per branch those of its newest N commits.
-pub fn kept(versions: &[GraphVersion], policy: &Policy, now_ms: u64, bugs: Bugs) -> BTreeSet<u64> {
+/// start of the cleanup: the newest and each branch's head there (the
+/// version its record last changed at, which writers read), those the
+/// intents need, those written within the rule, and per branch those of
+/// its newest N commits.
+pub fn kept(
+    versions: &[GraphVersion],
+    intents: &[IntentBases],
+    policy: &Policy,
+    now_ms: u64,
+    bugs: Bugs,
+) -> BTreeSet<u64> {
     let mut keep = BTreeSet::new();
-    if let Some(latest) = versions.iter().map(|v| v.version).max()
+    if let Some(latest) = versions.iter().max_by_key(|v| v.version)
         && !bugs.cleanup_drops_heads()
     {
-        keep.insert(latest);
+        keep.insert(latest.version);
+        keep.extend(latest.branches.values().map(|b| b.updated_at));
     }
+    if !bugs.cleanup_ignores_intents() {
+        keep.extend(intents.iter().flat_map(|i| i.versions.iter().copied()));
+    }
+    let listed: BTreeSet<u64> = versions.iter().map(|v| v.version).collect();
+    keep.retain(|v| listed.contains(v));
     for v in versions {
         if now_ms.saturating_sub(v.written_ms) < policy.older_than_ms {
             keep.insert(v.version);
@@ -223,9 +246,9 @@ pub fn oldest_kept(versions: &[GraphVersion], keep: &BTreeSet<u64>) -> BTreeMap<
         .collect()
 }
 
-/// Each line's floor: the oldest version a kept graph version names, an
-/// intent's base, or the line's latest. Only lines with something below
-/// their floor are returned.
+/// Each named line's floor: the oldest version a kept graph version names,
+/// an intent's base, or the line's latest. Only lines a kept version names
+/// and with something below their floor are returned.
 pub fn floors(
     versions: &[GraphVersion],
     keep: &BTreeSet<u64>,
@@ -234,23 +257,28 @@ pub fn floors(
     bugs: Bugs,
 ) -> Vec<LineAt> {
     let mut named: BTreeMap<&str, u64> = BTreeMap::new();
-    let intents = intents.iter().filter(|_| !bugs.cleanup_ignores_intents());
     for t in versions
         .iter()
         .filter(|v| keep.contains(&v.version))
         .flat_map(|v| v.branches.values().flat_map(|b| &b.tables))
-        .chain(intents.flat_map(|i| &i.bases))
     {
         let f = named.entry(t.line.as_str()).or_insert(t.version);
         *f = (*f).min(t.version);
     }
+    let intents = intents.iter().filter(|_| !bugs.cleanup_ignores_intents());
+    for t in intents.flat_map(|i| &i.bases) {
+        if let Some(f) = named.get_mut(t.line.as_str()) {
+            *f = (*f).min(t.version);
+        }
+    }
     lines
         .iter()
         .filter_map(|l| {
+            // A line no kept version names is an unpublished fork (or the
+            // past of one no branch uses): its upkeep is the sweep's and
+            // branch delete's, which may drop and make it again meanwhile.
             let latest = *l.versions.last()?;
-            let f = named
-                .get(l.line.as_str())
-                .map_or(latest, |&n| n.min(latest));
+            let f = (*named.get(l.line.as_str())?).min(latest);
             l.versions
                 .first()
                 .is_some_and(|&first| first < f)
@@ -277,6 +305,7 @@ pub struct Cleaner {
     versions: Vec<GraphVersion>,
     keep: BTreeSet<u64>,
     intents: Vec<IntentBases>,
+    lines: Vec<LineVersions>,
     removing: Vec<u64>,
     pending_trim: Option<CleanIo>,
     first_listing: Vec<Unreferenced>,
@@ -294,6 +323,7 @@ impl Cleaner {
             versions: Vec::new(),
             keep: BTreeSet::new(),
             intents: Vec::new(),
+            lines: Vec::new(),
             removing: Vec::new(),
             pending_trim: None,
             first_listing: Vec::new(),
@@ -325,24 +355,38 @@ impl Cleaner {
         match (self.state, out) {
             (State::ListingVersions, CleanOut::Versions { now_ms, versions }) => {
                 self.now_ms = now_ms;
-                self.keep = kept(&versions, &self.policy, now_ms, self.bugs);
+                self.versions = versions;
+                self.io(State::ListingLines, CleanIo::ListLines)
+            }
+            (State::ListingLines, CleanOut::Lines(lines)) => {
+                self.lines = lines;
+                self.io(State::ListingIntents, CleanIo::ListIntents)
+            }
+            (State::ListingIntents, CleanOut::Intents(intents)) => {
+                self.intents = intents;
+                let versions = &self.versions;
+                self.keep = kept(
+                    versions,
+                    &self.intents,
+                    &self.policy,
+                    self.now_ms,
+                    self.bugs,
+                );
                 self.out.kept_versions = self.keep.len();
-                self.out.oldest_kept = oldest_kept(&versions, &self.keep);
+                self.out.oldest_kept = oldest_kept(versions, &self.keep);
                 self.removing = versions
                     .iter()
                     .map(|v| v.version)
                     .filter(|v| !self.keep.contains(v))
                     .collect();
                 self.removing.sort_unstable();
-                self.versions = versions;
-                self.io(State::ListingIntents, CleanIo::ListIntents)
-            }
-            (State::ListingIntents, CleanOut::Intents(intents)) => {
-                self.intents = intents;
-                self.io(State::ListingLines, CleanIo::ListLines)
-            }
-            (State::ListingLines, CleanOut::Lines(lines)) => {
-                let floors = floors(&self.versions, &self.keep, &self.intents, &lines, self.bugs);
+                let floors = floors(
+                    &self.versions,
+                    &self.keep,
+                    &self.intents,
+                    &self.lines,
+                    self.bugs,
+                );
                 self.out.removed_versions = self.removing.clone();
                 for v in self
                     .versions
@@ -400,10 +444,6 @@ impl Cleaner {
                 } else {
                     started_ms.into_iter().fold(now_ms, u64::min)
                 };
-                if self.bugs.cleanup_references_once() {
-                    let first = self.first_listing.clone();
-                    return self.remove_files(first);
-                }
                 self.io(State::Relisting, CleanIo::ListUnreferenced)
             }
             (State::Relisting, CleanOut::Unreferenced(again)) => {
@@ -460,6 +500,7 @@ mod tests {
                 branch.to_string(),
                 BranchAt {
                     head: format!("c{v}"),
+                    updated_at: v,
                     tables: vec![at("T", tv)],
                 },
             )]),
@@ -481,18 +522,30 @@ mod tests {
         let b = Bugs::default();
         // Nothing is recent at 10_000: only the newest stays.
         assert_eq!(
-            kept(&vs, &policy(1_000, None), 10_000, b),
+            kept(&vs, &[], &policy(1_000, None), 10_000, b),
             BTreeSet::from([6])
         );
         // Written within 250 ms of 700: versions 5 and 6.
         assert_eq!(
-            kept(&vs, &policy(250, None), 700, b),
+            kept(&vs, &[], &policy(250, None), 700, b),
             BTreeSet::from([5, 6])
         );
         // Three newest commits; version 3 carries none, so 2 is the third.
         assert_eq!(
-            kept(&vs, &policy(0, Some(4)), 10_000, b),
+            kept(&vs, &[], &policy(0, Some(4)), 10_000, b),
             BTreeSet::from([2, 4, 5, 6])
+        );
+        // A head whose record last changed long ago, and an intent's head.
+        let mut stale = vs.clone();
+        stale[5].branches.get_mut("main").unwrap().updated_at = 2;
+        let intent = IntentBases {
+            op: "op".into(),
+            bases: vec![],
+            versions: vec![4],
+        };
+        assert_eq!(
+            kept(&stale, &[intent], &policy(0, None), 10_000, b),
+            BTreeSet::from([2, 4, 6])
         );
         let keep = BTreeSet::from([4, 5, 6]);
         assert_eq!(
@@ -502,7 +555,7 @@ mod tests {
     }
 
     #[test]
-    fn a_floor_is_the_oldest_kept_name_an_intent_base_or_the_latest() {
+    fn a_floor_is_the_oldest_kept_name_or_intent_base_and_unnamed_lines_stay() {
         let vs = vec![gv(1, 0, "main", 3, true), gv(2, 0, "main", 5, true)];
         let lines = vec![
             LineVersions {
@@ -520,18 +573,13 @@ mod tests {
         ];
         let keep = BTreeSet::from([2]);
         let b = Bugs::default();
-        assert_eq!(
-            floors(&vs, &keep, &[], &lines, b),
-            vec![at("T", 5), at("orphan", 3)]
-        );
+        assert_eq!(floors(&vs, &keep, &[], &lines, b), vec![at("T", 5)]);
         let intent = IntentBases {
             op: "op".into(),
             bases: vec![at("T", 2)],
+            versions: vec![],
         };
-        assert_eq!(
-            floors(&vs, &keep, &[intent], &lines, b),
-            vec![at("T", 2), at("orphan", 3)]
-        );
+        assert_eq!(floors(&vs, &keep, &[intent], &lines, b), vec![at("T", 2)]);
     }
 
     #[test]
@@ -556,10 +604,6 @@ mod tests {
                 now_ms: 1_000,
                 versions: vs
             }),
-            CleanStep::Io(CleanIo::ListIntents)
-        );
-        assert_eq!(
-            c.on(CleanOut::Intents(vec![])),
             CleanStep::Io(CleanIo::ListLines)
         );
         let lines = vec![LineVersions {
@@ -568,6 +612,10 @@ mod tests {
         }];
         assert_eq!(
             c.on(CleanOut::Lines(lines)),
+            CleanStep::Io(CleanIo::ListIntents)
+        );
+        assert_eq!(
+            c.on(CleanOut::Intents(vec![])),
             CleanStep::Io(CleanIo::Retire(BTreeMap::from([(1, "c1".into())])))
         );
         assert_eq!(
@@ -638,8 +686,8 @@ mod tests {
             now_ms: 1_000,
             versions: vec![gv(1, 0, "main", 1, true), gv(2, 0, "main", 1, true)],
         });
-        c.on(CleanOut::Intents(vec![]));
-        let step = c.on(CleanOut::Lines(vec![]));
+        c.on(CleanOut::Lines(vec![]));
+        let step = c.on(CleanOut::Intents(vec![]));
         assert_eq!(
             step,
             CleanStep::Io(CleanIo::Trim {

@@ -4,6 +4,7 @@
 
 pub mod lease;
 pub mod ractor_mode;
+pub mod retention;
 pub mod rng;
 pub mod sim;
 pub mod workload;
@@ -82,6 +83,19 @@ pub const PLANTED: &[(&str, &str)] = &[
         "keep-sidecar-when-published",
         "recovery converges and leaves no sidecar",
     ),
+    (
+        "cleanup-ignores-intents",
+        "an unresolved intent's base stays until it is resolved",
+    ),
+    (
+        "cleanup-ignores-writers",
+        "a writer's staged files stay while it may commit them",
+    ),
+    (
+        "cleanup-frees-shared-files",
+        "a table version keeps every data file it references",
+    ),
+    ("cleanup-drops-heads", "every branch head stays readable"),
 ];
 
 /// The invariant meant to catch a planted bug.
@@ -183,9 +197,10 @@ mod tests {
 
     /// The clean sweep drives every kind of fault it is meant to.
     #[test]
-    fn the_sweep_drives_crashes_pauses_takeovers_merges_schema_applies_and_collections() {
+    fn the_sweep_drives_crashes_pauses_takeovers_merges_schema_applies_collections_and_cleanups() {
         let (mut crashes, mut pauses, mut takeovers, mut merges, mut applies, mut gcs) =
             (0, 0, 0, 0, 0, 0);
+        let mut cleanups = 0;
         for seed in 0..CLEAN_SEEDS {
             let r = run_seed(seed, Bugs::default(), false);
             crashes += r.crashes;
@@ -194,6 +209,7 @@ mod tests {
             merges += r.merges;
             applies += r.schema_applies;
             gcs += r.collections;
+            cleanups += r.cleanups;
         }
         for (what, n) in [
             ("crashes", crashes as usize),
@@ -202,6 +218,7 @@ mod tests {
             ("merges", merges),
             ("schema applies", applies),
             ("index-file collections", gcs),
+            ("version cleanups", cleanups),
         ] {
             assert!(n > 0, "{CLEAN_SEEDS} seeds drove no {what}");
         }

@@ -98,6 +98,7 @@ fn main() -> ExitCode {
         (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
     let mut applies = 0u64;
     let (mut pauses, mut takeovers, mut fences, mut collections) = (0u64, 0u64, 0u64, 0u64);
+    let mut cleanups = 0u64;
     let mut failures = Vec::new();
     for seed in args.seeds.clone() {
         let report = if args.skew_beyond_margin {
@@ -116,6 +117,7 @@ fn main() -> ExitCode {
         takeovers += report.takeovers as u64;
         fences += report.fences as u64;
         collections += report.collections as u64;
+        cleanups += report.cleanups as u64;
         digests.insert(report.digest);
         if single {
             for line in &report.trace {
@@ -135,7 +137,7 @@ fn main() -> ExitCode {
     }
     let secs = started.elapsed().as_secs_f64();
     println!(
-        "{runs} seeds in {secs:.2} s ({:.0} seeds/s): {steps} steps, {checks} invariant checks, {crashes} crashes, {pauses} pauses, {takeovers} lease takeovers ({fences} fences), {committed} writes committed ({merges} merges, {applies} schema applies), {collections} index-file collections, {} distinct trace digests",
+        "{runs} seeds in {secs:.2} s ({:.0} seeds/s): {steps} steps, {checks} invariant checks, {crashes} crashes, {pauses} pauses, {takeovers} lease takeovers ({fences} fences), {committed} writes committed ({merges} merges, {applies} schema applies), {collections} index-file collections, {cleanups} version cleanups, {} distinct trace digests",
         runs as f64 / secs.max(1e-9),
         digests.len()
     );
@@ -148,6 +150,7 @@ fn main() -> ExitCode {
             ("merges", merges),
             ("schema applies", applies),
             ("index-file collections", collections),
+            ("version cleanups", cleanups),
         ];
         if let Some((what, _)) = drove.iter().find(|(_, n)| *n == 0) {
             println!("FAIL: the sweep drove no {what}");

@@ -19,6 +19,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use omnigraph_actors::cleaner::{CleanIo, CleanOut, CleanStep, Cleaner, Policy};
 use omnigraph_actors::collector::{Collector, GcIo, GcOut, GcStep};
 use omnigraph_actors::owners::{GateOwner, OwnerKind};
 use omnigraph_actors::publisher::Publisher;
@@ -39,6 +40,8 @@ pub const MAX_PROCS: usize = 3;
 pub const MAX_COLLECTIONS: usize = 4;
 /// A collection's request completes in a step with odds 1 in this.
 pub const GC_SLOWNESS: u64 = 8;
+/// At most this many version cleanups start in one run.
+pub const MAX_CLEANUPS: usize = 4;
 /// At most this many pauses of a process in one run.
 pub const MAX_PAUSES: u32 = 3;
 /// A pause lasts between these many ticks (half a lease to three).
@@ -91,6 +94,7 @@ pub struct RunReport {
     pub fences: usize,
     /// Index-file collections started.
     pub collections: usize,
+    pub cleanups: usize,
     pub checks: u64,
     pub procs: usize,
 }
@@ -124,11 +128,16 @@ impl Node {
     }
 }
 
-/// An index-file collection running in a process, with its next request.
+/// A slow upkeep job running in a process (an index-file collection or a
+/// version cleanup), with its next request.
 struct GcJob {
     slot: Slot,
-    collector: Collector,
-    io: GcIo,
+    kind: JobKind,
+}
+
+enum JobKind {
+    Collect(Collector, GcIo),
+    Clean(Box<Cleaner>, CleanIo),
 }
 
 struct PendingIo {
@@ -182,6 +191,7 @@ pub struct Sim {
     clients: BTreeMap<OpId, Client>,
     gcs: Vec<GcJob>,
     gcs_started: usize,
+    cleanups_started: usize,
     /// Commits acknowledged to clients: (branch, its incarnation, commit).
     acked: Vec<(String, u64, CommitId)>,
     /// Gates each operation currently asked for, in order.
@@ -235,6 +245,7 @@ impl Sim {
             clients: BTreeMap::new(),
             gcs: Vec::new(),
             gcs_started: 0,
+            cleanups_started: 0,
             acked: Vec::new(),
             gate_log: BTreeMap::new(),
             effect_gates: BTreeMap::new(),
@@ -722,13 +733,43 @@ impl Sim {
         self.gate_log.retain(|(s, _), _| *s != slot);
         self.effect_gates.retain(|(s, _), _| *s != slot);
         for g in std::mem::take(&mut self.gcs) {
-            match (g.slot == slot, &g.io) {
-                (false, _) => self.gcs.push(g),
-                (true, GcIo::Remove(paths)) if self.rng.chance(1, 2) => {
+            if g.slot != slot {
+                self.gcs.push(g);
+                continue;
+            }
+            // A removal in flight may have landed, wholly or in part.
+            match &g.kind {
+                JobKind::Collect(_, GcIo::Remove(paths)) if self.rng.chance(1, 2) => {
                     self.world.remove_index_files(paths);
-                    self.log(format!("  landed before the crash: gc {:?}", g.io));
+                    self.log(format!("  landed before the crash: gc remove {paths:?}"));
                 }
-                (true, _) => {}
+                JobKind::Clean(_, CleanIo::RemoveVersions(vs)) if self.rng.chance(1, 2) => {
+                    let n = 1 + self.rng.below(vs.len().max(1));
+                    self.world.expired.extend(vs.iter().take(n).copied());
+                    self.log(format!(
+                        "  landed before the crash: {n} graph version removals"
+                    ));
+                }
+                JobKind::Clean(
+                    _,
+                    CleanIo::Trim {
+                        floors,
+                        dry_run: false,
+                    },
+                ) if self.rng.chance(1, 2) => {
+                    let n = 1 + self.rng.below(floors.len().max(1));
+                    let part: Vec<_> = floors.iter().take(n).cloned().collect();
+                    self.world.trim(&part);
+                    self.log(format!("  landed before the crash: trim {part:?}"));
+                }
+                JobKind::Clean(_, CleanIo::RemoveFiles(paths)) if self.rng.chance(1, 2) => {
+                    let n = 1 + self.rng.below(paths.len().max(1));
+                    for p in paths.iter().take(n) {
+                        self.world.data.remove(p);
+                    }
+                    self.log(format!("  landed before the crash: {n} file removals"));
+                }
+                _ => {}
             }
         }
         for c in self.clients.values_mut() {
@@ -747,6 +788,31 @@ impl Sim {
             let slot = self.rng.below(self.procs.len());
             self.start_gc(slot);
         }
+        if self.cleanups_started < MAX_CLEANUPS && self.rng.chance(1, 3) {
+            let slot = self.rng.below(self.procs.len());
+            self.start_cleanup(slot);
+        }
+    }
+
+    /// A version cleanup starts in process `slot` (as `omnigraph cleanup`
+    /// would, beside whatever else runs), with a rule the seed picks.
+    fn start_cleanup(&mut self, slot: Slot) {
+        self.cleanups_started += 1;
+        let policy = Policy {
+            older_than_ms: [0, 0, 40, 400][self.rng.below(4)],
+            keep_versions: [None, None, Some(1), Some(3)][self.rng.below(4)],
+            dry_run: self.rng.chance(1, 8),
+            margin_ms: 0,
+        };
+        self.log(format!("p{slot} start version cleanup {policy:?}"));
+        let mut cleaner = Box::new(Cleaner::new(policy, self.cfg.bugs));
+        match cleaner.start() {
+            CleanStep::Io(io) => self.gcs.push(GcJob {
+                slot,
+                kind: JobKind::Clean(cleaner, io),
+            }),
+            CleanStep::Done(d) => self.log(format!("p{slot} cleanup done at once: {d:?}")),
+        }
     }
 
     /// A collection of index files starts in process `slot` (as `omnigraph
@@ -758,8 +824,7 @@ impl Sim {
         match collector.start() {
             GcStep::Io(io) => self.gcs.push(GcJob {
                 slot,
-                collector,
-                io,
+                kind: JobKind::Collect(collector, io),
             }),
             GcStep::Done(d) => self.log(format!("p{slot} collection done at once: {d:?}")),
         }
@@ -782,11 +847,63 @@ impl Sim {
     }
 
     fn complete_gc(&mut self, i: usize) {
-        let GcJob {
-            slot,
-            mut collector,
-            io,
-        } = self.gcs.remove(i);
+        let GcJob { slot, kind } = self.gcs.remove(i);
+        match kind {
+            JobKind::Collect(collector, io) => self.complete_collect(slot, collector, io),
+            JobKind::Clean(cleaner, io) => self.complete_clean(slot, cleaner, io),
+        }
+    }
+
+    fn complete_clean(&mut self, slot: Slot, mut cleaner: Box<Cleaner>, io: CleanIo) {
+        let faulty = self.cfg.faults && self.rng.chance(1, 25);
+        let me = self.procs[slot];
+        let out = match &io {
+            _ if faulty => CleanOut::Failed("injected failure".into()),
+            CleanIo::ListVersions => CleanOut::Versions {
+                now_ms: self.tick,
+                versions: self.world.version_listing(),
+            },
+            CleanIo::ListIntents => CleanOut::Intents(self.world.intent_listing()),
+            CleanIo::ListLines => CleanOut::Lines(self.world.line_listing()),
+            CleanIo::Retire(_) => CleanOut::Done,
+            CleanIo::RemoveVersions(vs) => {
+                self.world.expired.extend(vs.iter().copied());
+                CleanOut::Done
+            }
+            CleanIo::Trim { floors, dry_run } => {
+                let (versions, files) = match dry_run {
+                    true => (0, 0),
+                    false => self.world.trim(floors),
+                };
+                CleanOut::Trimmed {
+                    versions,
+                    files,
+                    bytes: files,
+                }
+            }
+            CleanIo::ListUnreferenced => CleanOut::Unreferenced(self.world.unreferenced_listing()),
+            CleanIo::LiveWriters { dry_run } => CleanOut::Live {
+                now_ms: self.tick,
+                started_ms: self.world.live_writers(me, *dry_run),
+            },
+            CleanIo::RemoveFiles(paths) => {
+                for p in paths {
+                    self.world.data.remove(p);
+                }
+                CleanOut::Done
+            }
+        };
+        self.log(format!("p{slot} cleanup {io:?} -> {out:?}"));
+        match cleaner.on(out) {
+            CleanStep::Io(io) => self.gcs.push(GcJob {
+                slot,
+                kind: JobKind::Clean(cleaner, io),
+            }),
+            CleanStep::Done(d) => self.log(format!("p{slot} cleanup done: {d:?}")),
+        }
+    }
+
+    fn complete_collect(&mut self, slot: Slot, mut collector: Collector, io: GcIo) {
         let faulty = self.cfg.faults && self.rng.chance(1, 25);
         let out = match &io {
             _ if faulty => GcOut::Failed("injected failure".into()),
@@ -807,8 +924,7 @@ impl Sim {
         match collector.on(out) {
             GcStep::Io(io) => self.gcs.push(GcJob {
                 slot,
-                collector,
-                io,
+                kind: JobKind::Collect(collector, io),
             }),
             GcStep::Done(d) => self.log(format!("p{slot} collection done: {d:?}")),
         }
@@ -952,6 +1068,7 @@ impl Sim {
     /// Invariants that hold after every step.
     fn check(&mut self) {
         self.checks += 1;
+        self.world.stamp_versions();
         let problems: Vec<(Slot, Addr, String)> = self
             .nodes
             .iter()
@@ -1000,6 +1117,7 @@ impl Sim {
             .or_else(|| self.world.unowned_effect_violation())
             .or_else(|| self.world.merge_violation())
             .or_else(|| self.world.index_file_violation())
+            .or_else(|| self.world.retention_violation())
         {
             self.fail(inv, detail);
         }
@@ -1120,6 +1238,7 @@ impl Sim {
             takeovers: self.world.takeovers,
             fences: self.world.fences,
             collections: self.gcs_started,
+            cleanups: self.cleanups_started,
             checks: self.checks,
             procs: self.procs.len(),
         }

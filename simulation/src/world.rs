@@ -243,6 +243,22 @@ pub struct World {
     /// Schema applies' commits: they land on `main` and move every other
     /// branch's tables under its unchanged head.
     schema_commits: BTreeSet<CommitId>,
+    // Retention.
+    /// Graph versions a cleanup removed (their entries stay in `manifests`
+    /// for the checks; a read of one is refused, typed).
+    pub expired: BTreeSet<u64>,
+    /// When each graph version was written (the tick of the step).
+    pub written: BTreeMap<u64, u64>,
+    /// The data file each staged transaction wrote (named by the
+    /// transaction), with its writer and the tick it was written at.
+    pub data: BTreeMap<String, (Proc, u64)>,
+    /// Every data file ever written, for the check that a table version
+    /// keeps the files it references.
+    pub data_written: BTreeSet<String>,
+    /// When each process started.
+    pub started: BTreeMap<Proc, u64>,
+    /// Table versions (lance line, table, version) a cleanup removed.
+    pub removed_table_versions: BTreeSet<(String, String, u64)>,
 }
 
 pub const TABLES: &[&str] = &["node:A", "node:B", "edge:E"];
@@ -300,6 +316,7 @@ impl World {
     /// off true time, and writes its lease.
     pub fn start_process(&mut self, p: Proc, skew: i64) {
         self.alive.insert(p);
+        self.started.insert(p, self.now);
         self.leases.insert(p, Lease::start(self.now, skew));
     }
 
@@ -341,7 +358,7 @@ impl World {
 
     /// Is `holder` certainly gone as `observer` sees it (crashed, taken
     /// over, or its lease lapsed on the observer's clock)?
-    fn gone_for(&self, observer: Proc, holder: Proc) -> bool {
+    pub(crate) fn gone_for(&self, observer: Proc, holder: Proc) -> bool {
         !self.alive.contains(&holder)
             || self.taken_over.contains(&holder)
             || self
@@ -514,7 +531,7 @@ impl World {
     /// Is the newest version of a table a late effect of a taken-over
     /// process (a request it had sent before it was taken over)? Such a
     /// version is no one's to own: the next gate holder sweeps it.
-    fn late_effect(&self, lance: &str, table: &str, version: u64) -> bool {
+    pub(crate) fn late_effect(&self, lance: &str, table: &str, version: u64) -> bool {
         self.writers
             .get(&(lance.to_string(), table.to_string(), version))
             .is_some_and(|w| self.taken_over.contains(w))
@@ -735,9 +752,15 @@ impl World {
         branch: &str,
         head: &Head,
     ) -> Result<Plan, Option<String>> {
+        // A removed head is no longer the head (the newest version always
+        // stays): prepare against the newest, and the recheck sees the move.
+        let at = match self.expired.contains(&head.version) {
+            true => self.latest().version,
+            false => head.version,
+        };
         let m = self
             .manifests
-            .get(head.version as usize - 1)
+            .get(at as usize - 1)
             .cloned()
             .ok_or_else(|| Some("no such manifest version".to_string()))?;
         let rec = m
@@ -840,6 +863,7 @@ impl World {
                 txn,
             });
         }
+        self.stage_files(p, staged.values().map(|s| s.txn.clone()));
         self.staged.insert(op.clone(), (p, staged));
         if let Some(m) = &merge {
             self.merges
@@ -930,6 +954,7 @@ impl World {
                 });
             }
         }
+        self.stage_files(p, staged.values().map(|s| s.txn.clone()));
         self.staged.insert(op.clone(), (p, staged));
         self.schema_commits.insert(commit.clone());
         self.effects.insert(commit.clone(), BTreeMap::new());
@@ -1096,6 +1121,12 @@ impl World {
         else {
             return CommitResult::Conflict(format!("nothing staged for {table:?}"));
         };
+        if !self.data.contains_key(&st.txn) && !self.taken_over.contains(&p) {
+            self.violations.push(format!(
+                "a writer's staged files stay while it may commit them: {op:?} committed {table:?} with {}, which a cleanup removed",
+                st.txn
+            ));
+        }
         let key = (st.lance.clone(), table.table.clone());
         let Some(latest) = self.latest_version(&st.lance, &table.table) else {
             return CommitResult::Conflict("table vanished".into());
@@ -1369,18 +1400,13 @@ impl World {
                 if latest.branches.contains_key(&req.branch) {
                     return PublishResult::Refused("exists".into());
                 }
-                // The source's state now if its head is the captured one (a
-                // schema apply may have moved its tables under that head);
-                // else as captured, if no schema apply came between.
-                let now = latest.branches.get(from).filter(|r| r.head == at.commit);
-                let then = self
-                    .manifests
-                    .get(at.version as usize - 1)
-                    .filter(|m| m.schema == latest.schema)
-                    .and_then(|m| m.branches.get(from))
-                    .filter(|r| r.head == at.commit);
-                let Some(src) = now.or(then).cloned() else {
-                    return PublishResult::Refused("source moved".into());
+                // The source as it is at the publish, whatever head the
+                // writer captured: a past state may name table versions a
+                // cleanup has removed since (it keeps only what the graph
+                // versions it listed name, and this one is newer).
+                let _ = at;
+                let Some(src) = latest.branches.get(from).cloned() else {
+                    return PublishResult::Refused("source gone".into());
                 };
                 next.branches.insert(
                     req.branch.clone(),
@@ -1425,6 +1451,10 @@ impl World {
     /// deleted branch's storage is reclaimed, so only branches still alive
     /// (in the same incarnation) can be read in the past.
     pub fn visible_violation(&self, version: u64) -> Option<(&'static str, String)> {
+        if self.expired.contains(&version) {
+            // A cleanup removed it: the read is refused, typed.
+            return None;
+        }
         let m = &self.manifests[version as usize - 1];
         let live = &self.latest().branches;
         for (name, rec) in &m.branches {
@@ -1463,6 +1493,15 @@ impl World {
                     ));
                 }
                 let actual = self.content(&r.lance, table, r.version);
+                if actual.is_none() && self.trimmed(&r.lance, table, r.version) {
+                    return Some((
+                        "no readable graph version names a removed table version",
+                        format!(
+                            "graph version {version}, branch {name}, table {table} @ {}/{} was removed by a cleanup",
+                            r.lance, r.version
+                        ),
+                    ));
+                }
                 let want = expected.get(table).cloned().unwrap_or_default();
                 if actual != Some(&want) {
                     return Some((
@@ -1592,6 +1631,8 @@ impl World {
                 "a process that lost its lease starts no effect"
             } else if v.starts_with("a process that lost its lease publishes nothing") {
                 "a process that lost its lease publishes nothing"
+            } else if v.starts_with("a writer's staged files stay") {
+                "a writer's staged files stay while it may commit them"
             } else if v.starts_with("a schema is accepted") {
                 "a schema is accepted only over the graph it was validated against"
             } else {

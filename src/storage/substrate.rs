@@ -888,21 +888,15 @@ impl LanceSubstrate {
             }
             Change::CreateBranch { from, at } => {
                 super::manifest::validate_branch_name(&req.branch, latest.branches.keys())?;
-                // The source as it is now if its head is the captured one
-                // (recovery or a schema apply may have moved its tables
-                // under that head); else as captured, unless a schema
-                // apply came between (its tables are laid out for another
-                // schema than the one the new branch would accept).
-                let base = self.g.manifests.at(at.version).await?;
-                let now = latest.branches.get(from).filter(|r| r.head == at.commit.0);
-                let then = if base.schema == latest.schema {
-                    base.branches.get(from).filter(|r| r.head == at.commit.0)
-                } else {
-                    None
-                };
-                let src = now.or(then).ok_or_else(|| {
-                    OmniError::NotFound(format!("branch '{from}' at {}", at.commit))
-                })?;
+                // The source as it is at the publish, whatever head was
+                // captured: a past state may name table versions a cleanup
+                // removed meanwhile (it keeps what the graph versions it
+                // listed name, and this one is newer than all of them).
+                let _ = at;
+                let src = latest
+                    .branches
+                    .get(from)
+                    .ok_or_else(|| OmniError::NotFound(format!("branch '{from}'")))?;
                 next.branches.insert(
                     req.branch.clone(),
                     BranchRecord {
