@@ -121,6 +121,17 @@ pub enum OmniError {
     MergeConflicts(Vec<crate::write::merge::MergeConflict>),
     #[error("not found: {0}")]
     NotFound(String),
+    /// A read of a graph version a cleanup removed (its commit record, and
+    /// so the history, stays).
+    #[error(
+        "graph version {version} of branch '{branch}' was removed by a cleanup; {}",
+        oldest_kept.map_or("the branch keeps no older version".to_string(), |v| format!("the oldest version kept for '{branch}' is {v}"))
+    )]
+    VersionExpired {
+        version: u64,
+        branch: String,
+        oldest_kept: Option<u64>,
+    },
     #[error("already exists: {0}")]
     AlreadyExists(String),
     #[error("bad request: {0}")]
@@ -188,6 +199,7 @@ impl OmniError {
             | Self::Type { .. }
             | Self::BadRequest(_)
             | Self::BlobRangeNotSatisfiable { .. }
+            | Self::VersionExpired { .. }
             | Self::ReadOnly(_) => 2,
             Self::ReadSetChanged
             | Self::SchemaChanged { .. }
@@ -219,6 +231,7 @@ impl OmniError {
             Self::AlreadyCurrent => "AlreadyCurrent",
             Self::MergeConflicts(_) => "MergeConflicts",
             Self::NotFound(_) => "NotFound",
+            Self::VersionExpired { .. } => "VersionExpired",
             Self::AlreadyExists(_) => "AlreadyExists",
             Self::BadRequest(_) => "BadRequest",
             Self::Embedding(_) => "EmbeddingError",

@@ -24,6 +24,7 @@ use crate::storage::external;
 use crate::storage::index_files::{self, GcReport};
 use crate::storage::manifest::{CommitRecord, MAIN, validate_branch_name};
 use crate::storage::requests::{Counters, Requests, StorageSession, counted_session};
+use crate::storage::retention::{self, CleanupReport, RetentionPolicy};
 use crate::storage::substrate::{LanceSubstrate, Pinned, PrepareWork};
 use crate::storage::{GraphStorage, Snapshot, Target};
 use crate::util::ulid::new_ulid;
@@ -715,6 +716,20 @@ impl Omnigraph {
     pub async fn gc(&self, dry_run: bool) -> Result<GcReport> {
         let w = self.writes("gc")?;
         index_files::collect(&w.substrate, dry_run).await
+    }
+
+    /// Remove the graph versions `policy` does not keep, the table versions
+    /// only they name, and the files no kept version references (those of
+    /// crashed writes once their writers are gone). Always kept: every
+    /// branch head and what its lazy forks share, the bases of unresolved
+    /// intents, and whatever a live writer in any process may still commit.
+    /// Safe beside writers, readers and other cleanups in other processes;
+    /// one killed anywhere leaves a graph that reads and writes, and the
+    /// next finishes the job. A read of a removed version is
+    /// `VersionExpired`; the commit history stays listable.
+    pub async fn cleanup(&self, policy: RetentionPolicy) -> Result<CleanupReport> {
+        let w = self.writes("cleanup")?;
+        retention::cleanup(&w.substrate, &policy).await
     }
 
     /// Build or refresh every declared search index of `branch` in one

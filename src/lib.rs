@@ -44,6 +44,7 @@ pub use handle::{
 pub use storage::Target;
 pub use storage::index_files::GcReport;
 pub use storage::manifest::CommitRecord;
+pub use storage::retention::{CleanupReport, RetentionPolicy};
 pub use write::arrow_input::TableInput;
 pub use write::load::LoadMode;
 pub use write::merge::changes::EntityChange;

@@ -82,6 +82,9 @@ pub enum Cmd {
     /// Remove index files no version records (left by crashed or losing
     /// optimizes and deleted branches); files of running processes stay.
     Gc(Gc),
+    /// Remove old graph versions and the files only they (or crashed
+    /// writes) hold, keeping every branch head and recent history.
+    Cleanup(Cleanup),
     /// Test harness: print `OWNER <incarnation>`, then append write after
     /// write, printing `BEGIN <n>` before each and `ACK <n>` once it is
     /// acknowledged (the chaos tests kill this process at chosen moments).
@@ -169,6 +172,24 @@ pub struct Gc {
     #[command(flatten)]
     pub graph: Graph,
     /// List what would be removed, and remove nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct Cleanup {
+    #[command(flatten)]
+    pub graph: Graph,
+    /// Keep graph versions written within this long: a whole number and a
+    /// unit s, m, h or d (7d, 12h, 30m, 0s).
+    #[arg(long, default_value = "7d", value_name = "DURATION")]
+    pub older_than: String,
+    /// Keep, per branch, the graph versions of its newest N commits.
+    #[arg(long, value_name = "N")]
+    pub keep_versions: Option<usize>,
+    /// Report what would be removed, and remove nothing.
     #[arg(long)]
     pub dry_run: bool,
     #[arg(long)]

@@ -7,8 +7,8 @@ use omnigraph::{BlobCell, LoadMode, OmniError, Omnigraph, Target};
 use serde::Serialize;
 
 use super::args::{
-    BlobCellArgs, BlobCmd, BranchCmd, Cmd, CommitCmd, Export, Gc, Graph, Init, Load, Merge, Mutate,
-    Optimize, Query, SchemaCmd, Serve, Snapshot, StressWriter, query_inputs, target,
+    BlobCellArgs, BlobCmd, BranchCmd, Cleanup, Cmd, CommitCmd, Export, Gc, Graph, Init, Load,
+    Merge, Mutate, Optimize, Query, SchemaCmd, Serve, Snapshot, StressWriter, query_inputs, target,
 };
 use super::progress::Progress;
 use super::{demo, table};
@@ -80,6 +80,7 @@ pub async fn run(cmd: Cmd) -> Result<()> {
         Cmd::Schema { cmd } => Box::pin(schema(cmd)),
         Cmd::Optimize(a) => Box::pin(optimize(a)),
         Cmd::Gc(a) => Box::pin(gc(a)),
+        Cmd::Cleanup(a) => Box::pin(cleanup(a)),
         Cmd::StressWriter(a) => Box::pin(stress_writer(a)),
         Cmd::Serve(a) => Box::pin(serve(a)),
         Cmd::Demo { dir } => Box::pin(demo::run(dir)),
@@ -355,6 +356,24 @@ async fn gc(a: Gc) -> Result<()> {
         print_json(&r);
     } else {
         table::print_gc(&r);
+    }
+    Ok(())
+}
+
+async fn cleanup(a: Cleanup) -> Result<()> {
+    let policy = omnigraph::RetentionPolicy {
+        older_than: omnigraph::storage::retention::parse_duration(&a.older_than)?,
+        keep_versions: a.keep_versions,
+        dry_run: a.dry_run,
+    };
+    let g = Omnigraph::open(a.graph.uri()?).await?;
+    let r = g.cleanup(policy).await;
+    g.close().await;
+    let r = r?;
+    if a.json {
+        print_json(&r);
+    } else {
+        table::print_cleanup(&r, a.dry_run);
     }
     Ok(())
 }

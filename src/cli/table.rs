@@ -89,6 +89,17 @@ pub fn print_gc(r: &omnigraph::GcReport) {
     );
 }
 
+pub fn print_cleanup(r: &omnigraph::CleanupReport, dry_run: bool) {
+    let verb = if dry_run { "would remove" } else { "removed" };
+    println!(
+        "{verb} {} graph versions ({} files, {} bytes); kept {}",
+        r.removed_versions, r.removed_files, r.bytes_freed, r.kept_versions
+    );
+    for (branch, v) in &r.oldest_kept {
+        println!("oldest readable version of {branch}: {v}");
+    }
+}
+
 pub fn print_load(r: &LoadReport) {
     let created = if r.branch_created { " (created)" } else { "" };
     println!(
@@ -165,7 +176,10 @@ pub fn print_commits(list: &[CommitRecord]) {
         .map(|c| {
             vec![
                 c.id.clone(),
-                c.manifest_version.to_string(),
+                match c.expired {
+                    true => format!("{} (removed)", c.manifest_version),
+                    false => c.manifest_version.to_string(),
+                },
                 c.kind.clone(),
                 c.actor.clone(),
                 c.timestamp.clone(),
@@ -179,7 +193,12 @@ pub fn print_commit(c: &CommitRecord) {
     println!("commit           {}", c.id);
     println!("parents          {}", c.parents.join(", "));
     println!("branch           {}", c.branch);
-    println!("graph version    {}", c.manifest_version);
+    let removed = if c.expired {
+        " (removed by a cleanup)"
+    } else {
+        ""
+    };
+    println!("graph version    {}{removed}", c.manifest_version);
     println!("kind             {}", c.kind);
     println!("actor            {}", c.actor);
     println!("time             {}", c.timestamp);

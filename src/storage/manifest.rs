@@ -19,6 +19,11 @@ pub const MAIN: &str = "main";
 const VERSIONS: &str = "_graph/versions";
 const COMMITS: &str = "_graph/commits";
 const LATEST_HINT: &str = "_graph/latest";
+/// The commits that graph versions a cleanup removed carried, by version:
+/// their records stay trusted (and the history listable) without them.
+const RETIRED: &str = "_graph/retired.json";
+/// What a removed graph version's file holds instead of its manifest.
+pub const REMOVED: &[u8] = b"{\"removed\":true}";
 /// How many manifest versions stay parsed in memory.
 const CACHE_LIMIT: usize = 256;
 
@@ -112,6 +117,10 @@ pub struct CommitRecord {
     /// What the commit did (per-type row counts, ...).
     #[serde(default)]
     pub summary: serde_json::Value,
+    /// Set when read: a cleanup removed the graph version this commit
+    /// published, so its state can no longer be read (its record stays).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub expired: bool,
 }
 
 fn version_file(v: u64) -> String {
@@ -120,6 +129,14 @@ fn version_file(v: u64) -> String {
 
 fn commit_file(id: &str) -> String {
     format!("{COMMITS}/{id}.json")
+}
+
+/// What a graph version's file holds.
+enum Slot {
+    Absent,
+    /// Removed by a cleanup.
+    Removed,
+    Manifest(Arc<Manifest>),
 }
 
 pub struct Manifests {
@@ -141,18 +158,116 @@ impl Manifests {
         &self.store
     }
 
-    /// Is there a graph here at all?
+    /// Is there a graph here at all? (A cleanup that removes version 1
+    /// records what it removed first.)
     pub async fn exists(&self) -> Result<bool> {
-        self.store.exists(&version_file(1)).await
+        Ok(self.store.exists(&version_file(1)).await? || self.store.exists(RETIRED).await?)
     }
 
-    async fn read_version(&self, v: u64) -> Result<Option<Arc<Manifest>>> {
+    /// Every graph version file on storage, removed ones included:
+    /// (version, bytes, written at ms).
+    pub async fn listing(&self) -> Result<Vec<(u64, u64, u64)>> {
+        let mut out: Vec<(u64, u64, u64)> = self
+            .store
+            .list_meta(VERSIONS)
+            .await?
+            .into_iter()
+            .filter_map(|(name, bytes, at)| {
+                let v = name.strip_suffix(".json")?.parse().ok()?;
+                Some((v, bytes, at))
+            })
+            .collect();
+        out.sort_unstable();
+        Ok(out)
+    }
+
+    /// The commits carried by graph versions a cleanup removed.
+    pub async fn retired(&self) -> Result<BTreeMap<u64, String>> {
+        Ok(self.retired_tagged().await?.0)
+    }
+
+    async fn retired_tagged(&self) -> Result<(BTreeMap<u64, String>, Option<String>)> {
+        let Some((bytes, tag)) = self.store.read_tagged(RETIRED).await? else {
+            return Ok((BTreeMap::new(), None));
+        };
+        let map = serde_json::from_slice(&bytes)
+            .map_err(|e| OmniError::Storage(format!("{RETIRED} is corrupt: {e}")))?;
+        Ok((map, Some(tag)))
+    }
+
+    /// Record the commits these graph versions carried before they go.
+    /// Several cleanups may record at once: each adds to what is there
+    /// (a conditional write on the tag it read).
+    pub async fn retire(&self, carried: &BTreeMap<u64, String>) -> Result<()> {
+        for _ in 0..MAX_RECORD_RACES {
+            let (mut map, tag) = self.retired_tagged().await?;
+            map.extend(carried.iter().map(|(v, c)| (*v, c.clone())));
+            let bytes = serde_json::to_vec(&map)?;
+            let written = match tag {
+                Some(t) => self.store.put_if_match(RETIRED, bytes, &t).await?.is_some(),
+                None => self.store.create_tagged(RETIRED, bytes).await?.is_some(),
+            };
+            if written {
+                return Ok(());
+            }
+        }
+        Err(OmniError::Storage(format!(
+            "{RETIRED} kept changing under {MAX_RECORD_RACES} writes"
+        )))
+    }
+
+    /// Remove graph versions (a cleanup's, after [`Self::retire`]): each
+    /// file is replaced by a marker, so the number is never published again
+    /// (publishing is a create-if-absent of the next number) and a process
+    /// that probes forward from an old version walks past it.
+    pub async fn remove(&self, versions: &[u64]) -> Result<()> {
+        for v in versions {
+            self.cache.lock().remove(v);
+            self.store.put(&version_file(*v), REMOVED).await?;
+        }
+        Ok(())
+    }
+
+    /// The error for a read of graph version `v` of `branch` that is not
+    /// on storage: removed by a cleanup when older than the newest, with
+    /// the oldest version still kept that holds the branch.
+    pub async fn missing(&self, v: u64, branch: &str) -> OmniError {
+        let not_found = OmniError::NotFound(format!("graph version {v}"));
+        let Ok(latest) = self.refresh().await else {
+            return not_found;
+        };
+        if v >= latest.version {
+            return not_found;
+        }
+        let mut oldest = None;
+        if let Ok(listing) = self.listing().await {
+            for (k, _, _) in listing {
+                if let Ok(Some(m)) = self.read_version(k).await
+                    && m.branches.contains_key(branch)
+                {
+                    oldest = Some(k);
+                    break;
+                }
+            }
+        }
+        OmniError::VersionExpired {
+            version: v,
+            branch: branch.to_string(),
+            oldest_kept: oldest,
+        }
+    }
+
+    /// What version `v`'s file holds.
+    async fn slot(&self, v: u64) -> Result<Slot> {
         if let Some(m) = self.cache.lock().get(&v) {
-            return Ok(Some(m.clone()));
+            return Ok(Slot::Manifest(m.clone()));
         }
         let Some(bytes) = self.store.read(&version_file(v)).await? else {
-            return Ok(None);
+            return Ok(Slot::Absent);
         };
+        if bytes.as_ref() == REMOVED {
+            return Ok(Slot::Removed);
+        }
         let m: Manifest = serde_json::from_slice(&bytes)
             .map_err(|e| OmniError::Storage(format!("manifest version {v} is corrupt: {e}")))?;
         if m.format != FORMAT {
@@ -172,7 +287,32 @@ impl Manifests {
             }
         }
         cache.insert(v, m.clone());
-        Ok(Some(m))
+        Ok(Slot::Manifest(m))
+    }
+
+    async fn read_version(&self, v: u64) -> Result<Option<Arc<Manifest>>> {
+        Ok(match self.slot(v).await? {
+            Slot::Manifest(m) => Some(m),
+            Slot::Removed | Slot::Absent => None,
+        })
+    }
+
+    /// The newest version from `from` on, past removed ones (the newest
+    /// version is never removed, so a removed one has a successor).
+    async fn probe(
+        &self,
+        from: u64,
+        mut best: Option<Arc<Manifest>>,
+    ) -> Result<Option<Arc<Manifest>>> {
+        let mut next = from;
+        loop {
+            match self.slot(next).await? {
+                Slot::Manifest(m) => best = Some(m),
+                Slot::Removed => {}
+                Slot::Absent => return Ok(best),
+            }
+            next += 1;
+        }
     }
 
     /// A past (or the current) version, exactly.
@@ -196,33 +336,37 @@ impl Manifests {
     /// new); a fresh process starts from the hint.
     pub async fn refresh(&self) -> Result<Arc<Manifest>> {
         let known = self.latest.lock().clone();
-        if let Some(mut cur) = known {
-            while let Some(next) = self.read_version(cur.version + 1).await? {
-                cur = next;
+        let cur = match known {
+            Some(cur) => self.probe(cur.version + 1, Some(cur)).await?,
+            None => {
+                let hint = match self.store.read(LATEST_HINT).await? {
+                    Some(b) => std::str::from_utf8(&b)
+                        .ok()
+                        .and_then(|s| s.trim().parse::<u64>().ok())
+                        .unwrap_or(1),
+                    None => 1,
+                };
+                match self.probe(hint, None).await? {
+                    Some(m) => Some(m),
+                    // A hint past the newest version (it is written after
+                    // the publish, and may be stale or lost): from the
+                    // oldest version on storage.
+                    None => {
+                        let first = self.listing().await?.first().map(|(v, _, _)| *v);
+                        match first {
+                            Some(v) => self.probe(v, None).await?,
+                            None => None,
+                        }
+                    }
+                }
             }
-            let mut latest = self.latest.lock();
-            if latest.as_ref().is_none_or(|l| l.version < cur.version) {
-                *latest = Some(cur.clone());
-            }
-            return Ok(latest.clone().expect("set"));
-        }
-        let hint = match self.store.read(LATEST_HINT).await? {
-            Some(b) => std::str::from_utf8(&b)
-                .ok()
-                .and_then(|s| s.trim().parse::<u64>().ok())
-                .unwrap_or(1),
-            None => 1,
         };
-        let mut cur = match self.read_version(hint).await? {
-            Some(m) => m,
-            None => self
-                .at(1)
-                .await
-                .map_err(|_| OmniError::NotFound(format!("no graph at {}", self.store.uri())))?,
+        let Some(cur) = cur else {
+            return Err(OmniError::NotFound(format!(
+                "no graph at {}",
+                self.store.uri()
+            )));
         };
-        while let Some(next) = self.read_version(cur.version + 1).await? {
-            cur = next;
-        }
         let mut latest = self.latest.lock();
         if latest.as_ref().is_none_or(|l| l.version < cur.version) {
             *latest = Some(cur.clone());
@@ -311,11 +455,17 @@ impl Manifests {
         let Some(bytes) = self.store.read(&commit_file(id)).await? else {
             return Ok(None);
         };
-        let rec: CommitRecord = serde_json::from_slice(&bytes)
+        let mut rec: CommitRecord = serde_json::from_slice(&bytes)
             .map_err(|e| OmniError::Storage(format!("commit record {id} is corrupt: {e}")))?;
         match self.read_version(rec.manifest_version).await? {
             Some(m) if m.change.commit.as_deref() == Some(id) => Ok(Some(rec)),
-            _ => Ok(None),
+            Some(_) => Ok(None),
+            // Removed by a cleanup, which recorded what it carried first.
+            None => {
+                let carried = self.retired().await?;
+                rec.expired = carried.get(&rec.manifest_version).map(String::as_str) == Some(id);
+                Ok(rec.expired.then_some(rec))
+            }
         }
     }
 }

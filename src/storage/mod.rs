@@ -30,6 +30,7 @@ pub mod manifest;
 pub mod objstore;
 pub mod pinned;
 pub mod requests;
+pub mod retention;
 pub mod scan;
 pub mod sidecar;
 pub mod stage;
@@ -215,6 +216,7 @@ fn first_version(
         timestamp: chrono::Utc::now().to_rfc3339(),
         kind: "init".into(),
         summary: serde_json::json!({ "types": types }),
+        expired: false,
     };
     (m, record)
 }
@@ -340,7 +342,7 @@ impl GraphStorage {
             // Other processes publish too: a branch's head is read fresh.
             Target::Branch(b) => (self.manifests.refresh().await?, b.clone()),
             Target::Version { version, branch } => {
-                (self.manifests.at(*version).await?, branch.clone())
+                (self.version(*version, branch).await?, branch.clone())
             }
             Target::Commit(id) => {
                 let rec = self
@@ -348,7 +350,10 @@ impl GraphStorage {
                     .commit(id)
                     .await?
                     .ok_or_else(|| OmniError::NotFound(format!("commit {id}")))?;
-                (self.manifests.at(rec.manifest_version).await?, rec.branch)
+                (
+                    self.version(rec.manifest_version, &rec.branch).await?,
+                    rec.branch,
+                )
             }
         };
         let record = manifest
@@ -369,6 +374,15 @@ impl GraphStorage {
             record,
             schema,
         })
+    }
+
+    /// Graph version `v`, read for `branch`: one a cleanup removed is
+    /// `VersionExpired`, naming the oldest version kept for that branch.
+    pub async fn version(&self, v: u64, branch: &str) -> Result<Arc<Manifest>> {
+        match self.manifests.at(v).await {
+            Err(OmniError::NotFound(_)) => Err(self.manifests.missing(v, branch).await),
+            other => other,
+        }
     }
 
     /// A table as a snapshot sees it.

@@ -246,13 +246,25 @@ impl Store {
     /// Every object under a folder, at any depth: its path relative to the
     /// folder and its size, sorted by path.
     pub async fn list_all(&self, dir: &str) -> Result<Vec<(String, u64)>> {
+        Ok(self
+            .list_meta(dir)
+            .await?
+            .into_iter()
+            .map(|(rel, size, _)| (rel, size))
+            .collect())
+    }
+
+    /// Every object under a folder, at any depth: its path relative to the
+    /// folder, its size and when it was last written (milliseconds since
+    /// the Unix epoch, the store's clock), sorted by path.
+    pub async fn list_meta(&self, dir: &str) -> Result<Vec<(String, u64, u64)>> {
         let prefix = self.path(dir);
         let entries: Vec<_> = match self.os.inner.list(Some(&prefix)).try_collect().await {
             Ok(v) => v,
             Err(e) if not_found(&e) => return Ok(Vec::new()),
             Err(e) => return Err(OmniError::storage(e)),
         };
-        let mut out: Vec<(String, u64)> = entries
+        let mut out: Vec<(String, u64, u64)> = entries
             .into_iter()
             .filter_map(|m| {
                 let parts: Vec<String> = m
@@ -260,11 +272,37 @@ impl Store {
                     .prefix_match(&prefix)?
                     .map(|p| p.as_ref().to_string())
                     .collect();
-                Some((parts.join("/"), m.size))
+                let written = m.last_modified.timestamp_millis().max(0) as u64;
+                Some((parts.join("/"), m.size, written))
             })
             .collect();
         out.sort();
         Ok(out)
+    }
+
+    /// An object named by its full path in the store (as the storage
+    /// library's cleanup names files): its size and last write, if it exists.
+    pub async fn head_object(&self, path: &str) -> Result<Option<(u64, u64)>> {
+        let path = Path::parse(path).map_err(|e| OmniError::Storage(e.to_string()))?;
+        match self.os.inner.head(&path).await {
+            Ok(m) => Ok(Some((
+                m.size,
+                m.last_modified.timestamp_millis().max(0) as u64,
+            ))),
+            Err(e) if not_found(&e) => Ok(None),
+            Err(e) => Err(OmniError::storage(e)),
+        }
+    }
+
+    /// Delete an object named by its full path in the store; deleting
+    /// something absent is not an error.
+    pub async fn delete_object(&self, path: &str) -> Result<()> {
+        let path = Path::parse(path).map_err(|e| OmniError::Storage(e.to_string()))?;
+        match self.os.inner.delete(&path).await {
+            Ok(()) => Ok(()),
+            Err(e) if not_found(&e) => Ok(()),
+            Err(e) => Err(OmniError::storage(e)),
+        }
     }
 
     /// The names of the folders directly under a folder.

@@ -464,7 +464,11 @@ impl LanceSubstrate {
         if latest.version == v {
             return Ok(true);
         }
-        let then = self.g.manifests.at(v).await?;
+        // A version a cleanup removed was not the newest: the graph moved.
+        let then = match self.g.manifests.at(v).await {
+            Err(OmniError::NotFound(_)) => return Ok(false),
+            other => other?,
+        };
         Ok(then.schema == latest.schema && then.branches == latest.branches)
     }
 
@@ -541,14 +545,22 @@ impl LanceSubstrate {
         let Some(work) = work else {
             return IoOut::Prepared(Err(Some(format!("operation {op} has nothing to prepare"))));
         };
-        let snapshot = match self
-            .g
-            .snapshot(&super::Target::Version {
-                version: head.version,
-                branch: branch.clone(),
-            })
-            .await
-        {
+        let at = super::Target::Version {
+            version: head.version,
+            branch: branch.clone(),
+        };
+        // A cleanup keeps every branch's head version, so a removed one is
+        // no longer the head: prepare on the head now, and the recheck
+        // under the gates sees the move.
+        let snapshot = match self.g.snapshot(&at).await {
+            Err(OmniError::VersionExpired { .. }) => {
+                self.g
+                    .snapshot(&super::Target::Branch(branch.clone()))
+                    .await
+            }
+            other => other,
+        };
+        let snapshot = match snapshot {
             Ok(s) => s,
             Err(e) => return IoOut::Prepared(Err(Some(e.to_string()))),
         };
@@ -865,6 +877,7 @@ impl LanceSubstrate {
                         timestamp: chrono::Utc::now().to_rfc3339(),
                         kind,
                         summary,
+                        expired: false,
                     });
                     ("commit", Some(commit.0.clone()))
                 }

@@ -733,6 +733,35 @@ impl Tables {
             .await
     }
 
+    /// A line's newest version read from storage now (another process may
+    /// have committed), or `None` when that Lance branch does not exist.
+    pub async fn fresh(
+        &self,
+        dir: &str,
+        lance_branch: Option<&str>,
+    ) -> Result<Option<Arc<Dataset>>> {
+        self.forget_latest(dir, lance_branch);
+        self.latest(dir, lance_branch).await
+    }
+
+    /// Every line of a table dataset (its main line, then each Lance
+    /// branch), each at its newest version now.
+    pub async fn lines(&self, dir: &str) -> Result<Vec<(Option<String>, Arc<Dataset>)>> {
+        let Some(main) = self.fresh(dir, None).await? else {
+            return Ok(Vec::new());
+        };
+        let mut branches: Vec<String> = main.list_branches().await?.into_keys().collect();
+        branches.sort();
+        let mut out = vec![(None, main)];
+        for b in branches {
+            // A branch removed meanwhile has nothing left to keep or trim.
+            if let Some(ds) = self.fresh(dir, Some(&b)).await? {
+                out.push((Some(b), ds));
+            }
+        }
+        Ok(out)
+    }
+
     /// Best effort: remove a Lance branch (a deleted graph branch's fork).
     pub async fn drop_branch(&self, dir: &str, lance_branch: &str) -> Result<()> {
         self.forget_latest(dir, Some(lance_branch));

@@ -32,7 +32,7 @@ fn rand_ms(state: &mut u64, lo: u64, hi: u64) -> u64 {
 /// acknowledged: every acknowledged write is there, and every write is whole
 /// across the node table and the edge table (two people and the edge
 /// between them, or nothing). Returns the people it holds.
-async fn check_graph(uri: &str, acked: &BTreeSet<u64>) -> BTreeSet<String> {
+pub(crate) async fn check_graph(uri: &str, acked: &BTreeSet<u64>) -> BTreeSet<String> {
     let g = Omnigraph::open(uri).await.unwrap();
     // Every writer is dead by now: the open resolves every intent left.
     let report = g.recovery_report();
@@ -230,7 +230,7 @@ enum Line {
     Ack(u64),
 }
 
-struct Child {
+pub(crate) struct Child {
     proc: std::process::Child,
     reader: std::thread::JoinHandle<()>,
     lines: mpsc::Receiver<Line>,
@@ -254,13 +254,13 @@ impl Child {
 }
 
 /// What a killed writer had done.
-struct Stopped {
-    acked: BTreeSet<u64>,
+pub(crate) struct Stopped {
+    pub(crate) acked: BTreeSet<u64>,
     /// The write it had begun and not seen acknowledged.
     in_flight: Option<u64>,
 }
 
-fn spawn_writer(uri: &str, start: u64) -> Child {
+pub(crate) fn spawn_writer(uri: &str, start: u64) -> Child {
     let mut proc = Command::new(env!("CARGO_BIN_EXE_omnigraph"))
         .env("OMNIGRAPH_LEASE_MS", CHILD_LEASE_MS)
         .args([
@@ -297,7 +297,7 @@ fn spawn_writer(uri: &str, start: u64) -> Child {
 
 /// Stop a writer; a writer that exited by itself (an error) fails the test
 /// with what it printed.
-fn stop_writer(mut c: Child) -> Stopped {
+pub(crate) fn stop_writer(mut c: Child) -> Stopped {
     if let Ok(Some(status)) = c.proc.try_wait() {
         let mut err = String::new();
         if let Some(mut e) = c.proc.stderr.take() {

@@ -28,6 +28,7 @@ mod outage;
 mod processes;
 mod query;
 mod recovery;
+mod retention;
 mod s3;
 mod schema;
 mod search;
