@@ -41,7 +41,7 @@ pub const MAX_COLLECTIONS: usize = 4;
 /// A collection's request completes in a step with odds 1 in this.
 pub const GC_SLOWNESS: u64 = 8;
 /// At most this many version cleanups start in one run.
-pub const MAX_CLEANUPS: usize = 4;
+pub const MAX_CLEANUPS: usize = 6;
 /// At most this many pauses of a process in one run.
 pub const MAX_PAUSES: u32 = 3;
 /// A pause lasts between these many ticks (half a lease to three).
@@ -788,7 +788,7 @@ impl Sim {
             let slot = self.rng.below(self.procs.len());
             self.start_gc(slot);
         }
-        if self.cleanups_started < MAX_CLEANUPS && self.rng.chance(1, 3) {
+        if self.cleanups_started < MAX_CLEANUPS && self.rng.chance(1, 2) {
             let slot = self.rng.below(self.procs.len());
             self.start_cleanup(slot);
         }

@@ -26,6 +26,7 @@ use omnigraph::{LoadMode, Omnigraph};
 mod blob;
 mod delta;
 mod merge;
+mod retention;
 mod schema;
 mod search;
 mod server;
@@ -770,6 +771,17 @@ fn main() {
                 flag("--seconds", 10) as u64,
             ));
         }
+        Some("retention") => {
+            let dir = args
+                .get(2)
+                .expect("usage: omnigraph-bench retention DIR [--marks 10,1000,10000]");
+            let marks: Vec<usize> = opt("--marks")
+                .unwrap_or_else(|| "10,1000,10000".into())
+                .split(',')
+                .map(|m| m.parse().expect("a number of versions"))
+                .collect();
+            rt.block_on(retention::run(dir, &marks));
+        }
         Some("search") => {
             let dir = args
                 .get(2)
@@ -779,7 +791,7 @@ fn main() {
         }
         _ => {
             eprintln!(
-                "usage: omnigraph-bench (load DIR [--repeats N] | append [--n N] | processes [--writes N] | locks [--n N] | object-store URI [--n N] | queries DIR --graph URI [--repeats N] [--reference FILE] [--json FILE] | merge DIR --graph URI [--sizes N,..] | search DIR --graph URI [--repeats N] | blob DIR [--mib N] [--repeats N] | schema DIR [--repeats N] | delta DIR --graph URI [--repeats N] | server DIR --graph URI [--n N] [--seconds N])"
+                "usage: omnigraph-bench (load DIR [--repeats N] | append [--n N] | processes [--writes N] | locks [--n N] | object-store URI [--n N] | queries DIR --graph URI [--repeats N] [--reference FILE] [--json FILE] | merge DIR --graph URI [--sizes N,..] | search DIR --graph URI [--repeats N] | blob DIR [--mib N] [--repeats N] | schema DIR [--repeats N] | delta DIR --graph URI [--repeats N] | server DIR --graph URI [--n N] [--seconds N] | retention DIR [--marks N,..])"
             );
             std::process::exit(2);
         }
