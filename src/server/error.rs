@@ -185,6 +185,14 @@ mod tests {
             (OmniError::invalid(Default::default(), "x"), 400),
             (OmniError::NotFound("x".into()), 404),
             (
+                OmniError::VersionExpired {
+                    version: 3,
+                    branch: "main".into(),
+                    oldest_kept: Some(9),
+                },
+                410,
+            ),
+            (
                 OmniError::PreconditionFailed {
                     expected: "a".into(),
                     actual: "b".into(),

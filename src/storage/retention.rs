@@ -20,7 +20,7 @@ use omnigraph_actors::cleaner::{
 use serde::Serialize;
 
 use super::substrate::LanceSubstrate;
-use super::{GraphStorage, sidecar};
+use super::{GraphStorage, index_files, sidecar};
 use crate::error::{OmniError, Result};
 
 /// Lance's own default, so a bare cleanup never removes recent history.
@@ -114,11 +114,15 @@ pub async fn cleanup(s: &LanceSubstrate, policy: &RetentionPolicy) -> Result<Cle
         step = cleaner.on(out);
     };
     let done: Cleaned = done.map_err(OmniError::Storage)?;
+    // Index files only removed table versions recorded are now unrecorded:
+    // the collection protocol removes them (a dry run counts those
+    // unrecorded before any version went).
+    let collected = index_files::collect(s, policy.dry_run).await?;
     let report = CleanupReport {
         removed_versions: done.removed_versions.len() as u64,
         kept_versions: done.kept_versions as u64,
-        removed_files: done.removed_files,
-        bytes_freed: done.bytes_freed,
+        removed_files: done.removed_files + collected.removed.len() as u64,
+        bytes_freed: done.bytes_freed + collected.removed_bytes,
         oldest_kept: done.oldest_kept,
         table_versions_removed: done.table_versions_removed,
     };

@@ -439,3 +439,66 @@ async fn the_cli_cleans_up_reports_json_and_types_its_errors() {
     let marks: Vec<bool> = list.iter().map(|c| c["expired"] == json!(true)).collect();
     assert_eq!(marks, [false, true, true, true, true]);
 }
+
+/// Index files only removed table versions recorded go with them; the
+/// newest version's stay and searches use them.
+#[tokio::test(flavor = "multi_thread")]
+async fn index_files_only_removed_versions_recorded_go_with_them() {
+    let place = Place::local();
+    let uri = place.uri("g.omni");
+    let g = Omnigraph::init(&uri, "node Doc { slug: String @key\n body: String @index }")
+        .await
+        .unwrap();
+    let doc = |slug: &str, body: &str| {
+        format!("{{\"type\":\"Doc\",\"data\":{{\"slug\":\"{slug}\",\"body\":\"{body}\"}}}}")
+    };
+    let indexes = || async {
+        store(&uri)
+            .await
+            .list_all("_indexes")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|(f, _)| f)
+            .collect::<BTreeSet<String>>()
+    };
+    g.load("main", &doc("a", "red apple"), LoadMode::Overwrite)
+        .await
+        .unwrap();
+    g.optimize("main").await.unwrap();
+    let first = indexes().await;
+    g.load("main", &doc("b", "apple pie"), LoadMode::Append)
+        .await
+        .unwrap();
+    g.optimize("main").await.unwrap();
+    let second = indexes().await;
+    assert!(second.is_superset(&first) && second.len() > first.len());
+    let r = g.cleanup(now(None)).await.unwrap();
+    let left = indexes().await;
+    assert!(
+        left.is_subset(&second) && left.len() < second.len(),
+        "{r:?}: {left:?}"
+    );
+    assert!(
+        r.removed_files >= (second.len() - left.len()) as u64,
+        "{r:?}"
+    );
+    assert!(g.gc(false).await.unwrap().removed.is_empty());
+    let q = "query q($t: String) { match { $d: Doc  search($d.body, $t) } return { $d.slug } order { $d.slug } }";
+    let found = g
+        .query(&Target::main(), q, "q", &json!({ "t": "apple" }))
+        .await
+        .unwrap();
+    let slugs: Vec<_> = omnigraph::exec::output::rows(&found)
+        .unwrap()
+        .into_iter()
+        .map(|row| row["d.slug"].clone())
+        .collect();
+    assert_eq!(slugs, [json!("a"), json!("b")]);
+    assert!(
+        found.search[0].method.contains("index"),
+        "{}",
+        found.search[0].method
+    );
+    g.close().await;
+}

@@ -135,10 +135,12 @@ pub async fn run(dir: &str, marks: &[usize]) {
         }
         let copy = scratch.join(format!("clean-{mark}.omni"));
         let status = Command::new("cp")
-            .args(["-r", &uri, &copy.to_string_lossy()])
+            .args(["-a", &uri, &copy.to_string_lossy()])
             .status()
             .expect("cp");
-        assert!(status.success(), "cp -r failed");
+        // `-a` keeps the files' times: the storage library's cleanup lists only
+        // data files older than the oldest version it keeps.
+        assert!(status.success(), "cp -a failed");
         let copy = copy.to_string_lossy().to_string();
         let before = measure(&uri, &hub, &who, &format!("b{mark}-")).await;
         done += 21;
