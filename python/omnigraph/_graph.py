@@ -334,6 +334,15 @@ class _Methods:
         """Collect index files no graph version uses; the CLI's `gc --json`."""
         return self._run(self._g.gc(dry_run, self._async))
 
+    def cleanup(
+        self, older_than: str = "7d", keep_versions: int | None = None, dry_run: bool = False
+    ) -> Any:
+        """Remove graph versions older than `older_than` (`7d`, `12h`, `30m`,
+        `0s`) except each branch's newest `keep_versions` commits, and the
+        files only they or crashed writes hold; the CLI's `cleanup --json`."""
+        _check_str("older_than", older_than)
+        return self._run(self._g.cleanup(older_than, keep_versions, dry_run, self._async))
+
     def dataset(self, type_name: str, branch: str = "main", version: int | None = None) -> Any:
         """The table of `type_name` as a `lance.LanceDataset` opened at exactly
         the table version graph version `version` of `branch` names (its

@@ -513,6 +513,25 @@ impl Graph {
         call(py, asynchronous, async move { json(g.gc(dry_run).await?) })
     }
 
+    fn cleanup<'py>(
+        &self,
+        py: Python<'py>,
+        older_than: String,
+        keep_versions: Option<usize>,
+        dry_run: bool,
+        asynchronous: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let g = self.g()?;
+        call(py, asynchronous, async move {
+            let policy = omnigraph::RetentionPolicy {
+                older_than: omnigraph::storage::retention::parse_duration(&older_than)?,
+                keep_versions,
+                dry_run,
+            };
+            json(g.cleanup(policy).await?)
+        })
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn blob_stat<'py>(
         &self,

@@ -64,6 +64,22 @@ def test_optimize_and_gc(g):
     assert isinstance(gc, dict)
 
 
+def test_cleanup_removes_old_versions_and_types_a_read_of_one(g):
+    for i in range(3):
+        g.mutate(ADD, params={"h": f"c{i}", "n": f"C{i}"})
+    latest = version(g)
+    dry = g.cleanup(older_than="0s", dry_run=True)
+    assert dry["removed_versions"] == latest - 1 and dry["oldest_kept"] == {"main": latest}
+    assert g.cleanup(older_than="0s") == dry
+    with pytest.raises(omnigraph.InputError) as e:
+        g.query(PERSONS, version=1)
+    assert e.value.kind == "VersionExpired" and f"is {latest}" in str(e.value)
+    assert [c.get("expired", False) for c in g.commits()][:2] == [False, True]
+    with pytest.raises(omnigraph.InputError) as e:
+        g.cleanup(older_than="a week")
+    assert e.value.kind == "BadRequest" and "'a week'" in str(e.value)
+
+
 def test_export_round_trips(g, tmp_path):
     lines = list(g.export())
     assert len(lines) == 5
