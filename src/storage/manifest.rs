@@ -241,7 +241,11 @@ impl Manifests {
         }
         let mut oldest = None;
         if let Ok(listing) = self.listing().await {
-            for (k, _, _) in listing {
+            // A marker is never a manifest's size: markers are not read.
+            let kept = listing
+                .into_iter()
+                .filter(|(_, bytes, _)| *bytes != REMOVED.len() as u64);
+            for (k, _, _) in kept {
                 if let Ok(Some(m)) = self.read_version(k).await
                     && m.branches.contains_key(branch)
                 {

@@ -237,7 +237,12 @@ async fn open_line(g: &GraphStorage, l: &str) -> Result<Option<Arc<Dataset>>> {
 }
 
 async fn list_versions(g: &GraphStorage) -> Result<Vec<GraphVersion>> {
+    // Versions removed earlier are markers, of a size no manifest has.
+    let marker = super::manifest::REMOVED.len() as u64;
     let listing = g.manifests.listing().await?;
+    let listing = listing
+        .into_iter()
+        .filter(move |(_, bytes, _)| *bytes != marker);
     futures::stream::iter(listing)
         .map(|(v, bytes, written_ms)| async move {
             // Removed by another cleanup since the listing: not listed.
