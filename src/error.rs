@@ -189,15 +189,20 @@ impl OmniError {
     }
 
     /// The exit code of the CLI, and the group a binding raises: 2, the
-    /// input is wrong (fix it); 4, a condition or another writer got in the
-    /// way (retry); 5, a merge has conflicts (resolve them); 1, anything
-    /// else.
+    /// input is wrong (fix it: its text, its data, a key it repeats, its
+    /// size, a version it names that a cleanup removed); 4, a condition or
+    /// another writer got in the way (retry); 5, a merge has conflicts
+    /// (resolve them); 1, anything else. The README's table lists every
+    /// kind (a test holds the two together).
     pub fn exit_code(&self) -> i32 {
         match self {
             Self::Parse { .. }
             | Self::Schema { .. }
             | Self::Type { .. }
             | Self::BadRequest(_)
+            | Self::Invalid { .. }
+            | Self::KeyConflict { .. }
+            | Self::ResourceLimitExceeded { .. }
             | Self::BlobRangeNotSatisfiable { .. }
             | Self::VersionExpired { .. }
             | Self::ReadOnly(_) => 2,
@@ -255,5 +260,108 @@ impl From<serde_json::Error> for OmniError {
 impl From<datafusion::error::DataFusionError> for OmniError {
     fn from(e: datafusion::error::DataFusionError) -> Self {
         Self::Storage(format!("datafusion: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod exit_codes {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    /// One error of every kind a caller can meet.
+    fn every_kind() -> Vec<OmniError> {
+        let s = || "x".to_string();
+        vec![
+            OmniError::Parse {
+                line: 1,
+                column: 1,
+                message: s(),
+                snippet: s(),
+            },
+            OmniError::schema("x"),
+            OmniError::Type {
+                code: "Q001",
+                line: 1,
+                column: 1,
+                message: s(),
+            },
+            OmniError::invalid(Location::default(), "x"),
+            OmniError::KeyConflict {
+                type_name: s(),
+                id: s(),
+            },
+            OmniError::PreconditionFailed {
+                expected: s(),
+                actual: s(),
+            },
+            OmniError::ReadSetChanged,
+            OmniError::SchemaChanged {
+                compiled: s(),
+                accepted: s(),
+            },
+            OmniError::Contended {
+                attempts: 1,
+                waited_for: s(),
+            },
+            OmniError::ReadOnly(s()),
+            OmniError::RecoveryRequired { operation_id: s() },
+            OmniError::LeaseLost { reason: s() },
+            OmniError::ResourceLimitExceeded {
+                what: s(),
+                limit: s(),
+            },
+            OmniError::BlobRangeNotSatisfiable {
+                start: 2,
+                end: 1,
+                length: 1,
+            },
+            OmniError::BlobIntegrity { reason: s() },
+            OmniError::MergeConflicts(Vec::new()),
+            OmniError::NotFound(s()),
+            OmniError::VersionExpired {
+                version: 1,
+                branch: s(),
+                oldest_kept: None,
+            },
+            OmniError::AlreadyExists(s()),
+            OmniError::BadRequest(s()),
+            OmniError::Embedding(s()),
+            OmniError::Storage(s()),
+        ]
+    }
+
+    #[test]
+    fn the_readme_lists_every_kind_with_its_exit_code() {
+        let readme = include_str!("../README.md");
+        let table: BTreeMap<&str, i32> = readme
+            .lines()
+            .filter_map(|l| {
+                let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+                let kind = cells.get(1)?.strip_prefix('`')?.strip_suffix('`')?;
+                let code = cells.get(2)?.parse().ok()?;
+                Some((kind, code))
+            })
+            .collect();
+        let kinds: BTreeMap<&str, i32> = every_kind()
+            .iter()
+            .map(|e| (e.kind(), e.exit_code()))
+            .collect();
+        assert_eq!(
+            table, kinds,
+            "README.md's table of error kinds and exit codes"
+        );
+        for input in [
+            "ParseError",
+            "SchemaError",
+            "TypeError",
+            "InvalidData",
+            "KeyConflict",
+            "BadRequest",
+            "ReadOnly",
+            "ResourceLimitExceeded",
+        ] {
+            assert_eq!(kinds[input], 2, "{input} is bad input");
+        }
     }
 }

@@ -30,8 +30,8 @@ def test_bad_data_names_the_line_and_writes_nothing(g):
     with pytest.raises(omnigraph.OmnigraphError) as e:
         g.load(bad)
     err = e.value
-    assert type(err) is omnigraph.OmnigraphError
-    assert err.kind == "InvalidData" and err.exit_code == 1
+    assert type(err) is omnigraph.InputError
+    assert err.kind == "InvalidData" and err.exit_code == 2
     assert err.line == 2 and err.type_name == "Person" and err.property == "age"
     assert version(g) == before
     assert len(g.query(PERSONS)) == 3
@@ -40,7 +40,7 @@ def test_bad_data_names_the_line_and_writes_nothing(g):
 def test_a_key_conflict_names_the_type_and_id(g):
     with pytest.raises(omnigraph.OmnigraphError) as e:
         g.load('{"type": "Person", "data": {"handle": "ada", "name": "Again"}}\n')
-    assert e.value.kind == "KeyConflict"
+    assert e.value.kind == "KeyConflict" and isinstance(e.value, omnigraph.InputError)
     assert e.value.type_name == "Person" and e.value.id == "ada"
 
 

@@ -136,13 +136,13 @@ def test_remote_errors_are_the_embedded_exceptions(served):
     with pytest.raises(omnigraph.OmnigraphError) as e:
         remote.load('{"type": "Person", "data": {"handle": "x", "name": "X"}}\n{"type": "Person", "data": {"handle": "y", "name": "Y", "age": "old"}}\n')
     err = e.value
-    assert type(err) is omnigraph.OmnigraphError
-    assert err.kind == "InvalidData" and err.exit_code == 1
+    assert type(err) is omnigraph.InputError
+    assert err.kind == "InvalidData" and err.exit_code == 2
     assert err.line == 2 and err.type_name == "Person" and err.property == "age"
     assert remote.snapshot()["manifest_version"] == before
     with pytest.raises(omnigraph.OmnigraphError) as e:
         remote.load('{"type": "Person", "data": {"handle": "ada", "name": "Again"}}\n')
-    assert e.value.kind == "KeyConflict"
+    assert e.value.kind == "KeyConflict" and isinstance(e.value, omnigraph.InputError)
     assert e.value.type_name == "Person" and e.value.id == "ada"
     with pytest.raises(omnigraph.OmnigraphError) as e:
         remote.commit("nope")

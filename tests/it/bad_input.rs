@@ -287,3 +287,40 @@ async fn bad_branch_names_and_deletes() {
     ));
     assert_eq!(before, fingerprint(&t.g).await);
 }
+
+/// The CLI exits 2 for every kind of bad input, data and keys included,
+/// and writes nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cli_exits_2_for_bad_data_and_a_taken_key() {
+    let t = loaded_graph().await;
+    let uri = t.uri();
+    let before = Untouched::of(&t).await;
+    let dir = tempfile::tempdir().unwrap();
+    for (what, jsonl, kind) in [
+        (
+            "a wrong value type",
+            r#"{"type":"Person","data":{"name":"Dan","age":"old"}}"#,
+            "error[InvalidData]",
+        ),
+        (
+            "an existing key",
+            r#"{"type":"Person","data":{"name":"Alice"}}"#,
+            "error[KeyConflict]",
+        ),
+    ] {
+        let file = dir.path().join("bad.jsonl");
+        std::fs::write(&file, jsonl).unwrap();
+        let out = cli(&[
+            "load",
+            &uri,
+            "--data",
+            &file.to_string_lossy(),
+            "--mode",
+            "append",
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{what}: {stderr}");
+        assert!(stderr.contains(kind), "{what}: {stderr}");
+        before.check(&t, &what).await;
+    }
+}
