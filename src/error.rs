@@ -49,6 +49,27 @@ impl fmt::Display for Location {
     }
 }
 
+/// One reason a merge cannot be made.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct MergeConflict {
+    pub kind: ConflictKind,
+    #[serde(rename = "type")]
+    pub type_name: String,
+    pub id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub property: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum ConflictKind {
+    DivergentInsert,
+    DivergentUpdate,
+    DeleteVsUpdate,
+    OrphanEdge,
+    UniqueViolation,
+    CardinalityViolation,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum OmniError {
     #[error("parse error at line {line}, column {column}: {message}\n  | {snippet}")]
@@ -118,7 +139,7 @@ pub enum OmniError {
     AlreadyCurrent,
     /// A merge found conflicts; nothing was written. All of them, in order.
     #[error("the merge has {} conflict(s): {}", .0.len(), show_conflicts(.0))]
-    MergeConflicts(Vec<crate::write::merge::MergeConflict>),
+    MergeConflicts(Vec<MergeConflict>),
     #[error("not found: {0}")]
     NotFound(String),
     /// A read of a graph version a cleanup removed (its commit record, and
@@ -143,13 +164,15 @@ pub enum OmniError {
     /// vector of the property's dimension.
     #[error("embedding failed: {0}")]
     Embedding(String),
-    #[error("lance: {0}")]
-    Lance(#[from] lance::Error),
+    /// The storage library failed: its error is kept as the source
+    /// (`std::error::Error::source`), its type is not part of this one.
+    #[error("storage error: {0}")]
+    Backend(#[source] BackendError),
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
 }
 
-fn show_conflicts(c: &[crate::write::merge::MergeConflict]) -> String {
+fn show_conflicts(c: &[MergeConflict]) -> String {
     c.iter()
         .map(|c| {
             let at = c
@@ -240,7 +263,7 @@ impl OmniError {
             Self::AlreadyExists(_) => "AlreadyExists",
             Self::BadRequest(_) => "BadRequest",
             Self::Embedding(_) => "EmbeddingError",
-            Self::Storage(_) | Self::Lance(_) | Self::Io(_) => "StorageError",
+            Self::Storage(_) | Self::Backend(_) | Self::Io(_) => "StorageError",
         }
     }
 }
@@ -257,9 +280,26 @@ impl From<serde_json::Error> for OmniError {
     }
 }
 
-impl From<datafusion::error::DataFusionError> for OmniError {
-    fn from(e: datafusion::error::DataFusionError) -> Self {
-        Self::Storage(format!("datafusion: {e}"))
+/// A failure of a library below the engine (the storage library, the
+/// query engine), kept whole as the source of [`OmniError::Backend`].
+#[derive(Debug)]
+pub struct BackendError(Box<dyn std::error::Error + Send + Sync>);
+
+impl BackendError {
+    pub fn new(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self(Box::new(e))
+    }
+}
+
+impl fmt::Display for BackendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for BackendError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(self.0.as_ref())
     }
 }
 
@@ -363,5 +403,21 @@ mod exit_codes {
         ] {
             assert_eq!(kinds[input], 2, "{input} is bad input");
         }
+    }
+}
+
+#[cfg(test)]
+mod backend {
+    use super::*;
+
+    #[test]
+    fn a_library_failure_is_kept_as_the_source() {
+        let io = std::io::Error::other("disk on fire");
+        let e = OmniError::Backend(BackendError::new(io));
+        assert_eq!(e.kind(), "StorageError");
+        assert_eq!(e.to_string(), "storage error: disk on fire");
+        let source = std::error::Error::source(&e).expect("the backend error");
+        let inner = source.source().expect("the library's own error");
+        assert_eq!(inner.to_string(), "disk on fire");
     }
 }

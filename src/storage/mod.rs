@@ -221,6 +221,20 @@ fn first_version(
     (m, record)
 }
 
+/// The storage library's and the query engine's failures, kept whole as
+/// the source of the engine's own error (their types stay out of it).
+impl From<lance::Error> for OmniError {
+    fn from(e: lance::Error) -> Self {
+        OmniError::Backend(crate::error::BackendError::new(e))
+    }
+}
+
+impl From<datafusion::error::DataFusionError> for OmniError {
+    fn from(e: datafusion::error::DataFusionError) -> Self {
+        OmniError::Backend(crate::error::BackendError::new(e))
+    }
+}
+
 impl GraphStorage {
     /// Create a new graph with the given (already compiled) schema.
     pub async fn init(

@@ -30,16 +30,9 @@ use delta::Rows;
 use omnigraph_actors::{MergeOf, WriteClass};
 use rules::{ConflictKind, Pick, Resolution};
 
-/// One reason a merge cannot be made.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct MergeConflict {
-    pub kind: ConflictKind,
-    #[serde(rename = "type")]
-    pub type_name: String,
-    pub id: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub property: Option<String>,
-}
+/// One reason a merge cannot be made (the error type's, which every
+/// layer may name).
+pub use crate::error::MergeConflict;
 
 /// How a merge ended.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -6,15 +6,7 @@
 
 use crate::compiler::value::Value;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-pub enum ConflictKind {
-    DivergentInsert,
-    DivergentUpdate,
-    DeleteVsUpdate,
-    OrphanEdge,
-    UniqueViolation,
-    CardinalityViolation,
-}
+pub use crate::error::ConflictKind;
 
 /// Which side a merged row's cell comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
