@@ -26,14 +26,14 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) {
 }
 
 pub fn print_result(r: &omnigraph::QueryResult) -> omnigraph::Result<()> {
-    let rows: Vec<Vec<String>> = omnigraph::exec::output::rows(r)?
+    let rows: Vec<Vec<String>> = omnigraph::exec::output::ordered_rows(r)?
         .into_iter()
         .map(|row| {
-            r.columns
-                .iter()
-                .map(|c| match &row[c] {
+            row.0
+                .into_iter()
+                .map(|(_, v)| match v {
                     serde_json::Value::Null => String::new(),
-                    serde_json::Value::String(s) => s.clone(),
+                    serde_json::Value::String(s) => s,
                     other => other.to_string(),
                 })
                 .collect()

@@ -85,19 +85,57 @@ pub fn from_ipc(
     })
 }
 
-/// Every row as a JSON object keyed by column name, in result order.
-pub fn rows(r: &QueryResult) -> Result<Vec<Map<String, Value>>> {
+/// One row's cells in the result's column order (the query's `return`
+/// order); it serializes as a JSON object whose keys keep that order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row(pub Vec<(String, Value)>);
+
+impl serde::Serialize for Row {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in &self.0 {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+}
+
+/// Every row, its cells in column order.
+pub fn ordered_rows(r: &QueryResult) -> Result<Vec<Row>> {
     let mut out = Vec::with_capacity(r.num_rows());
     for b in &r.batches {
         for i in 0..b.num_rows() {
-            let mut row = Map::new();
-            for (c, name) in b.columns().iter().zip(&r.columns) {
-                row.insert(name.clone(), cell_json(c, i)?);
-            }
-            out.push(row);
+            let cells = b
+                .columns()
+                .iter()
+                .zip(&r.columns)
+                .map(|(c, name)| Ok((name.clone(), cell_json(c, i)?)))
+                .collect::<Result<Vec<_>>>()?;
+            out.push(Row(cells));
         }
     }
     Ok(out)
+}
+
+/// Every row as a JSON object keyed by column name (for lookups by name;
+/// output keeps the column order through [`ordered_rows`]).
+pub fn rows(r: &QueryResult) -> Result<Vec<Map<String, Value>>> {
+    Ok(ordered_rows(r)?
+        .into_iter()
+        .map(|row| row.0.into_iter().collect())
+        .collect())
+}
+
+/// A JSON result document (its keys in the order they always had).
+#[derive(serde::Serialize)]
+struct Document<'a> {
+    branch: &'a str,
+    columns: &'a [String],
+    graph_commit_id: &'a str,
+    manifest_version: u64,
+    query: &'a str,
+    rows: Vec<Row>,
 }
 
 fn meta(r: &QueryResult) -> Value {
@@ -127,16 +165,22 @@ fn csv_field(v: &Value) -> String {
 pub fn write(r: &QueryResult, format: Format, out: &mut dyn Write) -> Result<()> {
     match format {
         Format::Json => {
-            let mut m = meta(r);
-            m["rows"] = Value::Array(rows(r)?.into_iter().map(Value::Object).collect());
-            serde_json::to_writer_pretty(&mut *out, &m)?;
+            let doc = Document {
+                branch: &r.branch,
+                columns: &r.columns,
+                graph_commit_id: &r.graph_commit_id,
+                manifest_version: r.manifest_version,
+                query: &r.query,
+                rows: ordered_rows(r)?,
+            };
+            serde_json::to_writer_pretty(&mut *out, &doc)?;
             writeln!(out)?;
         }
         Format::Jsonl => {
             serde_json::to_writer(&mut *out, &meta(r))?;
             writeln!(out)?;
-            for row in rows(r)? {
-                serde_json::to_writer(&mut *out, &Value::Object(row))?;
+            for row in ordered_rows(r)? {
+                serde_json::to_writer(&mut *out, &row)?;
                 writeln!(out)?;
             }
         }
@@ -150,8 +194,8 @@ pub fn write(r: &QueryResult, format: Format, out: &mut dyn Write) -> Result<()>
                     .collect::<Vec<_>>()
                     .join(",")
             )?;
-            for row in rows(r)? {
-                let line: Vec<String> = r.columns.iter().map(|c| csv_field(&row[c])).collect();
+            for row in ordered_rows(r)? {
+                let line: Vec<String> = row.0.iter().map(|(_, v)| csv_field(v)).collect();
                 writeln!(out, "{}", line.join(","))?;
             }
         }

@@ -103,9 +103,9 @@ pub struct QueryResponse {
     pub target: ReadTarget,
     pub columns: Vec<String>,
     pub row_count: usize,
-    /// One object per row, keyed by column.
+    /// One object per row, keyed by column, in `columns` order.
     #[schema(value_type = Vec<Object>)]
-    pub rows: Vec<serde_json::Map<String, serde_json::Value>>,
+    pub rows: Vec<crate::exec::output::Row>,
     /// The commit whose state the query read.
     pub graph_commit_id: String,
 }

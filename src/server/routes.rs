@@ -139,7 +139,7 @@ pub async fn query(
         }
         return Ok(resp);
     }
-    let rows = crate::exec::output::rows(&r)?;
+    let rows = crate::exec::output::ordered_rows(&r)?;
     Ok(Json(QueryResponse {
         query_name: name,
         target: ReadTarget::of(&at),

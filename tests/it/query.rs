@@ -865,3 +865,32 @@ async fn a_group_by_a_string_keeps_short_long_and_null_keys_apart() {
     want.sort_by_key(|(k, _)| k.to_string());
     assert_eq!(got, want);
 }
+
+/// JSON, JSONL, CSV and the table keep the query's `return` order of
+/// columns (`columns` lists them in it), not the names' sorted order.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_output_format_keeps_the_return_order() {
+    let t = loaded_graph().await;
+    let uri = t.uri();
+    let q = "query q() { match { $p: Person { name: \"Alice\" } } return { $p.name, $p.age, $p.email } }";
+    let json = cli_ok(&["query", &uri, "q", "-e", q, "--format", "json"]);
+    assert!(
+        json.contains(
+            "\"p.name\": \"Alice\",\n      \"p.age\": 34,\n      \"p.email\": \"alice@x.org\""
+        ),
+        "{json}"
+    );
+    let doc: Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(doc["columns"], json!(["p.name", "p.age", "p.email"]));
+    let jsonl = cli_ok(&["query", &uri, "q", "-e", q, "--format", "jsonl"]);
+    assert_eq!(
+        jsonl.lines().nth(1),
+        Some(r#"{"p.name":"Alice","p.age":34,"p.email":"alice@x.org"}"#),
+        "{jsonl}"
+    );
+    let csv = cli_ok(&["query", &uri, "q", "-e", q, "--format", "csv"]);
+    assert_eq!(csv, "p.name,p.age,p.email\nAlice,34,alice@x.org\n");
+    let table = cli_ok(&["query", &uri, "q", "-e", q]);
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["p.name", "p.age", "p.email"], "{table}");
+}

@@ -395,6 +395,17 @@ async fn queries_answer_as_json_and_as_arrow_and_refuse_bad_requests() {
     assert_eq!(q.1["columns"], json!(["p.name", "p.age"]));
     assert_eq!(q.1["row_count"], 1);
     assert_eq!(q.1["rows"], json!([{"p.name": "Alice", "p.age": 34}]));
+    // A row's keys come in the `return` order, not sorted.
+    let raw = c
+        .req(reqwest::Method::POST, "/graphs/g/query")
+        .json(&json!({"query": QUERIES, "name": "person", "params": {"n": "Alice"}}))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(raw.contains(r#"{"p.name":"Alice","p.age":34}"#), "{raw}");
     let head = c.get("/graphs/g/snapshot").await.1["graph_commit_id"].clone();
     assert_eq!(q.1["graph_commit_id"], head);
     // The only query of a text needs no name; a snapshot reads the past.
