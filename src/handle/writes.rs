@@ -1,0 +1,243 @@
+//! The handle's data writes: loads (JSONL text, readers, Arrow tables)
+//! and mutations, each one commit through the protocol.
+
+use super::*;
+
+/// What a load did.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct LoadReport {
+    pub branch: String,
+    pub branch_created: bool,
+    pub mode: LoadMode,
+    pub nodes: BTreeMap<String, usize>,
+    pub edges: BTreeMap<String, usize>,
+    pub commit: String,
+    pub manifest_version: u64,
+}
+
+/// How many times a mutation is checked against the accepted schema when
+/// schema applies keep landing between its check and its prepare.
+const MUTATION_COMPILES: u32 = 2;
+
+impl Omnigraph {
+    /// Load JSONL text into `branch` as one commit.
+    pub async fn load(&self, branch: &str, jsonl: &str, mode: LoadMode) -> Result<LoadReport> {
+        let bytes = jsonl.as_bytes().to_vec();
+        self.load_from(branch, None, std::io::Cursor::new(bytes), mode, |_| {})
+            .await
+    }
+
+    /// Load from any reader. With `from`, a missing `branch` is first created
+    /// from that branch. `progress` hears how many input bytes were read.
+    pub async fn load_from<R, P>(
+        &self,
+        branch: &str,
+        from: Option<&str>,
+        input: R,
+        mode: LoadMode,
+        progress: P,
+    ) -> Result<LoadReport>
+    where
+        R: Read + Send + 'static,
+        P: Fn(u64) + Send + Sync + 'static,
+    {
+        self.load_prepared(branch, from, move |catalog: &Catalog| {
+            prepare_input(catalog, input, mode, &progress)
+        })
+        .await
+    }
+
+    /// Load Arrow tables (one per type, in order) into `branch` as one
+    /// commit, checked by the same rules as a file's lines; an error names
+    /// the table's row instead of a line.
+    pub async fn load_tables<P>(
+        &self,
+        branch: &str,
+        from: Option<&str>,
+        tables: Vec<TableInput>,
+        mode: LoadMode,
+        progress: P,
+    ) -> Result<LoadReport>
+    where
+        P: Fn(u64) + Send + Sync + 'static,
+    {
+        let rows = Rows::default();
+        let seen = rows.clone();
+        self.load_prepared(branch, from, move |catalog: &Catalog| {
+            let parsed = arrow_input::parse(catalog, tables, &seen, &progress)?;
+            Ok(Arc::new(LoadWork::new(parsed, mode)?))
+        })
+        .await
+        .map_err(|e| rows.restate(e))
+    }
+
+    /// The load `prepare` makes from the accepted catalog (off the async
+    /// threads), as one commit on `branch`; with `from`, a missing `branch`
+    /// is first created from that branch.
+    async fn load_prepared<F>(
+        &self,
+        branch: &str,
+        from: Option<&str>,
+        prepare: F,
+    ) -> Result<LoadReport>
+    where
+        F: FnOnce(&Catalog) -> Result<Arc<LoadWork>> + Send + 'static,
+    {
+        self.writes("load")?;
+        let mut branch_created = false;
+        if let Some(from) = from {
+            let exists = self
+                .inner
+                .graph
+                .manifests
+                .refresh()
+                .await?
+                .branches
+                .contains_key(branch);
+            if !exists {
+                match self.branch_create(branch, from).await {
+                    Ok(_) => branch_created = true,
+                    Err(OmniError::AlreadyExists(_)) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        // The input is read once, so a schema apply between the parse and
+        // the prepare fails the load (`SchemaChanged`) rather than retrying.
+        let schema = self.inner.graph.current_schema().await?;
+        let catalog = schema.catalog.clone();
+        let work = tokio::task::spawn_blocking(move || prepare(&catalog))
+            .await
+            .map_err(|e| OmniError::Storage(format!("the load task failed: {e}")))??;
+        let mode = work.mode();
+        let (nodes, edges) = work.counts();
+        let work = Arc::new(Pinned {
+            schema: schema.id.clone(),
+            work,
+        });
+        let (commit, version, _) = self
+            .run(
+                OpKind::Write {
+                    branch: branch.to_string(),
+                },
+                "load",
+                Some(work),
+            )
+            .await?;
+        self.compact_if_fragmented(branch).await;
+        Ok(LoadReport {
+            branch: branch.to_string(),
+            branch_created,
+            mode,
+            nodes,
+            edges,
+            commit: commit.unwrap_or_default(),
+            manifest_version: version,
+        })
+    }
+
+    /// Compact the branch's own tables that have grown many small fragments.
+    /// The write that called this is already durable, so a failure here is
+    /// only logged.
+    async fn compact_if_fragmented(&self, branch: &str) {
+        let types = match self.fragmented_tables(branch).await {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(branch, error = %e, "could not check fragmentation");
+                return;
+            }
+        };
+        if types.is_empty() {
+            return;
+        }
+        tracing::info!(branch, ?types, "compacting");
+        let work = Arc::new(CompactWork { types });
+        if let Err(e) = self
+            .run(
+                OpKind::Write {
+                    branch: branch.to_string(),
+                },
+                "compact",
+                Some(work),
+            )
+            .await
+        {
+            tracing::warn!(branch, error = %e, "compaction did not run");
+        }
+    }
+
+    async fn fragmented_tables(&self, branch: &str) -> Result<Vec<String>> {
+        let snap = self.resolve(&Target::Branch(branch.to_string())).await?;
+        let mut out = Vec::new();
+        for t in &snap.catalog().types {
+            let r = snap.table(t)?;
+            if r.lance_branch != snap.record.line(branch, &t.table_key()) {
+                continue;
+            }
+            if self.inner.graph.read_table(&snap, t).await?.fragments() >= COMPACT_AT_FRAGMENTS {
+                out.push(t.name.clone());
+            }
+        }
+        Ok(out)
+    }
+
+    /// Run the mutation `name` from `source` on `branch` as one commit.
+    pub async fn mutate(
+        &self,
+        branch: &str,
+        source: &str,
+        name: &str,
+        params: &serde_json::Value,
+    ) -> Result<MutationResult> {
+        self.mutate_if(branch, source, name, params, None).await
+    }
+
+    /// A conditional mutation: it runs only if the branch head is still
+    /// `expected_head`; otherwise `PreconditionFailed` and nothing is written
+    /// (never retried internally).
+    pub async fn mutate_if(
+        &self,
+        branch: &str,
+        source: &str,
+        name: &str,
+        params: &serde_json::Value,
+        expected_head: Option<&str>,
+    ) -> Result<MutationResult> {
+        self.writes("mutate")?;
+        let file = parser::parse(source)?;
+        let decl = check::find(&file, name)?;
+        // A schema apply between the check and the prepare: check again
+        // against the schema it made (once; the text is still at hand).
+        let mut attempt = 0;
+        let (commit, version, summary) = loop {
+            attempt += 1;
+            let schema = self.inner.graph.current_schema().await?;
+            let plan = mutation::check(&schema.catalog, decl)?;
+            let values = params::bind(&plan.name, &plan.params, params)?;
+            let work = Arc::new(Pinned {
+                schema: schema.id.clone(),
+                work: Arc::new(MutationWork::new(
+                    plan,
+                    values,
+                    expected_head.map(str::to_string),
+                )),
+            });
+            let kind = OpKind::Write {
+                branch: branch.to_string(),
+            };
+            match self.run(kind, "mutation", Some(work)).await {
+                Err(OmniError::SchemaChanged { .. }) if attempt < MUTATION_COMPILES => continue,
+                other => break other?,
+            }
+        };
+        let (nodes, edges) = mutate::counts(&summary);
+        self.compact_if_fragmented(branch).await;
+        Ok(MutationResult {
+            branch: branch.to_string(),
+            commit: commit.unwrap_or_default(),
+            manifest_version: version,
+            nodes,
+            edges,
+        })
+    }
+}
