@@ -344,6 +344,8 @@ impl Cleaner {
         CleanStep::Io(io)
     }
 
+    // The cleaner's transition table, one arm per (state, answer): the
+    // protocol's order is read top to bottom here.
     pub fn on(&mut self, out: CleanOut) -> CleanStep {
         if let CleanOut::Failed(e) = out {
             assert!(

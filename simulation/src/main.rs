@@ -71,6 +71,8 @@ fn parse_args() -> Option<Args> {
     })
 }
 
+// The command line: parse, then one branch per mode (a sweep, one seed,
+// a planted bug, the ractor host, bug statistics), each printed in full.
 fn main() -> ExitCode {
     let Some(args) = parse_args() else {
         return usage();

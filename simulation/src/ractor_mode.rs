@@ -108,6 +108,9 @@ async fn start(
     host
 }
 
+// One run as a script: start processes, drive writes with jitter and
+// faults, crash one, restart and recover, then check; its steps are the
+// order a reader follows.
 async fn run(seed: u64, bugs: Bugs) -> RactorReport {
     let mut rng = Rng::new(seed);
     let planned = workload::generate(&mut rng).all();

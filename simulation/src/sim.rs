@@ -957,6 +957,9 @@ impl Sim {
     }
 
     /// One scheduler step. Returns false when nothing can happen any more.
+    // The scheduler's one choice per step, over every kind of pending event
+    // (messages, storage answers, slow upkeep requests, timers, new work,
+    // pauses, crashes, readers): the odds of each read together here.
     fn step(&mut self) -> bool {
         self.world.now = self.tick;
         self.resume_due();

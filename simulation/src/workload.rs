@@ -39,6 +39,9 @@ impl Workload {
     }
 }
 
+// One roll per operation picks its kind by range (an optimize, data
+// writes, branch operations, schema applies; then the late merges): a
+// seed's mix reads off the ranges in this one place.
 pub fn generate(rng: &mut Rng) -> Workload {
     let n = 4 + rng.below(9);
     let mut out = Vec::with_capacity(n);

@@ -605,6 +605,8 @@ impl World {
     }
 
     /// Carry out `io` for process `p`. Call only when [`Self::ready`].
+    // One arm per storage request of the protocol: the whole model of what
+    // each does to the simulated store.
     pub fn exec(&mut self, p: Proc, io: &Io, fault: Fault) -> IoOut {
         match io {
             Io::LockGate { gate, mode } => {
@@ -744,6 +746,8 @@ impl World {
         }
     }
 
+    // A write's prepare against its snapshot plus its own pending changes:
+    // one pass over its statements, each arm a statement kind's rule.
     fn prepare(
         &mut self,
         p: Proc,
@@ -1100,6 +1104,8 @@ impl World {
         None
     }
 
+    // A table commit as Lance makes it (refused unless on its base, a
+    // rebase when planted), with the provenance the checks compare against.
     fn commit(
         &mut self,
         p: Proc,
@@ -1264,6 +1270,8 @@ impl World {
     /// Publish `req` for process `p`. `read`: the manifest version the
     /// publish read with its lease check, on which its compare-and-swap
     /// must land (`None`: read and swapped in this one step).
+    // One arm per kind of change a publish carries, as production's
+    // substrate has them; each arm is the whole rule for that kind.
     pub fn publish(
         &mut self,
         p: Proc,
@@ -1450,6 +1458,8 @@ impl World {
     /// its commit history says (each commit entirely or not at all). A
     /// deleted branch's storage is reclaimed, so only branches still alive
     /// (in the same incarnation) can be read in the past.
+    // Every check a reader of one graph version can make, per branch and
+    // table, in one pass.
     pub fn visible_violation(&self, version: u64) -> Option<(&'static str, String)> {
         if self.expired.contains(&version) {
             // A cleanup removed it: the read is refused, typed.
