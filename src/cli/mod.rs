@@ -22,6 +22,14 @@ pub fn main() {
         .with_writer(std::io::stderr)
         .init();
     let cli = args::Cli::parse();
+    if !matches!(cli.cmd, args::Cmd::Serve(_)) {
+        // A reader that stops reading (`omnigraph commit list | head`) ends
+        // the command quietly, as it ends any Unix tool, instead of a panic
+        // in the middle of a print. The server keeps Rust's ignore: a client
+        // that goes away fails its own request, not the process.
+        // SAFETY: no thread has started yet.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
