@@ -22,14 +22,22 @@ pub fn main() {
         .with_writer(std::io::stderr)
         .init();
     let cli = args::Cli::parse();
-    if !matches!(cli.cmd, args::Cmd::Serve(_)) {
-        // A reader that stops reading (`omnigraph commit list | head`) ends
-        // the command quietly, as it ends any Unix tool, instead of a panic
-        // in the middle of a print. The server keeps Rust's ignore: a client
-        // that goes away fails its own request, not the process.
-        // SAFETY: no thread has started yet.
-        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
-    }
+    // A reader that stops reading (`omnigraph commit list | head`) ends the
+    // command quietly with exit 0, as `blob get` always did; Rust's print
+    // macros panic on a closed stdout, so that one panic ends the process.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let msg = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if msg.starts_with("failed printing to stdout") && msg.contains("Broken pipe") {
+            std::process::exit(0);
+        }
+        default_hook(info);
+    }));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -895,15 +895,15 @@ async fn every_output_format_keeps_the_return_order() {
     assert_eq!(header, ["p.name", "p.age", "p.email"], "{table}");
 }
 
-/// A reader that stops reading ends the CLI quietly, not with a panic in
-/// the middle of a print.
+/// A reader that stops reading ends the CLI quietly with exit 0, not with a
+/// panic in the middle of a print.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_closed_pipe_ends_the_cli_quietly() {
     let t = loaded_graph().await;
-    let out = std::process::Command::new("sh")
+    let out = std::process::Command::new("bash")
         .arg("-c")
         .arg(format!(
-            "'{}' commit list '{}' | true",
+            "set -o pipefail; '{}' commit list '{}' | true",
             env!("CARGO_BIN_EXE_omnigraph"),
             t.uri()
         ))
@@ -911,4 +911,5 @@ async fn a_closed_pipe_ends_the_cli_quietly() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.is_empty(), "{stderr}");
+    assert!(out.status.success(), "{:?}", out.status);
 }
