@@ -17,15 +17,27 @@ pub struct ExternalUri {
     pub segments: Vec<String>,
 }
 
+/// The URI's one spelling, as it is checked and stored: lowercase scheme
+/// and host, each decoded segment percent-encoded where RFC 3986 requires
+/// it (a byte outside the unreserved characters, sub-delims, `:` and `@`),
+/// so a reader of the stored reference resolves exactly the object the
+/// policy allowed.
 impl std::fmt::Display for ExternalUri {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{}://{}/{}",
-            self.scheme,
-            self.host,
-            self.segments.join("/")
-        )
+        write!(f, "{}://{}/", self.scheme, self.host)?;
+        for (i, seg) in self.segments.iter().enumerate() {
+            if i > 0 {
+                f.write_str("/")?;
+            }
+            for b in seg.bytes() {
+                if b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@".contains(&b) {
+                    write!(f, "{}", b as char)?;
+                } else {
+                    write!(f, "%{b:02X}")?;
+                }
+            }
+        }
+        Ok(())
     }
 }
 

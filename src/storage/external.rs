@@ -88,7 +88,8 @@ struct UriCell {
     batch: usize,
     row: usize,
     column: usize,
-    raw: String,
+    /// The URI as checked (its one spelling): what the cell stores.
+    checked: String,
     size: u64,
     /// A store on the object's folder and the object's name there (opened
     /// once, for the HEAD and, when copied, the read).
@@ -164,7 +165,7 @@ pub async fn resolve(
                     batch: b,
                     row,
                     column,
-                    raw,
+                    checked: uri.to_string(),
                     size,
                     object: (dir, name),
                 });
@@ -262,7 +263,7 @@ async fn rebuild(
             // An empty object holds nothing to refer to: stored as empty.
             Some(c) if mode == External::Reference && c.size > 0 => {
                 d.append_null();
-                u.append_value(&c.raw);
+                u.append_value(&c.checked);
                 pos.append_value(0);
                 size.append_value(c.size);
             }
@@ -272,7 +273,7 @@ async fn rebuild(
                 } else {
                     let (dir, name) = &c.object;
                     dir.read(name).await?.ok_or_else(|| {
-                        OmniError::NotFound(format!("the external object {} vanished", c.raw))
+                        OmniError::NotFound(format!("the external object {} vanished", c.checked))
                     })?
                 };
                 d.append_value(&bytes);

@@ -646,6 +646,30 @@ impl Ext {
     }
 }
 
+/// A reference is stored as the one spelling of the URI the policy
+/// checked (lowercase scheme and host, escapes decoded and re-encoded only
+/// where required), so what a reader resolves is what was allowed.
+#[tokio::test]
+async fn an_external_reference_is_stored_as_the_uri_that_was_checked() {
+    let e = Ext::new().await;
+    let g = &e.t.g;
+    std::fs::write(e.dir.join("in/c d.bin"), b"twelve bytes").unwrap();
+    g.allow_external_blobs(&format!("file://{}/in", e.dir.display()))
+        .await
+        .unwrap();
+    let written = format!("FILE://{}/in/%63%20d.bin", e.dir.display());
+    g.load("main", &e.line("a1", &written), LoadMode::Overwrite)
+        .await
+        .unwrap();
+    let stored = format!("file://{}/in/c%20d.bin", e.dir.display());
+    assert_eq!(
+        external_of(g, &Target::main(), &cell("Asset", "a1", "data")).await,
+        (stored.clone(), 0, 12)
+    );
+    let policy = omnigraph::compiler::blob_policy::parse(&stored).unwrap();
+    assert_eq!(policy.segments.last().map(String::as_str), Some("c d.bin"));
+}
+
 #[tokio::test]
 async fn external_references_obey_the_policy_and_are_kept_or_copied_by_mode() {
     let e = Ext::new().await;
