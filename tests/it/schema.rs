@@ -771,3 +771,120 @@ async fn a_branch_made_before_an_apply_merges_after_it() {
         other => panic!("expected a refusal, got {other:?}"),
     }
 }
+
+/// The remaining steps applied end to end on a loaded graph with a second
+/// branch that has its own write, each with the data checked before and
+/// after, and the past read under the past's schema: dropping a type,
+/// adding and removing enum values, and required to nullable and back
+/// (with the scan that refuses a null).
+#[tokio::test(flavor = "multi_thread")]
+async fn drop_type_enum_values_and_nullability_apply_end_to_end() {
+    let t = loaded_graph().await;
+    let g = &t.g;
+    g.branch_create("dev", "main").await.unwrap();
+    g.load(
+        "dev",
+        r#"{"type":"Person","data":{"name":"Dan","age":20}}"#,
+        omnigraph::LoadMode::Append,
+    )
+    .await
+    .unwrap();
+    let works = "query q() { match { $p: Person  $p worksAt $c } return { $p.name, $c.name } }";
+    let before = g.snapshot(&Target::main()).await.unwrap().manifest_version;
+    let past = Target::Version {
+        version: before,
+        branch: "main".into(),
+    };
+
+    // Drop a type: gone from every branch's schema, readable in the past.
+    let dropped = SCHEMA.replace(
+        "edge WorksAt: Person -> Company @card(0..1) { role: String? }\n",
+        "",
+    );
+    assert_ne!(dropped, SCHEMA);
+    g.apply_schema(&dropped).await.unwrap();
+    for b in ["main", "dev"] {
+        let e = rows(g, &Target::Branch(b.into()), works).await.unwrap_err();
+        assert!(matches!(e, OmniError::Type { .. }), "{b}: {e}");
+    }
+    assert_eq!(
+        rows(g, &past, works).await.unwrap(),
+        [json!({"p.name": "Alice", "c.name": "Acme"})]
+    );
+    let dev_people = "query q() { match { $p: Person } return { $p.name } order { $p.name } }";
+    assert_eq!(
+        rows(g, &Target::Branch("dev".into()), dev_people)
+            .await
+            .unwrap()
+            .len(),
+        4
+    );
+
+    // Add an enum value: refused before, accepted after.
+    let away = r#"{"type":"Person","data":{"name":"Eve","status":"away"}}"#;
+    let e = g
+        .load("main", away, omnigraph::LoadMode::Append)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, OmniError::Invalid { .. }), "{e}");
+    let more = dropped.replace("enum(active, retired)", "enum(active, retired, away)");
+    g.apply_schema(&more).await.unwrap();
+    g.load("main", away, omnigraph::LoadMode::Append)
+        .await
+        .unwrap();
+
+    // Remove an enum value no row holds; a row holding it is refused after.
+    let fewer = more.replace("enum(active, retired, away)", "enum(active, away)");
+    g.apply_schema(&fewer).await.unwrap();
+    let retired = r#"{"type":"Person","data":{"name":"Fay","status":"retired"}}"#;
+    let e = g
+        .load("main", retired, omnigraph::LoadMode::Append)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, OmniError::Invalid { .. }), "{e}");
+    let statuses =
+        "query q() { match { $p: Person } return { $p.name, $p.status } order { $p.name } }";
+    let now = rows(g, &Target::main(), statuses).await.unwrap();
+    assert_eq!(
+        now.iter()
+            .filter(|r| r["p.status"] == json!("away"))
+            .count(),
+        1
+    );
+
+    // Nullable to required: refused while a row is null, applied once none
+    // is; back to nullable, a row without it is accepted again.
+    let required = fewer.replace("    age: I32?\n", "    age: I32\n");
+    assert_ne!(required, fewer);
+    let e = g.apply_schema(&required).await.unwrap_err();
+    assert!(e.to_string().contains("age"), "{e}");
+    let set = "query s($n: String, $a: I32) { update Person set { age: $a } where name = $n }";
+    for n in ["Carol", "Eve"] {
+        g.mutate("main", set, "s", &json!({ "n": n, "a": 50 }))
+            .await
+            .unwrap();
+    }
+    // Every branch is scanned: dev's Carol is still null.
+    let e = g.apply_schema(&required).await.unwrap_err();
+    assert!(e.to_string().contains("branch dev"), "{e}");
+    g.mutate("dev", set, "s", &json!({ "n": "Carol", "a": 51 }))
+        .await
+        .unwrap();
+    g.apply_schema(&required).await.unwrap();
+    let ageless = r#"{"type":"Person","data":{"name":"Gus"}}"#;
+    let e = g
+        .load("main", ageless, omnigraph::LoadMode::Append)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, OmniError::Invalid { .. }), "{e}");
+    g.apply_schema(&fewer).await.unwrap();
+    g.load("main", ageless, omnigraph::LoadMode::Append)
+        .await
+        .unwrap();
+    let ages = "query q() { match { $p: Person } return { $p.name, $p.age } order { $p.name } }";
+    let now = rows(g, &Target::main(), ages).await.unwrap();
+    assert_eq!(now.len(), 5, "{now:?}");
+    assert_eq!(now.last().unwrap()["p.age"], Value::Null);
+    // The first version still reads its rows under its own schema.
+    assert_eq!(rows(g, &past, ages).await.unwrap().len(), 3);
+}
