@@ -888,3 +888,59 @@ async fn drop_type_enum_values_and_nullability_apply_end_to_end() {
     // The first version still reads its rows under its own schema.
     assert_eq!(rows(g, &past, ages).await.unwrap().len(), 3);
 }
+
+/// Dropping a constraint lets data through that it refused; adding it back
+/// is refused while a row (on any branch) breaks it, and applies once none
+/// does: for a range, a pattern check and a unique key.
+#[tokio::test(flavor = "multi_thread")]
+async fn constraints_drop_and_add_back_end_to_end() {
+    let t = loaded_graph().await;
+    let g = &t.g;
+    let del = "query d($n: String) { delete Person where name = $n }";
+    for (what, constraint, bad, clash) in [
+        (
+            "range",
+            "    @range(age, 0..150)\n",
+            r#"{"type":"Person","data":{"name":"Old","age":200}}"#,
+            "Old",
+        ),
+        (
+            "check",
+            "    @check(email, \"^[^@]+@[^@]+$\")\n",
+            r#"{"type":"Person","data":{"name":"Odd","email":"no-at-sign"}}"#,
+            "Odd",
+        ),
+        (
+            "unique",
+            "    email: String? @unique\n",
+            r#"{"type":"Person","data":{"name":"Twin","email":"alice@x.org"}}"#,
+            "Twin",
+        ),
+    ] {
+        let without = match what {
+            "unique" => SCHEMA.replace(constraint, "    email: String?\n"),
+            _ => SCHEMA.replace(constraint, ""),
+        };
+        assert_ne!(without, SCHEMA, "{what}");
+        let e = g
+            .load("main", bad, omnigraph::LoadMode::Append)
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), "InvalidData", "{what}: {e}");
+        g.apply_schema(&without).await.unwrap();
+        g.load("main", bad, omnigraph::LoadMode::Append)
+            .await
+            .unwrap();
+        let e = g.apply_schema(SCHEMA).await.unwrap_err();
+        assert!(e.to_string().contains(clash), "{what}: {e}");
+        g.mutate("main", del, "d", &json!({ "n": clash }))
+            .await
+            .unwrap();
+        g.apply_schema(SCHEMA).await.unwrap();
+        let e = g
+            .load("main", bad, omnigraph::LoadMode::Append)
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), "InvalidData", "{what}: {e}");
+    }
+}
