@@ -944,3 +944,36 @@ async fn constraints_drop_and_add_back_end_to_end() {
         assert_eq!(e.kind(), "InvalidData", "{what}: {e}");
     }
 }
+
+/// An edge's cardinality dropped and added back: a second edge loads
+/// without it; adding it back is refused naming the source that breaks
+/// it, and applies once that source has one edge again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cardinality_drops_and_adds_back_end_to_end() {
+    let t = loaded_graph().await;
+    let g = &t.g;
+    let second = "{\"type\":\"Company\",\"data\":{\"name\":\"Beta\"}}\n{\"edge\":\"WorksAt\",\"from\":\"Alice\",\"to\":\"Beta\"}";
+    let e = g
+        .load("main", second, omnigraph::LoadMode::Append)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), "InvalidData", "{e}");
+    let without = SCHEMA.replace("Person -> Company @card(0..1) {", "Person -> Company {");
+    assert_ne!(without, SCHEMA);
+    g.apply_schema(&without).await.unwrap();
+    g.load("main", second, omnigraph::LoadMode::Append)
+        .await
+        .unwrap();
+    let e = g.apply_schema(SCHEMA).await.unwrap_err();
+    assert!(e.to_string().contains("Alice"), "{e}");
+    let del = "query d($n: String) { delete Company where name = $n }";
+    g.mutate("main", del, "d", &json!({ "n": "Beta" }))
+        .await
+        .unwrap();
+    g.apply_schema(SCHEMA).await.unwrap();
+    let e = g
+        .load("main", second, omnigraph::LoadMode::Append)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), "InvalidData", "{e}");
+}
