@@ -143,6 +143,9 @@ pub struct Manifests {
     store: Store,
     latest: Mutex<Option<Arc<Manifest>>>,
     cache: Mutex<HashMap<u64, Arc<Manifest>>>,
+    /// The retired commits last read: entries are only ever added, so one
+    /// found here stays true; a version not here is read again.
+    retired: Mutex<Arc<BTreeMap<u64, String>>>,
 }
 
 impl Manifests {
@@ -151,6 +154,7 @@ impl Manifests {
             store,
             latest: Mutex::new(None),
             cache: Mutex::new(HashMap::new()),
+            retired: Mutex::new(Arc::default()),
         }
     }
 
@@ -181,9 +185,16 @@ impl Manifests {
         Ok(out)
     }
 
-    /// The commits carried by graph versions a cleanup removed.
-    pub async fn retired(&self) -> Result<BTreeMap<u64, String>> {
-        Ok(self.retired_tagged().await?.0)
+    /// The commit removed graph version `v` carried, if a cleanup removed
+    /// it. A history of many removed versions reads the record once.
+    async fn retired_commit(&self, v: u64) -> Result<Option<String>> {
+        if let Some(c) = self.retired.lock().get(&v) {
+            return Ok(Some(c.clone()));
+        }
+        let map = Arc::new(self.retired_tagged().await?.0);
+        let found = map.get(&v).cloned();
+        *self.retired.lock() = map;
+        Ok(found)
     }
 
     async fn retired_tagged(&self) -> Result<(BTreeMap<u64, String>, Option<String>)> {
@@ -354,10 +365,17 @@ impl Manifests {
                     Some(m) => Some(m),
                     // A hint past the newest version (it is written after
                     // the publish, and may be stale or lost): from the
-                    // oldest version on storage.
+                    // newest manifest the listing shows (markers skipped
+                    // by their size).
                     None => {
-                        let first = self.listing().await?.first().map(|(v, _, _)| *v);
-                        match first {
+                        let marker = REMOVED.len() as u64;
+                        let newest = self
+                            .listing()
+                            .await?
+                            .into_iter()
+                            .rfind(|(_, bytes, _)| *bytes != marker)
+                            .map(|(v, _, _)| v);
+                        match newest {
                             Some(v) => self.probe(v, None).await?,
                             None => None,
                         }
@@ -466,8 +484,8 @@ impl Manifests {
             Some(_) => Ok(None),
             // Removed by a cleanup, which recorded what it carried first.
             None => {
-                let carried = self.retired().await?;
-                rec.expired = carried.get(&rec.manifest_version).map(String::as_str) == Some(id);
+                let carried = self.retired_commit(rec.manifest_version).await?;
+                rec.expired = carried.as_deref() == Some(id);
                 Ok(rec.expired.then_some(rec))
             }
         }

@@ -20,7 +20,7 @@ const MORE: &str = "{\"type\":\"Doc\",\"data\":{\"slug\":\"c\",\"body\":\"apple 
 const SEARCH: &str = "query q($t: String) { match { $d: Doc  search($d.body, $t) } return { $d.slug } order { $d.slug } }";
 
 /// Every index file of the graph at `uri`, on any store.
-async fn index_files(uri: &str) -> BTreeSet<String> {
+pub(crate) async fn index_files(uri: &str) -> BTreeSet<String> {
     let store = omnigraph::storage::objstore::Store::open(
         &omnigraph::storage::requests::StorageSession::default(),
         uri,

@@ -14,6 +14,7 @@ use serde_json::json;
 
 use crate::chaos::{check_graph, spawn_writer, stop_writer};
 use crate::common::{Place, cli, cli_ok, state, store};
+use crate::gc::index_files;
 
 const SCHEMA: &str = "node Person { name: String @key\n age: I64? }\nedge Knows: Person -> Person";
 const ADD: &str = "query add($n: String, $a: I64) { insert Person { name: $n, age: $a } }";
@@ -452,29 +453,19 @@ async fn index_files_only_removed_versions_recorded_go_with_them() {
     let doc = |slug: &str, body: &str| {
         format!("{{\"type\":\"Doc\",\"data\":{{\"slug\":\"{slug}\",\"body\":\"{body}\"}}}}")
     };
-    let indexes = || async {
-        store(&uri)
-            .await
-            .list_all("_indexes")
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|(f, _)| f)
-            .collect::<BTreeSet<String>>()
-    };
     g.load("main", &doc("a", "red apple"), LoadMode::Overwrite)
         .await
         .unwrap();
     g.optimize("main").await.unwrap();
-    let first = indexes().await;
+    let first = index_files(&uri).await;
     g.load("main", &doc("b", "apple pie"), LoadMode::Append)
         .await
         .unwrap();
     g.optimize("main").await.unwrap();
-    let second = indexes().await;
+    let second = index_files(&uri).await;
     assert!(second.is_superset(&first) && second.len() > first.len());
     let r = g.cleanup(now(None)).await.unwrap();
-    let left = indexes().await;
+    let left = index_files(&uri).await;
     assert!(
         left.is_subset(&second) && left.len() < second.len(),
         "{r:?}: {left:?}"
