@@ -204,6 +204,27 @@ pub struct Cardinality {
     pub max: Option<u64>,
 }
 
+impl Cardinality {
+    /// Does a rule hold anything back? `0..*` admits every count.
+    pub fn constrains(&self) -> bool {
+        self.min > 0 || self.max.is_some()
+    }
+
+    /// May a source node have `n` edges of the type?
+    pub fn admits(&self, n: u64) -> bool {
+        n >= self.min && self.max.is_none_or(|m| n <= m)
+    }
+}
+
+impl std::fmt::Display for Cardinality {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.max {
+            Some(m) => write!(f, "@card({}..{m})", self.min),
+            None => write!(f, "@card({}..*)", self.min),
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct EmbedSpec {
     pub source: String,

@@ -67,7 +67,8 @@ impl LoadMode {
 pub struct LoadWork {
     parsed: Parsed,
     mode: LoadMode,
-    /// Each node type's ids in the file, indexed once.
+    /// Each node type's ids in the file, and each edge type's explicit
+    /// ones, indexed once.
     file_ids: FxHashMap<u32, Arc<IdIndex>>,
 }
 
@@ -133,8 +134,8 @@ impl LoadWork {
         let mut file_ids = FxHashMap::default();
         for pt in parsed.types.values() {
             let unique = mode != LoadMode::Merge && pt.explicit_ids > 0;
-            if pt.def.is_edge() && !unique {
-                continue; // generated ids cannot repeat, and nothing looks edges up
+            if pt.def.is_edge() && pt.explicit_ids == 0 {
+                continue; // generated ids cannot repeat nor replace an edge
             }
             let parts: Vec<StringArray> = pt.batches.iter().map(|b| ids(b).clone()).collect();
             let all = IdIndex::concat(&parts)?;
@@ -145,9 +146,7 @@ impl LoadWork {
                 }
                 false => IdIndex::new(all),
             };
-            if !pt.def.is_edge() {
-                file_ids.insert(pt.def.id, Arc::new(index));
-            }
+            file_ids.insert(pt.def.id, Arc::new(index));
         }
         Ok(Self {
             parsed,
@@ -226,6 +225,41 @@ impl LoadWork {
             Some(index) => index.clone(),
             None => Arc::new(IdIndex::new(StringArray::from(Vec::<&str>::new()))),
         }
+    }
+
+    /// Every `@card` edge type whose count the file may change: it brings
+    /// edges of it, or (under a minimum) nodes of its source type.
+    async fn check_cardinality(&self, cx: &PrepareCx) -> Result<()> {
+        let catalog = cx.catalog();
+        for edge in catalog.edges() {
+            let TypeKind::Edge { from, card, .. } = &edge.kind else {
+                continue;
+            };
+            let from = catalog.get(from).expect("an edge's source type");
+            let (edges, nodes) = (
+                self.parsed.types.get(&edge.id),
+                self.parsed.types.get(&from.id),
+            );
+            if !card.constrains() || (edges.is_none() && (card.min == 0 || nodes.is_none())) {
+                continue;
+            }
+            let edge_ids = self.file_ids(edge);
+            staged_rules::cardinality(
+                cx,
+                staged_rules::CardInput {
+                    edge,
+                    card: *card,
+                    edges,
+                    edges_kept: !self.overwrites(edge),
+                    edge_ids: &edge_ids,
+                    from,
+                    nodes,
+                    nodes_kept: !self.overwrites(from),
+                },
+            )
+            .await?;
+        }
+        Ok(())
     }
 
     /// Append is a strict insert: an id already in the graph is a conflict.
@@ -413,6 +447,7 @@ impl PrepareWork for LoadWork {
                     staged_rules::check(cx, pt, !self.overwrites(&pt.def), &file_ids).await?;
                 }
             }
+            self.check_cardinality(cx).await?;
             // External references are checked, sized and (but for an
             // overwrite) copied in before any table is staged: a refused
             // one leaves no staged file behind.

@@ -2,6 +2,7 @@
 //! into Arrow batches, the JSONL loader, and the prepare step of each write.
 
 pub mod arrow_input;
+mod card;
 pub mod columns;
 pub mod compact;
 pub mod ids;

@@ -13,10 +13,11 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 use serde::Serialize;
 
+use super::card::{self, Tally};
 use super::columns::{TableBuilder, TypeRules, unique_key};
 use super::ids;
 use super::load::{MAX_KEYED_BYTES, MAX_KEYED_ROWS};
-use crate::compiler::catalog::{DST, ID, PropType, SRC, TypeDef, TypeKind};
+use crate::compiler::catalog::{Cardinality, DST, ID, PropType, SRC, TypeDef, TypeKind};
 use crate::compiler::query::ast::CmpOp;
 use crate::compiler::query::ir::{MutStmt, MutationPlan, Pred, ValExpr};
 use crate::compiler::value::holds;
@@ -448,7 +449,7 @@ impl MutationWork {
                 }
             }
             // Edge endpoints exist (committed and not deleted, or pending).
-            if let TypeKind::Edge { from, to, card } = &def.kind {
+            if let TypeKind::Edge { from, to, .. } = &def.kind {
                 let rows: Vec<Row> = s.changes[ty].upserts.values().cloned().collect();
                 for (end, node) in [(0, from), (1, to)] {
                     let wanted: BTreeSet<String> = rows
@@ -468,13 +469,23 @@ impl MutationWork {
                         ));
                     }
                 }
-                if card.min > 0 || card.max.is_some() {
-                    self.check_card(s, ty, *card).await?;
-                }
             }
             // @unique over committed + pending.
             for cols in &def.uniques {
                 self.check_unique(s, ty, cols).await?;
+            }
+        }
+        // @card for every edge type whose counts the change set may move:
+        // it writes edges of it, or (under a minimum) nodes of its source.
+        let cx = s.cx;
+        for edge in cx.catalog().edges() {
+            let TypeKind::Edge { from, card, .. } = &edge.kind else {
+                continue;
+            };
+            let new_sources =
+                card.min > 0 && s.changes.get(from).is_some_and(|c| !c.upserts.is_empty());
+            if card.constrains() && (s.changes.contains_key(&edge.name) || new_sources) {
+                self.check_card(s, &edge.name, *card).await?;
             }
         }
         Ok(())
@@ -507,50 +518,47 @@ impl MutationWork {
         Ok(unresolved)
     }
 
-    async fn check_card(
-        &self,
-        s: &mut Staging<'_>,
-        ty: &str,
-        card: crate::compiler::catalog::Cardinality,
-    ) -> Result<()> {
-        let c = &s.changes[ty];
-        let mut sources: BTreeSet<String> = c
-            .upserts
-            .values()
-            .filter_map(|r| r.ends.as_ref().map(|e| e.0.clone()))
-            .collect();
-        let deleted = c.deleted.clone();
-        let committed = s.committed(ty, None).await?;
-        for r in &committed {
-            if deleted.contains(&r.id) {
-                sources.insert(r.ends.as_ref().expect("edge").0.clone());
-            }
-        }
-        let visible = s.visible(ty, None).await?;
-        // A source that is itself being deleted has no edges left to count.
+    /// The `@card` rule (src/write/card.rs) on the change set: the sources
+    /// of the edges it writes, of the committed edges it replaces or
+    /// deletes, and (under a minimum) the source nodes it writes, counted
+    /// on the edges the mutation leaves; a source it deletes needs none.
+    async fn check_card(&self, s: &mut Staging<'_>, ty: &str, card: Cardinality) -> Result<()> {
         let from = s.def(ty).endpoints().expect("edge").0.to_string();
-        let gone = s
-            .changes
-            .get(&from)
-            .map(|c| c.deleted.clone())
-            .unwrap_or_default();
-        for src in sources.iter().filter(|x| !gone.contains(*x)) {
-            let n = visible
-                .iter()
-                .filter(|r| r.ends.as_ref().is_some_and(|e| &e.0 == src))
-                .count() as u64;
-            if n < card.min || card.max.is_some_and(|m| n > m) {
-                let max = card.max.map_or("*".to_string(), |m| m.to_string());
-                return Err(OmniError::invalid(
-                    loc(ty, Some("from"), Some(format!("{src:?}"))),
-                    format!(
-                        "@card({}..{max}) violated: this source would have {n} {ty} edges",
-                        card.min
-                    ),
-                ));
+        let mut tally = Tally::new(card);
+        let mut touched: BTreeSet<String> = BTreeSet::new();
+        if let Some(c) = s.changes.get(ty) {
+            for r in c.upserts.values() {
+                tally.watch(&r.ends.as_ref().expect("edge").0, None);
+            }
+            touched.extend(c.upserts.keys().chain(&c.deleted).cloned());
+        }
+        if !touched.is_empty() {
+            for r in &s.committed(ty, None).await? {
+                if touched.contains(&r.id) {
+                    tally.watch(&r.ends.as_ref().expect("edge").0, None);
+                }
             }
         }
-        Ok(())
+        if let Some(c) = s.changes.get(&from) {
+            if card.min > 0 {
+                for id in c.upserts.keys() {
+                    tally.watch(id, None);
+                }
+            }
+            for id in &c.deleted {
+                tally.forget(id);
+            }
+        }
+        if tally.is_empty() {
+            return Ok(());
+        }
+        for r in s.visible(ty, None).await? {
+            tally.edge(&r.ends.as_ref().expect("edge").0, None);
+        }
+        match tally.broken().into_iter().next() {
+            Some((src, n, _)) => Err(card::violation(ty, card, &src, n, None)),
+            None => Ok(()),
+        }
     }
 
     /// `@unique` over committed + pending. The committed rows already hold

@@ -6,9 +6,10 @@
 
 use arrow_array::RecordBatch;
 
+use super::card::{self, Tally};
 use super::columns;
 use super::jsonl::ParsedType;
-use crate::compiler::catalog::{Cardinality, ID, SRC, TypeDef, TypeKind};
+use crate::compiler::catalog::{Cardinality, ID, SRC, TypeDef};
 use crate::compiler::value;
 use crate::error::{Location, OmniError, Result};
 use crate::storage::substrate::PrepareCx;
@@ -40,15 +41,14 @@ fn unique_key(b: &RecordBatch, cols: &[String], i: usize) -> Result<Option<Strin
     Ok(columns::unique_key(&vals))
 }
 
-/// Does the type have a rule checked here?
+/// Does the type have a `@unique` rule?
 pub fn applies(def: &TypeDef) -> bool {
     !def.uniques.is_empty()
-        || matches!(&def.kind, TypeKind::Edge { card, .. } if card.min > 0 || card.max.is_some())
 }
 
-/// Check `pt`'s `@unique` and `@card` rules. `keeps_committed`: the load
-/// leaves the type's committed rows in place (append, merge); `file_ids`:
-/// the ids the file gives the type (a committed row with one is replaced).
+/// Check `pt`'s `@unique` rules. `keeps_committed`: the load leaves the
+/// type's committed rows in place (append, merge); `file_ids`: the ids the
+/// file gives the type (a committed row with one is replaced).
 pub async fn check(
     cx: &PrepareCx,
     pt: &ParsedType,
@@ -57,11 +57,6 @@ pub async fn check(
 ) -> Result<()> {
     for cols in &pt.def.uniques {
         unique(cx, pt, cols, keeps_committed, file_ids).await?;
-    }
-    if let TypeKind::Edge { card, .. } = &pt.def.kind
-        && (card.min > 0 || card.max.is_some())
-    {
-        cardinality(cx, pt, *card, keeps_committed, file_ids).await?;
     }
     Ok(())
 }
@@ -122,54 +117,89 @@ async fn unique(
     Ok(())
 }
 
-async fn cardinality(
-    cx: &PrepareCx,
-    pt: &ParsedType,
-    card: Cardinality,
-    keeps_committed: bool,
-    file_ids: &IdIndex,
-) -> Result<()> {
-    // Source -> (edges, the line of its last edge in the file).
-    let mut per_source: FxHashMap<String, (u64, usize)> = FxHashMap::default();
-    for (bi, b) in pt.batches.iter().enumerate() {
-        let src = stage::string_column(b, SRC)?;
-        for i in 0..b.num_rows() {
-            let e = per_source.entry(src.value(i).to_string()).or_insert((0, 0));
-            e.0 += 1;
-            e.1 = pt.lines[bi][i] as usize;
+/// What a load brings of one `@card` edge type and its source node type.
+pub struct CardInput<'a> {
+    pub edge: &'a TypeDef,
+    pub card: Cardinality,
+    /// The file's edges of the type, and whether the graph's stay beside
+    /// them (not an overwrite); `edge_ids`: the file's explicit edge ids (a
+    /// committed edge with one is replaced).
+    pub edges: Option<&'a ParsedType>,
+    pub edges_kept: bool,
+    pub edge_ids: &'a IdIndex,
+    /// The source node type, the file's nodes of it, and whether the
+    /// graph's stay beside them.
+    pub from: &'a TypeDef,
+    pub nodes: Option<&'a ParsedType>,
+    pub nodes_kept: bool,
+}
+
+/// The `@card` rule (src/write/card.rs) on what the load leaves: the
+/// sources of the file's edges, of the committed edges it replaces, the
+/// source nodes it brings (under a minimum), and, when it overwrites the
+/// edges but keeps the nodes, every committed source node.
+pub async fn cardinality(cx: &PrepareCx, c: CardInput<'_>) -> Result<()> {
+    let mut tally = Tally::new(c.card);
+    if let Some(pt) = c.edges {
+        for (bi, b) in pt.batches.iter().enumerate() {
+            let src = stage::string_column(b, SRC)?;
+            for i in 0..b.num_rows() {
+                tally.watch(src.value(i), Some(pt.lines[bi][i] as usize));
+            }
         }
     }
-    if keeps_committed && !per_source.is_empty() {
-        let ds = cx.read(&pt.def).await?;
-        for b in scan::scan(&ds, &[ID, SRC], None).await? {
-            let (ids, src) = (
-                stage::string_column(&b, ID)?,
-                stage::string_column(&b, SRC)?,
-            );
-            for i in 0..b.num_rows() {
-                if file_ids.get(ids.value(i)).is_some() {
-                    continue;
+    if c.card.min > 0 {
+        if let Some(pt) = c.nodes {
+            for (bi, b) in pt.batches.iter().enumerate() {
+                let ids = stage::string_column(b, ID)?;
+                for i in 0..b.num_rows() {
+                    tally.watch(ids.value(i), Some(pt.lines[bi][i] as usize));
                 }
-                if let Some(e) = per_source.get_mut(src.value(i)) {
-                    e.0 += 1;
+            }
+        }
+        if !c.edges_kept && c.nodes_kept {
+            let ds = cx.read(c.from).await?;
+            for b in scan::scan(&ds, &[ID], None).await? {
+                let ids = stage::string_column(&b, ID)?;
+                for i in 0..b.num_rows() {
+                    tally.watch(ids.value(i), None);
                 }
             }
         }
     }
-    let mut broken: Vec<(&String, &(u64, usize))> = per_source
-        .iter()
-        .filter(|(_, (n, _))| *n < card.min || card.max.is_some_and(|m| *n > m))
-        .collect();
-    broken.sort_by_key(|(_, (_, line))| *line);
-    if let Some((src, (n, line))) = broken.first() {
-        let max = card.max.map_or("*".to_string(), |m| m.to_string());
-        return Err(OmniError::invalid(
-            at(*line, pt, "from", format!("{src:?}")),
-            format!(
-                "@card({}..{max}) violated: this source would have {n} {} edges",
-                card.min, pt.def.name
-            ),
-        ));
+    if c.edges_kept && !(tally.is_empty() && c.edge_ids.is_empty()) {
+        let ds = cx.read(c.edge).await?;
+        let batches = scan::scan(&ds, &[ID, SRC], None).await?;
+        // A replaced edge's source loses it: watched before any is counted.
+        for b in &batches {
+            let (ids, src) = (stage::string_column(b, ID)?, stage::string_column(b, SRC)?);
+            for i in 0..b.num_rows() {
+                if c.edge_ids.get(ids.value(i)).is_some() {
+                    tally.watch(src.value(i), None);
+                }
+            }
+        }
+        for b in &batches {
+            let (ids, src) = (stage::string_column(b, ID)?, stage::string_column(b, SRC)?);
+            for i in 0..b.num_rows() {
+                if c.edge_ids.get(ids.value(i)).is_none() {
+                    tally.edge(src.value(i), None);
+                }
+            }
+        }
     }
-    Ok(())
+    // The file's edges last, in file order: the one past the maximum is
+    // the line that breaks it.
+    if let Some(pt) = c.edges {
+        for (bi, b) in pt.batches.iter().enumerate() {
+            let src = stage::string_column(b, SRC)?;
+            for i in 0..b.num_rows() {
+                tally.edge(src.value(i), Some(pt.lines[bi][i] as usize));
+            }
+        }
+    }
+    match tally.broken().into_iter().next() {
+        Some((src, n, line)) => Err(card::violation(&c.edge.name, c.card, &src, n, line)),
+        None => Ok(()),
+    }
 }

@@ -15,6 +15,7 @@ mod adjacency;
 mod bad_input;
 mod blobs;
 mod branches;
+mod cardinality;
 mod chaos;
 mod concurrency;
 mod differential;

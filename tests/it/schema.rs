@@ -330,6 +330,29 @@ async fn refused_changes_say_why_and_write_nothing() {
             "SchemaError",
             "cannot change its endpoints",
         ),
+        // A node's @key is its identity (ids are derived from it): adding,
+        // dropping or moving one is refused, not applied.
+        (
+            SCHEMA.replace(
+                "node Company { name: String @key }",
+                "node Company { name: String }",
+            ),
+            "SchemaError",
+            "the @key of Company cannot change",
+        ),
+        (
+            SCHEMA.replace(
+                "    title: String\n    published",
+                "    title: String @key\n    published",
+            ),
+            "SchemaError",
+            "the @key of Doc cannot change",
+        ),
+        (
+            SCHEMA.replace("@key(org, num)", "@key(org)"),
+            "SchemaError",
+            "the @key of Emp cannot change (from (org, num) to (org))",
+        ),
     ];
     // Two more that need data to break them: a duplicate for @unique, a
     // source with two edges for @card.

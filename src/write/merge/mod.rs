@@ -17,13 +17,14 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 use arrow_array::{Array, RecordBatch};
 use serde::Serialize;
 
-use crate::compiler::catalog::{DST, ID, PropType, SRC, TypeDef, TypeKind};
+use crate::compiler::catalog::{Cardinality, DST, ID, PropType, SRC, TypeDef, TypeKind};
 use crate::compiler::value::{self, Value};
 use crate::error::{OmniError, Result};
 use crate::storage::manifest::{Manifests, TableRef};
 use crate::storage::substrate::{BoxFut, PrepareCx, PrepareWork, Prepared};
 use crate::storage::tables::Table;
 use crate::storage::{Snapshot, Target, scan, stage};
+use crate::write::card::Tally;
 use crate::write::columns;
 use changes::{Loc, Side, side};
 use delta::Rows;
@@ -262,7 +263,14 @@ impl MergeWork {
         }
         let gone = orphans(&both, &sides, &merges, one_sided, &mut conflicts);
         for (i, def) in both.iter().enumerate() {
-            constraints(cx, def, &sides[i], &merges[i], &gone, &mut conflicts).await?;
+            // The source nodes the merge writes, for an edge type's minimum.
+            let from = def.endpoints().map(|(f, _)| f);
+            let new_sources = both
+                .iter()
+                .position(|d| Some(d.name.as_str()) == from)
+                .map_or(&[][..], |j| &merges[j].put_ids[..]);
+            let m = &merges[i];
+            constraints(cx, def, &sides[i], m, &gone, new_sources, &mut conflicts).await?;
         }
         if !conflicts.is_empty() {
             return Err(OmniError::MergeConflicts(conflicts));
@@ -559,9 +567,10 @@ async fn constraints(
     sides: &(Side, Side),
     m: &TableMerge,
     gone: &HashSet<String>,
+    new_sources: &[String],
     conflicts: &mut Vec<MergeConflict>,
 ) -> Result<()> {
-    if m.puts.is_empty() && m.deleted.is_empty() {
+    if m.puts.is_empty() && m.deleted.is_empty() && new_sources.is_empty() {
         return Ok(());
     }
     let (s, t) = sides;
@@ -619,12 +628,13 @@ async fn constraints(
         }
     }
     if let TypeKind::Edge { card, .. } = &def.kind
-        && (card.min > 0 || card.max.is_some())
+        && card.constrains()
     {
         let image = Image {
             target: &target,
             replaced: &replaced,
             gone,
+            new_sources,
         };
         cardinality(&image, def, *card, sides, m, conflicts).await?;
     }
@@ -646,12 +656,19 @@ struct Image<'a> {
     target: &'a Table,
     replaced: &'a HashSet<&'a str>,
     gone: &'a HashSet<String>,
+    /// The ids of the source node type the merge writes.
+    new_sources: &'a [String],
 }
 
+/// The `@card` rule (src/write/card.rs) on the merged image: the sources
+/// of the edges the merge writes, of the target's edges it replaces or
+/// deletes, and (under a minimum) the source nodes it writes. A table only
+/// one side changed needs no count: that side held the rule, and the
+/// merge takes its table whole.
 async fn cardinality(
     image: &Image<'_>,
     def: &TypeDef,
-    card: crate::compiler::catalog::Cardinality,
+    card: Cardinality,
     (s, t): &(Side, Side),
     m: &TableMerge,
     conflicts: &mut Vec<MergeConflict>,
@@ -660,48 +677,55 @@ async fn cardinality(
         target,
         replaced,
         gone,
+        new_sources,
     } = image;
-    // The sources whose edges the merge changes, with their merged counts.
-    let mut per_source: BTreeMap<String, u64> = BTreeMap::new();
+    let mut tally = Tally::new(card);
     for row in &m.puts {
-        let at = row[1];
-        let src = cell_str(s, t, at, SRC);
-        *per_source.entry(src.to_string()).or_default() += 1;
+        tally.watch(cell_str(s, t, row[1], SRC), None);
     }
     for id in &m.deleted {
         if let Some((loc, _)) = s.left.get(id)
             && let Some(src) = string_at(s, *loc, SRC)
         {
-            per_source.entry(src.to_string()).or_default();
+            tally.watch(src, None);
         }
     }
-    for b in scan::scan(target, &[ID, SRC], None).await? {
-        let (ids, src) = (
-            stage::string_column(&b, ID)?,
-            stage::string_column(&b, SRC)?,
-        );
+    if card.min > 0 {
+        for id in *new_sources {
+            tally.watch(id, None);
+        }
+    }
+    for id in gone.iter() {
+        tally.forget(id);
+    }
+    let batches = scan::scan(target, &[ID, SRC], None).await?;
+    // A replaced edge's source loses it (an update may move its `from`).
+    for b in &batches {
+        let (ids, src) = (stage::string_column(b, ID)?, stage::string_column(b, SRC)?);
         for i in 0..b.num_rows() {
-            if replaced.contains(ids.value(i)) {
-                continue;
-            }
-            if let Some(n) = per_source.get_mut(src.value(i)) {
-                *n += 1;
+            if replaced.contains(ids.value(i)) && !gone.contains(src.value(i)) {
+                tally.watch(src.value(i), None);
             }
         }
     }
-    for (src, n) in per_source {
-        // A source node that is gone needs no edges.
-        if gone.contains(&src) {
-            continue;
+    for b in &batches {
+        let (ids, src) = (stage::string_column(b, ID)?, stage::string_column(b, SRC)?);
+        for i in 0..b.num_rows() {
+            if !replaced.contains(ids.value(i)) {
+                tally.edge(src.value(i), None);
+            }
         }
-        if n < card.min || card.max.is_some_and(|max| n > max) {
-            conflicts.push(MergeConflict {
-                kind: ConflictKind::CardinalityViolation,
-                type_name: def.name.clone(),
-                id: src,
-                property: None,
-            });
-        }
+    }
+    for row in &m.puts {
+        tally.edge(cell_str(s, t, row[1], SRC), None);
+    }
+    for (src, _, _) in tally.broken() {
+        conflicts.push(MergeConflict {
+            kind: ConflictKind::CardinalityViolation,
+            type_name: def.name.clone(),
+            id: src,
+            property: None,
+        });
     }
     Ok(())
 }
