@@ -198,7 +198,8 @@ class _Methods:
         version: int | None = None,
     ) -> Any:
         """What a Blob cell holds: `{"kind": "managed", "length", "etag"}` or
-        `{"kind": "external", "uri", "offset", "length"}`."""
+        `{"kind": "external", "uri", "offset", "length", "etag"}` (the
+        object's ETag when the reference was written)."""
         return self._run(self._g.blob_stat(type, id, prop, branch, snapshot, version, self._async))
 
     def read_blob(

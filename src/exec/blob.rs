@@ -44,6 +44,10 @@ pub enum Blob {
     },
     External {
         uri: String,
+        /// The object's ETag (or version) when the reference was written:
+        /// the object a reader fetches is the one referenced while its
+        /// ETag still is this one.
+        etag: Option<String>,
         offset: u64,
         length: u64,
     },
@@ -58,10 +62,15 @@ impl Blob {
             }
             Blob::External {
                 uri,
+                etag,
                 offset,
                 length,
             } => {
-                serde_json::json!({ "kind": "external", "uri": uri, "offset": offset, "length": length })
+                let mut v = serde_json::json!({ "kind": "external", "uri": uri, "offset": offset, "length": length });
+                if let Some(e) = etag {
+                    v["etag"] = serde_json::json!(e);
+                }
+                v
             }
         }
     }
@@ -124,10 +133,12 @@ pub async fn read(graph: &GraphStorage, target: &Target, cell: &BlobCell) -> Res
         None => Err(OmniError::NotFound(format!("{cell} is null"))),
         Some(Stored::External {
             uri,
+            etag,
             offset,
             length,
         }) => Ok(Blob::External {
             uri,
+            etag,
             offset,
             length,
         }),

@@ -46,9 +46,59 @@ pub enum Stored {
     /// A reference to an object outside the graph.
     External {
         uri: String,
+        /// The object's ETag (or version) the write's HEAD saw, if the
+        /// store gave one.
+        etag: Option<String>,
         offset: u64,
         length: u64,
     },
+}
+
+/// The fragment that carries a reference's recorded ETag.
+const ETAG_FRAGMENT: &str = "#etag=";
+
+/// An external reference as the descriptor stores it: the checked URI and,
+/// after `#etag=`, the ETag (or version) the write's HEAD saw, its bytes
+/// outside `[A-Za-z0-9-._~]` percent-encoded. A checked URI never holds a
+/// `#` (it encodes one), and a fragment is no part of an object's name, so
+/// the stored reference names exactly the object the policy checked.
+pub fn reference(uri: &str, etag: Option<&str>) -> String {
+    let Some(tag) = etag else {
+        return uri.to_string();
+    };
+    let mut out = format!("{uri}{ETAG_FRAGMENT}");
+    for b in tag.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// A stored reference's URI and recorded ETag (see [`reference`]).
+pub fn split_reference(stored: &str) -> Result<(&str, Option<String>)> {
+    let Some((uri, tag)) = stored.split_once(ETAG_FRAGMENT) else {
+        return Ok((stored, None));
+    };
+    let bad = || {
+        integrity(format!(
+            "the external blob reference {stored:?} has a damaged ETag"
+        ))
+    };
+    let mut out = Vec::with_capacity(tag.len());
+    let mut bytes = tag.bytes();
+    while let Some(b) = bytes.next() {
+        if b != b'%' {
+            out.push(b);
+            continue;
+        }
+        let hex = [bytes.next().ok_or_else(bad)?, bytes.next().ok_or_else(bad)?];
+        let hex = std::str::from_utf8(&hex).map_err(|_| bad())?;
+        out.push(u8::from_str_radix(hex, 16).map_err(|_| bad())?);
+    }
+    Ok((uri, Some(String::from_utf8(out).map_err(|_| bad())?)))
 }
 
 /// One stored descriptor's fields, as the scan returned them.
@@ -97,7 +147,7 @@ pub fn decode(d: &RawDescriptor) -> Result<Option<Stored>> {
                     d.blob_id.unwrap_or(0)
                 )));
             }
-            let uri = d.uri.unwrap_or("");
+            let (uri, etag) = split_reference(d.uri.unwrap_or(""))?;
             let Some((scheme, rest)) = uri.split_once("://") else {
                 return Err(integrity(format!(
                     "the external blob URI {uri:?} is not absolute"
@@ -119,6 +169,7 @@ pub fn decode(d: &RawDescriptor) -> Result<Option<Stored>> {
             }
             Ok(Some(Stored::External {
                 uri: uri.to_string(),
+                etag,
                 offset: position,
                 length: size,
             }))
@@ -657,10 +708,36 @@ mod tests {
             decode(&ext).unwrap(),
             Some(Stored::External {
                 uri: "s3://bucket/a/b.bin".into(),
+                etag: None,
                 offset: 4,
                 length: 6
             })
         );
+        let tagged = reference("s3://bucket/a/b.bin", Some("\"9f#a b%\""));
+        assert_eq!(tagged, "s3://bucket/a/b.bin#etag=%229f%23a%20b%25%22");
+        assert_eq!(
+            decode(&RawDescriptor {
+                uri: Some(&tagged),
+                ..ext.clone()
+            })
+            .unwrap(),
+            Some(Stored::External {
+                uri: "s3://bucket/a/b.bin".into(),
+                etag: Some("\"9f#a b%\"".into()),
+                offset: 4,
+                length: 6
+            })
+        );
+        for damaged in ["s3://b/x#etag=%2", "s3://b/x#etag=%zz", "s3://b/x#etag=%ff"] {
+            let d = RawDescriptor {
+                uri: Some(damaged),
+                ..ext.clone()
+            };
+            assert!(
+                matches!(decode(&d), Err(OmniError::BlobIntegrity { reason }) if reason.contains("damaged ETag")),
+                "{damaged}"
+            );
+        }
         let bad = [
             RawDescriptor {
                 position: None,

@@ -3,8 +3,9 @@
 //! concurrent changes never lose one), and turning the URIs a write carries
 //! into what it stores. Every URI is checked against the policy and sized
 //! (one HEAD) before any payload is read: an overwrite keeps it as a
-//! reference with its recorded length, every other write copies the bytes
-//! in, within the per-table byte limit.
+//! reference with its recorded length and ETag, every other write copies
+//! the bytes in (those of the object the HEAD saw), within the per-table
+//! byte limit.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -91,6 +92,11 @@ struct UriCell {
     /// The URI as checked (its one spelling): what the cell stores.
     checked: String,
     size: u64,
+    /// The object's ETag (or version) at the HEAD: recorded with a
+    /// reference, and what a copy's read must find.
+    etag: Option<String>,
+    /// Where the input names it, for an error.
+    at: Location,
     /// A store on the object's folder and the object's name there (opened
     /// once, for the HEAD and, when copied, the read).
     object: (Store, String),
@@ -158,7 +164,7 @@ pub async fn resolve(
                     .check(&raw)
                     .map_err(|why| OmniError::invalid(at(), why))?;
                 let (dir, name) = object(session, &uri).await?;
-                let size = dir.size(&name).await?.ok_or_else(|| {
+                let (size, etag) = dir.head(&name).await?.ok_or_else(|| {
                     OmniError::invalid(at(), "the external object does not exist")
                 })?;
                 cells.push(UriCell {
@@ -167,6 +173,8 @@ pub async fn resolve(
                     column,
                     checked: uri.to_string(),
                     size,
+                    etag,
+                    at: at(),
                     object: (dir, name),
                 });
             }
@@ -263,7 +271,7 @@ async fn rebuild(
             // An empty object holds nothing to refer to: stored as empty.
             Some(c) if mode == External::Reference && c.size > 0 => {
                 d.append_null();
-                u.append_value(&c.checked);
+                u.append_value(super::blob::reference(&c.checked, c.etag.as_deref()));
                 pos.append_value(0);
                 size.append_value(c.size);
             }
@@ -272,9 +280,26 @@ async fn rebuild(
                     bytes::Bytes::new()
                 } else {
                     let (dir, name) = &c.object;
-                    dir.read(name).await?.ok_or_else(|| {
+                    let (bytes, tag) = dir.read_tagged(name).await?.ok_or_else(|| {
                         OmniError::NotFound(format!("the external object {} vanished", c.checked))
-                    })?
+                    })?;
+                    // The bytes copied are those of the object the HEAD sized.
+                    // A store that gives no ETag on a read (its HEAD gave a
+                    // version instead) is checked by length alone.
+                    let moved = c
+                        .etag
+                        .as_ref()
+                        .is_some_and(|e| !tag.is_empty() && *e != tag);
+                    if moved || bytes.len() as u64 != c.size {
+                        return Err(OmniError::invalid(
+                            c.at.clone(),
+                            format!(
+                                "the external object changed between its check and its copy (ETag {} at the check, {tag} read); nothing was written",
+                                c.etag.as_deref().unwrap_or("none")
+                            ),
+                        ));
+                    }
+                    bytes
                 };
                 d.append_value(&bytes);
                 u.append_null();

@@ -79,10 +79,11 @@ impl Store {
         Ok(self.read_tagged(rel).await?.map(|(bytes, _)| bytes))
     }
 
-    /// An object's size in bytes (one HEAD); `None` when it does not exist.
-    pub async fn size(&self, rel: &str) -> Result<Option<u64>> {
+    /// An object's size in bytes and its ETag (or, from a store that gives
+    /// none, its version), by one HEAD; `None` when it does not exist.
+    pub async fn head(&self, rel: &str) -> Result<Option<(u64, Option<String>)>> {
         match self.os.inner.head(&self.path(rel)).await {
-            Ok(meta) => Ok(Some(meta.size)),
+            Ok(meta) => Ok(Some((meta.size, meta.e_tag.or(meta.version)))),
             Err(e) if not_found(&e) => Ok(None),
             Err(e) => Err(OmniError::storage(e)),
         }

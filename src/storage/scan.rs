@@ -201,7 +201,8 @@ pub async fn column(table: &Table, column: &str) -> Result<ArrayRef> {
 }
 
 /// The bytes of a Blob property for the rows of a batch scanned with row
-/// ids, an external reference as its URI (its object is not read).
+/// ids, an external reference as its URI without the recorded ETag (its
+/// object is not read).
 pub async fn blobs(Table(ds): &Table, batch: &RecordBatch, prop: &str) -> Result<Vec<BlobInput>> {
     let row_ids: Vec<u64> = batch
         .column_by_name(ROW_ID)
@@ -214,7 +215,7 @@ pub async fn blobs(Table(ds): &Table, batch: &RecordBatch, prop: &str) -> Result
         out.push(match f {
             None => BlobInput::Null,
             Some(f) => match f.uri() {
-                Some(uri) => BlobInput::Uri(uri.to_string()),
+                Some(uri) => BlobInput::Uri(super::blob::split_reference(uri)?.0.to_string()),
                 None => BlobInput::Bytes(f.read().await?.to_vec()),
             },
         });

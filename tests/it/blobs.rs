@@ -90,7 +90,16 @@ pub async fn external_of(g: &Omnigraph, at: &Target, c: &BlobCell) -> (String, u
             uri,
             offset,
             length,
+            ..
         } => (uri, offset, length),
+        other => panic!("{c}: not external: {other:?}"),
+    }
+}
+
+/// The ETag a reference recorded when it was written.
+pub async fn recorded_etag(g: &Omnigraph, at: &Target, c: &BlobCell) -> Option<String> {
+    match g.read_blob_at(at, c).await.unwrap() {
+        Blob::External { etag, .. } => etag,
         other => panic!("{c}: not external: {other:?}"),
     }
 }
@@ -670,6 +679,61 @@ async fn an_external_reference_is_stored_as_the_uri_that_was_checked() {
     assert_eq!(policy.segments.last().map(String::as_str), Some("c d.bin"));
 }
 
+/// A reference records the object's ETag as its HEAD saw it: a later
+/// change of the object leaves the recorded one, so a reader tells the
+/// object it fetches is no longer the one referenced; export writes the
+/// URI alone, and loading it back records the object as it is then.
+#[tokio::test]
+async fn an_external_reference_records_the_objects_etag() {
+    let e = Ext::new().await;
+    let g = &e.t.g;
+    g.allow_external_blobs(&format!("file://{}/in", e.dir.display()))
+        .await
+        .unwrap();
+    let (main, a1) = (Target::main(), cell("Asset", "a1", "data"));
+    g.load(
+        "main",
+        &e.line("a1", &e.uri("in/a.bin")),
+        LoadMode::Overwrite,
+    )
+    .await
+    .unwrap();
+    let first = recorded_etag(g, &main, &a1)
+        .await
+        .expect("an ETag recorded");
+    std::fs::write(e.dir.join("in/a.bin"), b"other, longer bytes").unwrap();
+    assert_eq!(
+        recorded_etag(g, &main, &a1).await.as_deref(),
+        Some(first.as_str())
+    );
+    assert_eq!(
+        external_of(g, &main, &a1).await,
+        (e.uri("in/a.bin"), 0, 14),
+        "the reference keeps the length its HEAD saw"
+    );
+    let mut dump = Vec::new();
+    g.export(&main, &mut dump).await.unwrap();
+    let dump = String::from_utf8(dump).unwrap();
+    assert!(
+        dump.contains(&format!("\"data\":\"{}\"", e.uri("in/a.bin"))),
+        "{dump}"
+    );
+    assert!(!dump.contains("#etag"), "{dump}");
+    g.load("main", &dump, LoadMode::Overwrite).await.unwrap();
+    let now = recorded_etag(g, &main, &a1)
+        .await
+        .expect("an ETag recorded");
+    assert_ne!(now, first, "the object changed, so its ETag did");
+    assert_eq!(external_of(g, &main, &a1).await, (e.uri("in/a.bin"), 0, 19));
+    // The earlier version still reads the reference as it was written.
+    let v = g.snapshot(&main).await.unwrap().manifest_version - 1;
+    let then = Target::Version {
+        version: v,
+        branch: "main".into(),
+    };
+    assert_eq!(recorded_etag(g, &then, &a1).await, Some(first));
+}
+
 #[tokio::test]
 async fn external_references_obey_the_policy_and_are_kept_or_copied_by_mode() {
     let e = Ext::new().await;
@@ -858,8 +922,9 @@ async fn the_cli_changes_and_shows_the_policy_and_stats_external_cells() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
         v,
-        serde_json::json!({"kind": "external", "uri": e.uri("in/a.bin"), "offset": 0, "length": 14})
+        serde_json::json!({"kind": "external", "uri": e.uri("in/a.bin"), "offset": 0, "length": 14, "etag": v["etag"]})
     );
+    assert!(v["etag"].as_str().is_some_and(|t| !t.is_empty()), "{v}");
     let out = run(&["blob", "get", "Asset", "a1", "data", "--store", &uri]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("external reference"));
