@@ -25,7 +25,7 @@ use crate::exec::run::{self, QueryResult};
 use crate::storage::external;
 use crate::storage::index_files::{self, GcReport};
 use crate::storage::manifest::{CommitRecord, MAIN, validate_branch_name};
-use crate::storage::requests::{Counters, Requests, StorageSession, counted_session};
+use crate::storage::requests::{Counters, Latency, Requests, StorageSession, counted_session_with};
 use crate::storage::retention::{self, CleanupReport, RetentionPolicy};
 use crate::storage::substrate::{LanceSubstrate, Pinned, PrepareWork};
 use crate::storage::{GraphStorage, Snapshot, Target};
@@ -71,6 +71,10 @@ pub struct Options {
     /// How a text query of `nearest` is embedded (default: from the
     /// `OMNIGRAPH_EMBED_*` variables).
     pub embed: EmbedConfig,
+    /// A delay added to every request this handle's own session sends to
+    /// an object store, to measure round trips (default none;
+    /// `OMNIGRAPH_S3_DELAY_MS` and `OMNIGRAPH_S3_MAX_CONCURRENT` set it).
+    pub latency: Latency,
     /// Halt this handle's storage at a crash point from the start, so that
     /// recovery at open can be interrupted too (tests only).
     #[cfg(feature = "fault-injection")]
@@ -89,6 +93,7 @@ impl Default for Options {
             gate_wait: std::time::Duration::from_millis(gate_wait_ms),
             lease: crate::storage::locks::lease_time(),
             embed: EmbedConfig::from_env(),
+            latency: Latency::from_env(),
             #[cfg(feature = "fault-injection")]
             crash_at: None,
         }
@@ -129,7 +134,7 @@ impl Drop for Inner {
 fn session_of(opts: &Options) -> (StorageSession, Arc<Counters>) {
     match &opts.session {
         Some(s) => (s.clone(), Arc::new(Counters::default())),
-        None => counted_session(),
+        None => counted_session_with(opts.latency),
     }
 }
 

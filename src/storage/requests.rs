@@ -4,10 +4,18 @@
 //! passes through the counter, Lance's dataset I/O included. The same
 //! provider keeps listings off the write path (see `new_store`). Each
 //! request is traced (`OMNIGRAPH_LOG=omnigraph::storage::requests=trace`).
+//!
+//! On a remote store what an operation costs is the number of requests it
+//! waits for one after another, not their count: the counter also keeps
+//! the longest chain of requests each sent after the one before it
+//! answered (`Requests::serial`), and can add a delay to every request
+//! (`Latency`, for measuring) so that requests sent together overlap and
+//! requests sent one after another do not.
 
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
@@ -35,9 +43,15 @@ pub struct Requests {
     pub list: u64,
     pub delete: u64,
     pub copy: u64,
+    /// Serial hops: the longest chain of these requests in which each was
+    /// sent after the one before it had answered. Under a delay that
+    /// dwarfs the work between requests, the operation's wall time is
+    /// about this many delays.
+    pub serial: u64,
 }
 
 impl Requests {
+    /// Every request (serial hops are not requests).
     pub fn total(&self) -> u64 {
         self.get + self.head + self.put + self.conditional_put + self.list + self.delete + self.copy
     }
@@ -51,6 +65,7 @@ impl Requests {
             list: self.list - before.list,
             delete: self.delete - before.delete,
             copy: self.copy - before.copy,
+            serial: self.serial - before.serial,
         }
     }
 }
@@ -59,8 +74,9 @@ impl fmt::Display for Requests {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} requests: {} GET, {} HEAD, {} PUT, {} conditional PUT, {} LIST, {} DELETE, {} COPY",
+            "{} requests ({} serial): {} GET, {} HEAD, {} PUT, {} conditional PUT, {} LIST, {} DELETE, {} COPY",
             self.total(),
+            self.serial,
             self.get,
             self.head,
             self.put,
@@ -82,13 +98,86 @@ pub struct Counters {
     list: AtomicU64,
     delete: AtomicU64,
     copy: AtomicU64,
+    /// The deepest chain position of an answered request.
+    answered: AtomicU64,
+    latency: Latency,
+    /// At most `latency.max_concurrent` requests under way, when set.
+    slots: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
 
+/// A delay added to every request of a session's remote stores, and a cap
+/// on how many may be under way at once: a local store made to answer as a
+/// distant one does, to measure an operation's serial hops.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Latency {
+    pub delay: Duration,
+    /// 0: no cap.
+    pub max_concurrent: usize,
+}
+
+impl Latency {
+    /// From `OMNIGRAPH_S3_DELAY_MS` and `OMNIGRAPH_S3_MAX_CONCURRENT`
+    /// (unset: none), so that a CLI process can be measured too.
+    pub fn from_env() -> Self {
+        let var = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());
+        Self {
+            delay: Duration::from_millis(var("OMNIGRAPH_S3_DELAY_MS").unwrap_or(0)),
+            max_concurrent: var("OMNIGRAPH_S3_MAX_CONCURRENT").unwrap_or(0) as usize,
+        }
+    }
+}
+
+/// One request's place in the chain: one deeper than the deepest request
+/// answered before it was sent.
+struct Hop {
+    c: Arc<Counters>,
+    depth: u64,
+    _slot: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl Hop {
+    async fn start(c: Arc<Counters>) -> Hop {
+        let slot = match &c.slots {
+            Some(s) => Some(
+                s.clone()
+                    .acquire_owned()
+                    .await
+                    .expect("the slots are never closed"),
+            ),
+            None => None,
+        };
+        let depth = c.answered.load(Ordering::Acquire) + 1;
+        if !c.latency.delay.is_zero() {
+            tokio::time::sleep(c.latency.delay).await;
+        }
+        Hop {
+            c,
+            depth,
+            _slot: slot,
+        }
+    }
+}
+
+impl Drop for Hop {
+    fn drop(&mut self) {
+        self.c.answered.fetch_max(self.depth, Ordering::AcqRel);
+    }
+}
+
 impl Counters {
+    fn new(latency: Latency) -> Self {
+        Self {
+            latency,
+            slots: (latency.max_concurrent > 0)
+                .then(|| Arc::new(tokio::sync::Semaphore::new(latency.max_concurrent))),
+            ..Self::default()
+        }
+    }
+
     /// The requests counted so far.
     pub fn read(&self) -> Requests {
         Requests {
@@ -99,6 +188,7 @@ impl Counters {
             list: self.list.load(Ordering::Relaxed),
             delete: self.delete.load(Ordering::Relaxed),
             copy: self.copy.load(Ordering::Relaxed),
+            serial: self.answered.load(Ordering::Acquire),
         }
     }
 }
@@ -113,7 +203,13 @@ pub struct StorageSession(pub(super) Arc<Session>);
 
 /// A session whose remote stores count their requests.
 pub fn counted_session() -> (StorageSession, Arc<Counters>) {
-    let counters = Arc::new(Counters::default());
+    counted_session_with(Latency::default())
+}
+
+/// A session whose remote stores count their requests and answer each
+/// after `latency`.
+pub fn counted_session_with(latency: Latency) -> (StorageSession, Arc<Counters>) {
+    let counters = Arc::new(Counters::new(latency));
     let registry = ObjectStoreRegistry::default();
     for scheme in COUNTED {
         if let Some(inner) = registry.get_provider(scheme) {
@@ -217,7 +313,8 @@ impl ObjectStore for Counting {
             PutMode::Overwrite => bump(&self.c.put),
             PutMode::Create | PutMode::Update(_) => bump(&self.c.conditional_put),
         }
-        trace!(kind = ?opts.mode, %location, "PUT");
+        let hop = Hop::start(self.c.clone()).await;
+        trace!(depth = hop.depth, kind = ?opts.mode, %location, "PUT");
         self.inner.put_opts(location, payload, opts).await
     }
 
@@ -228,6 +325,8 @@ impl ObjectStore for Counting {
         opts: PutMultipartOptions,
     ) -> object_store::Result<Box<dyn MultipartUpload>> {
         bump(&self.c.put);
+        let hop = Hop::start(self.c.clone()).await;
+        trace!(depth = hop.depth, %location, "multipart PUT");
         self.inner.put_multipart_opts(location, opts).await
     }
 
@@ -243,7 +342,8 @@ impl ObjectStore for Counting {
         } else {
             &self.c.get
         });
-        trace!(head = options.head, range = ?options.range, %location, "GET");
+        let hop = Hop::start(self.c.clone()).await;
+        trace!(depth = hop.depth, head = options.head, range = ?options.range, %location, "GET");
         self.inner.get_opts(location, options).await
     }
 
@@ -258,13 +358,13 @@ impl ObjectStore for Counting {
                 p
             })
             .boxed();
-        self.inner.delete_stream(counted)
+        delayed(self.c.clone(), self.inner.delete_stream(counted))
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
         bump(&self.c.list);
         trace!(?prefix, "LIST");
-        self.inner.list(prefix)
+        delayed(self.c.clone(), self.inner.list(prefix))
     }
 
     fn list_with_offset(
@@ -273,11 +373,13 @@ impl ObjectStore for Counting {
         offset: &Path,
     ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
         bump(&self.c.list);
-        self.inner.list_with_offset(prefix, offset)
+        delayed(self.c.clone(), self.inner.list_with_offset(prefix, offset))
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
         bump(&self.c.list);
+        let hop = Hop::start(self.c.clone()).await;
+        trace!(depth = hop.depth, ?prefix, "LIST");
         self.inner.list_with_delimiter(prefix).await
     }
 
@@ -288,6 +390,8 @@ impl ObjectStore for Counting {
         options: CopyOptions,
     ) -> object_store::Result<()> {
         bump(&self.c.copy);
+        let hop = Hop::start(self.c.clone()).await;
+        trace!(depth = hop.depth, %from, %to, "COPY");
         self.inner.copy_opts(from, to, options).await
     }
 
@@ -299,6 +403,60 @@ impl ObjectStore for Counting {
     ) -> object_store::Result<()> {
         bump(&self.c.copy);
         bump(&self.c.delete);
+        let hop = Hop::start(self.c.clone()).await;
+        trace!(depth = hop.depth, %from, %to, "RENAME");
         self.inner.rename_opts(from, to, options).await
     }
+}
+
+/// A streamed request (a listing, a batch of deletes) as one hop: sent
+/// after the delay, answered when the stream ends.
+fn delayed<T: Send + 'static>(
+    c: Arc<Counters>,
+    inner: BoxStream<'static, object_store::Result<T>>,
+) -> BoxStream<'static, object_store::Result<T>> {
+    let mut inner = Some(inner);
+    futures::stream::once(Hop::start(c))
+        .flat_map(move |hop| {
+            let mut hop = Some(hop);
+            let mut inner = inner.take().expect("one hop, once");
+            futures::stream::poll_fn(move |cx| {
+                let next = inner.poll_next_unpin(cx);
+                if let std::task::Poll::Ready(None) = next {
+                    hop.take();
+                }
+                next
+            })
+        })
+        .boxed()
+}
+
+/// The storage library's own cost of a 1-row commit, the floor a graph
+/// commit is measured against: one row written to a one-column Lance table
+/// at `uri` through `session`, creating the table (`append` false) or
+/// appended to it.
+pub async fn lance_one_row(
+    session: &StorageSession,
+    uri: &str,
+    append: bool,
+) -> crate::error::Result<()> {
+    use arrow_array::{RecordBatch, RecordBatchIterator, StringArray};
+    use arrow_schema::{DataType, Field, Schema};
+    use lance::Dataset;
+    use lance::dataset::WriteMode;
+    let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Utf8, false)]));
+    let batch = |v: &str| {
+        RecordBatch::try_new(schema.clone(), vec![Arc::new(StringArray::from(vec![v]))])
+            .expect("one column")
+    };
+    let write = |mode, v: &str| {
+        let reader = RecordBatchIterator::new([Ok(batch(v))], schema.clone());
+        let params = super::tables::write_params(&session.0, mode);
+        async move { Dataset::write(reader, uri, Some(params)).await }
+    };
+    match append {
+        false => write(WriteMode::Create, "first").await?,
+        true => write(WriteMode::Append, "next").await?,
+    };
+    Ok(())
 }

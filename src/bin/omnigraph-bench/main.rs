@@ -6,6 +6,8 @@
 //! omnigraph-bench mutations [--n 300]        # mutation latency, writer scaling, latency vs history
 //! omnigraph-bench processes [--writes 25]     # appends from 4 and 16 processes vs as many tasks in one
 //! omnigraph-bench locks [--n 10000]           # the cross-process lock work of one 1-table commit
+//! omnigraph-bench hops URI [--delay-ms 20] [--max-concurrent 8] [--n 5]
+//!                                             # serial hops per operation on object storage, see hops.rs
 //! omnigraph-bench queries DIR --graph URI [--repeats 10] [--reference FILE] [--json FILE] [--only VARIANT]
 //!                                             # q1..q6 warm (loads DIR into URI first if URI is empty)
 //! omnigraph-bench blob DIR [--mib 64] [--repeats 5]
@@ -25,6 +27,7 @@ use omnigraph::{LoadMode, Omnigraph};
 
 mod blob;
 mod delta;
+mod hops;
 mod merge;
 mod retention;
 mod schema;
@@ -679,6 +682,12 @@ async fn queries(
 fn main() {
     // SAFETY: the first thing the process does, before any thread starts.
     unsafe { omnigraph::util::cores::let_lance_use_the_cores() };
+    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_env("OMNIGRAPH_LOG") {
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let args: Vec<String> = std::env::args().collect();
     let opt = |name: &str| {
         args.iter()
@@ -706,6 +715,17 @@ fn main() {
                 .get(2)
                 .expect("usage: omnigraph-bench object-store URI [--n N]");
             rt.block_on(object_store(uri, flag("--n", 30)));
+        }
+        Some("hops") => {
+            let uri = args.get(2).expect(
+                "usage: omnigraph-bench hops URI [--delay-ms D] [--max-concurrent C] [--n N]",
+            );
+            let (d, c, n) = (
+                flag("--delay-ms", 20),
+                flag("--max-concurrent", 8),
+                flag("--n", 5),
+            );
+            rt.block_on(hops::run(uri, d as u64, c, n));
         }
         Some("append-worker") => {
             let uri = args.get(2).expect("usage: append-worker URI ID WRITES");
@@ -791,7 +811,7 @@ fn main() {
         }
         _ => {
             eprintln!(
-                "usage: omnigraph-bench (load DIR [--repeats N] | append [--n N] | processes [--writes N] | locks [--n N] | object-store URI [--n N] | queries DIR --graph URI [--repeats N] [--reference FILE] [--json FILE] | merge DIR --graph URI [--sizes N,..] | search DIR --graph URI [--repeats N] | blob DIR [--mib N] [--repeats N] | schema DIR [--repeats N] | delta DIR --graph URI [--repeats N] | server DIR --graph URI [--n N] [--seconds N] | retention DIR [--marks N,..])"
+                "usage: omnigraph-bench (load DIR [--repeats N] | append [--n N] | processes [--writes N] | locks [--n N] | object-store URI [--n N] | hops URI [--delay-ms D] [--max-concurrent C] [--n N] | queries DIR --graph URI [--repeats N] [--reference FILE] [--json FILE] | merge DIR --graph URI [--sizes N,..] | search DIR --graph URI [--repeats N] | blob DIR [--mib N] [--repeats N] | schema DIR [--repeats N] | delta DIR --graph URI [--repeats N] | server DIR --graph URI [--n N] [--seconds N] | retention DIR [--marks N,..])"
             );
             std::process::exit(2);
         }
