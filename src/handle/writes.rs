@@ -124,7 +124,7 @@ impl Omnigraph {
                 Some(work),
             )
             .await?;
-        self.compact_if_fragmented(branch).await;
+        self.compact_if_fragmented(branch, version).await;
         Ok(LoadReport {
             branch: branch.to_string(),
             branch_created,
@@ -139,8 +139,8 @@ impl Omnigraph {
     /// Compact the branch's own tables that have grown many small fragments.
     /// The write that called this is already durable, so a failure here is
     /// only logged.
-    async fn compact_if_fragmented(&self, branch: &str) {
-        let types = match self.fragmented_tables(branch).await {
+    async fn compact_if_fragmented(&self, branch: &str, version: u64) {
+        let types = match self.fragmented_tables(branch, version).await {
             Ok(t) => t,
             Err(e) => {
                 tracing::warn!(branch, error = %e, "could not check fragmentation");
@@ -166,15 +166,25 @@ impl Omnigraph {
         }
     }
 
-    async fn fragmented_tables(&self, branch: &str) -> Result<Vec<String>> {
-        let snap = self.resolve(&Target::Branch(branch.to_string())).await?;
+    /// The branch's own tables with many fragments at graph `version` (the
+    /// one the write just published), asked without a request: a table the
+    /// write changed is open already (its commit left it so), and one this
+    /// process has not opened was not made more fragmented by it.
+    async fn fragmented_tables(&self, branch: &str, version: u64) -> Result<Vec<String>> {
+        let at = Target::Version {
+            version,
+            branch: branch.to_string(),
+        };
+        let snap = self.resolve(&at).await?;
         let mut out = Vec::new();
         for t in &snap.catalog().types {
             let r = snap.table(t)?;
             if r.lance_branch != snap.record.line(branch, &t.table_key()) {
                 continue;
             }
-            if self.inner.graph.read_table(&snap, t).await?.fragments() >= COMPACT_AT_FRAGMENTS {
+            if let Some(table) = self.inner.graph.cached_table(r)
+                && table.fragments() >= COMPACT_AT_FRAGMENTS
+            {
                 out.push(t.name.clone());
             }
         }
@@ -231,7 +241,7 @@ impl Omnigraph {
             }
         };
         let (nodes, edges) = mutate::counts(&summary);
-        self.compact_if_fragmented(branch).await;
+        self.compact_if_fragmented(branch, version).await;
         Ok(MutationResult {
             branch: branch.to_string(),
             commit: commit.unwrap_or_default(),

@@ -461,11 +461,12 @@ impl Manifests {
         let m = Arc::new(next.clone());
         self.cache.lock().insert(next.version, m.clone());
         *self.latest.lock() = Some(m);
-        // The hint only shortens the probe on open; losing it is harmless.
-        let _ = self
-            .store
-            .put(LATEST_HINT, next.version.to_string().as_bytes())
-            .await;
+        // The hint only shortens the probe on open; losing it (or one that
+        // lands after a later one) is harmless, so nobody waits for it.
+        let (store, hint) = (self.store.clone(), next.version.to_string());
+        tokio::spawn(async move {
+            let _ = store.put(LATEST_HINT, hint.as_bytes()).await;
+        });
         Ok(true)
     }
 

@@ -404,6 +404,11 @@ impl GraphStorage {
         self.open_table(snap.table(t)?).await
     }
 
+    /// A table version this process has open already, without a request.
+    pub fn cached_table(&self, t: &TableRef) -> Option<Table> {
+        self.tables.cached(t).map(Table)
+    }
+
     /// A table version exactly as a manifest named it.
     pub async fn open_table(&self, t: &TableRef) -> Result<Table> {
         Ok(Table(self.tables.open(t).await?))

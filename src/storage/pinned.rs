@@ -1,3 +1,15 @@
+//! The commit handler of every table the graph opens, and table commits
+//! pinned to one version.
+//!
+//! Every table commit of the graph lands at exactly its base + 1 under the
+//! table's gate, so the handler never looks for versions committed since
+//! the base: Lance would list (or, on S3, read a hint and probe) before
+//! every commit to rebase over them, three round trips for nothing. A
+//! version someone else wrote at base + 1 still refuses the commit, as its
+//! manifest is created only if absent. Lance's version hint is written
+//! after the manifest, off the commit's path (a reader verifies a hint and
+//! probes past it, so one that lags costs a read, never a wrong answer).
+//!
 //! Table commits pinned to one version. Lance rebases a commit over every
 //! compatible transaction that landed after its read version, even with no
 //! retries (an Append over another Append lands at read + 2 and holds both),
@@ -13,20 +25,100 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use futures::StreamExt;
+use futures::stream::BoxStream;
 use lance_io::object_store::ObjectStore;
 use lance_table::format::{IndexMetadata, Manifest, Transaction};
 use lance_table::io::commit::{
-    CommitError, CommitHandler, ConditionalPutCommitHandler, ManifestLocation,
-    ManifestNamingScheme, ManifestWriter,
+    CommitError, CommitHandler, ManifestLocation, ManifestNamingScheme, ManifestWriter,
+    write_version_hint,
 };
 use object_store::path::Path;
+use object_store::{PutMode, PutOptions};
+
+/// The handler every table of the graph is opened and created with.
+#[derive(Debug, Default)]
+pub struct GraphCommit;
+
+impl GraphCommit {
+    pub fn shared() -> Arc<dyn CommitHandler> {
+        Arc::new(GraphCommit)
+    }
+}
+
+#[async_trait::async_trait]
+impl CommitHandler for GraphCommit {
+    /// A manifest is created only if absent, and then is there: a version
+    /// not found is not there.
+    fn is_version_not_found_definitive(&self) -> bool {
+        true
+    }
+
+    /// A create-if-absent that failed in transport but whose manifest is
+    /// there landed (the read back decides).
+    fn propagate_commit_error_after_success(&self) -> bool {
+        false
+    }
+
+    /// Nothing to rebase over: a commit lands at its base + 1 or not at all.
+    fn list_manifest_locations_since<'a>(
+        &self,
+        _base_path: &Path,
+        _object_store: &'a ObjectStore,
+        _since_version: u64,
+    ) -> BoxStream<'a, lance::Result<ManifestLocation>> {
+        futures::stream::empty().boxed()
+    }
+
+    async fn commit(
+        &self,
+        manifest: &mut Manifest,
+        indices: Option<Vec<IndexMetadata>>,
+        base_path: &Path,
+        object_store: &ObjectStore,
+        manifest_writer: ManifestWriter,
+        naming_scheme: ManifestNamingScheme,
+        transaction: Option<Transaction>,
+    ) -> std::result::Result<ManifestLocation, CommitError> {
+        let path = naming_scheme.manifest_path(base_path, manifest.version);
+        // The manifest is built in memory and sent as one conditional PUT.
+        let scratch = ObjectStore::memory();
+        let at: Path = "manifest".into();
+        manifest_writer(&scratch, manifest, indices, &at, transaction).await?;
+        let bytes = scratch.read_one_all(&at).await?;
+        let size = bytes.len() as u64;
+        let opts = PutOptions {
+            mode: PutMode::Create,
+            ..Default::default()
+        };
+        let put = object_store
+            .inner
+            .put_opts(&path, bytes.into(), opts)
+            .await
+            .map_err(|e| match e {
+                object_store::Error::AlreadyExists { .. }
+                | object_store::Error::Precondition { .. } => CommitError::CommitConflict,
+                other => CommitError::OtherError(other.into()),
+            })?;
+        let (store, base, version) = (object_store.clone(), base_path.clone(), manifest.version);
+        tokio::spawn(async move { write_version_hint(&store, &base, version).await });
+        Ok(ManifestLocation {
+            version: manifest.version,
+            path,
+            size: Some(size),
+            naming_scheme,
+            e_tag: put.e_tag,
+            identity: None,
+        })
+    }
+}
 
 /// Commits only the manifest of version `version`.
 pub struct PinnedCommit {
     version: u64,
     /// The version Lance tried to write instead, once refused (0: none).
     refused: AtomicU64,
-    inner: ConditionalPutCommitHandler,
+    inner: GraphCommit,
 }
 
 impl PinnedCommit {
@@ -34,7 +126,7 @@ impl PinnedCommit {
         Arc::new(Self {
             version,
             refused: AtomicU64::new(0),
-            inner: ConditionalPutCommitHandler,
+            inner: GraphCommit,
         })
     }
 
@@ -57,8 +149,8 @@ impl std::fmt::Debug for PinnedCommit {
     }
 }
 
-// Only the three methods `ConditionalPutCommitHandler` itself overrides are
-// forwarded; every other method keeps the trait's default, as it does there.
+// The methods `GraphCommit` overrides are forwarded; every other method
+// keeps the trait's default, as it does there.
 #[async_trait::async_trait]
 impl CommitHandler for PinnedCommit {
     fn is_version_not_found_definitive(&self) -> bool {
@@ -67,6 +159,16 @@ impl CommitHandler for PinnedCommit {
 
     fn propagate_commit_error_after_success(&self) -> bool {
         self.inner.propagate_commit_error_after_success()
+    }
+
+    fn list_manifest_locations_since<'a>(
+        &self,
+        base_path: &Path,
+        object_store: &'a ObjectStore,
+        since_version: u64,
+    ) -> BoxStream<'a, lance::Result<ManifestLocation>> {
+        self.inner
+            .list_manifest_locations_since(base_path, object_store, since_version)
     }
 
     async fn commit(

@@ -451,7 +451,12 @@ pub async fn lance_one_row(
     };
     let write = |mode, v: &str| {
         let reader = RecordBatchIterator::new([Ok(batch(v))], schema.clone());
-        let params = super::tables::write_params(&session.0, mode);
+        // Lance's own defaults: the floor is the library as anyone uses it.
+        let params = lance::dataset::WriteParams {
+            mode,
+            session: Some(session.0.clone()),
+            ..Default::default()
+        };
         async move { Dataset::write(reader, uri, Some(params)).await }
     };
     match append {

@@ -389,6 +389,18 @@ pub fn blob_array(rows: Vec<BlobInput>) -> Result<arrow_array::ArrayRef> {
     Ok(b.finish()?)
 }
 
+/// Where a table line keeps its manifest of `version` under Lance's V2
+/// naming, relative to the graph's root: `<dir>/_versions/` on the main
+/// line, `<dir>/tree/<branch>/_versions/` on a Lance branch, the file named
+/// by the version counted down from `u64::MAX`, zero-padded to 20 digits.
+fn manifest_file(dir: &str, lance_branch: Option<&str>, version: u64) -> String {
+    let line = match lance_branch {
+        Some(b) => format!("{dir}/tree/{b}"),
+        None => dir.to_string(),
+    };
+    format!("{line}/_versions/{:020}.manifest", u64::MAX - version)
+}
+
 pub fn write_params(session: &Arc<Session>, mode: WriteMode) -> WriteParams {
     WriteParams {
         mode,
@@ -397,6 +409,7 @@ pub fn write_params(session: &Arc<Session>, mode: WriteMode) -> WriteParams {
         // Only URIs the graph's policy allowed reach a write (see
         // `external::resolve`); Lance's own base registry is not used.
         allow_external_blob_outside_bases: true,
+        commit_handler: Some(super::pinned::GraphCommit::shared()),
         ..Default::default()
     }
 }
@@ -445,11 +458,31 @@ impl Tables {
         Ok(version)
     }
 
+    /// A table version this process has open already, without a request.
+    pub fn cached(&self, t: &TableRef) -> Option<Arc<Dataset>> {
+        let key = (t.dir.clone(), t.lance_branch.clone(), t.version);
+        self.opened.lock().get(&key).cloned()
+    }
+
+    fn remember_opened(
+        &self,
+        dir: &str,
+        lance_branch: Option<&str>,
+        version: u64,
+        ds: Arc<Dataset>,
+    ) {
+        let key = (dir.to_string(), lance_branch.map(str::to_string), version);
+        let mut opened = self.opened.lock();
+        if opened.len() >= OPEN_CACHE_LIMIT {
+            opened.clear();
+        }
+        opened.insert(key, ds);
+    }
+
     /// A table exactly as a manifest names it.
     pub async fn open(&self, t: &TableRef) -> Result<Arc<Dataset>> {
-        let key = (t.dir.clone(), t.lance_branch.clone(), t.version);
-        if let Some(ds) = self.opened.lock().get(&key) {
-            return Ok(ds.clone());
+        if let Some(ds) = self.cached(t) {
+            return Ok(ds);
         }
         let ds = self
             .load_version(&t.dir, t.lance_branch.as_deref(), t.version)
@@ -461,11 +494,7 @@ impl Tables {
                 ))
             })?;
         let ds = Arc::new(ds);
-        let mut opened = self.opened.lock();
-        if opened.len() >= OPEN_CACHE_LIMIT {
-            opened.clear();
-        }
-        opened.insert(key, ds.clone());
+        self.remember_opened(&t.dir, t.lance_branch.as_deref(), t.version, ds.clone());
         Ok(ds)
     }
 
@@ -477,6 +506,7 @@ impl Tables {
     ) -> lance::Result<Dataset> {
         DatasetBuilder::from_uri(self.uri(dir))
             .with_session(self.session.clone())
+            .with_commit_handler(super::pinned::GraphCommit::shared())
             .with_branch(lance_branch.unwrap_or("main"), Some(version))
             .load()
             .await
@@ -505,7 +535,9 @@ impl Tables {
         if let Some(ds) = self.cached_latest(dir, lance_branch) {
             return Ok(Some(ds));
         }
-        let builder = DatasetBuilder::from_uri(self.uri(dir)).with_session(self.session.clone());
+        let builder = DatasetBuilder::from_uri(self.uri(dir))
+            .with_session(self.session.clone())
+            .with_commit_handler(super::pinned::GraphCommit::shared());
         let builder = match lance_branch {
             Some(b) => builder.with_branch(b, None),
             None => builder,
@@ -524,8 +556,33 @@ impl Tables {
     /// The newest version of a physical table, read from storage alone:
     /// version `from` must exist when the table does (the manifest names it,
     /// or a fork starts there), so probe forward from it. `None`: that Lance
-    /// branch does not exist.
+    /// branch does not exist. Every table here names its manifests by
+    /// Lance's V2 scheme, so the probe is a HEAD of the manifests of `from`
+    /// and of `from + 1`, sent together: one round trip when nothing is new
+    /// (Lance's own resolution of a version tries both schemes and its hint,
+    /// six in a row). A `from` not found under V2 is left to Lance.
     pub async fn probe_latest(
+        &self,
+        dir: &str,
+        lance_branch: Option<&str>,
+        from: u64,
+    ) -> Result<Option<u64>> {
+        let manifest = |v: u64| manifest_file(dir, lance_branch, v);
+        let (at, after) = (manifest(from), manifest(from + 1));
+        let (here, next) = futures::try_join!(self.store.head(&at), self.store.head(&after))?;
+        if here.is_none() {
+            return self.probe_latest_by_loading(dir, lance_branch, from).await;
+        }
+        let (mut top, mut next) = (from, next);
+        while next.is_some() {
+            top += 1;
+            next = self.store.head(&manifest(top + 1)).await?;
+        }
+        Ok(Some(top))
+    }
+
+    /// [`Self::probe_latest`] through Lance's own resolution of versions.
+    async fn probe_latest_by_loading(
         &self,
         dir: &str,
         lance_branch: Option<&str>,
@@ -612,7 +669,11 @@ impl Tables {
         match result {
             Ok(ds) => {
                 let version = ds.version().version;
-                self.remember_latest(dir, lance_branch.map(str::to_string), Arc::new(ds));
+                let ds = Arc::new(ds);
+                self.remember_latest(dir, lance_branch.map(str::to_string), ds.clone());
+                // A read of the version this process just wrote opens it
+                // without a request.
+                self.remember_opened(dir, lance_branch, version, ds);
                 CommitResult::Committed { version }
             }
             Err(_) if refusal.is_some() => {
@@ -853,28 +914,63 @@ mod tests {
             t.commit("t", None, v1.clone(), vec![late]).await,
             CommitResult::Committed { version: 2 }
         );
-        // The next writer's commit on the same base is refused, not rebased.
+        // The next writer's commit on the same base is refused, not rebased:
+        // its manifest of version 2 is created only if absent.
         match t.commit("t", None, v1.clone(), vec![next]).await {
-            CommitResult::Conflict(why) => assert!(
-                why.contains("would have rebased it to version 3")
-                    && why.contains("landing it at 2"),
-                "{why}"
-            ),
-            other => panic!("expected a refusal, got {other:?}"),
+            CommitResult::Conflict(_) => {}
+            other => panic!("expected a conflict, got {other:?}"),
         }
         let top = t.probe_latest("t", None, 1).await.unwrap();
         assert_eq!(top, Some(2));
         assert_eq!(ids_at(&t, 2).await, vec!["late"]);
-        // What the pin guards against: the library's own commit, with no
-        // retries, lands the same staging at version 3, over the stalled
-        // writer's rows.
-        let rebased = CommitBuilder::new(v1.clone())
+        // The probe's HEADs name the files Lance wrote, on a fork too.
+        let there = |rel: String| {
+            let store = t.store.clone();
+            async move { store.head(&rel).await.unwrap().is_some() }
+        };
+        assert!(there(manifest_file("t", None, 2)).await);
+        assert!(!there(manifest_file("t", None, 3)).await);
+        let from = TableRef {
+            dir: "t".into(),
+            lance_branch: None,
+            version: 2,
+            incarnation: 0,
+        };
+        t.ensure_fork(&from, "dev/x-v1").await.unwrap();
+        assert!(there(manifest_file("t", Some("dev/x-v1"), 2)).await);
+        assert_eq!(
+            t.probe_latest("t", Some("dev/x-v1"), 2).await.unwrap(),
+            Some(2)
+        );
+        assert_eq!(t.probe_latest("t", Some("gone-v9"), 2).await.unwrap(), None);
+        // What the pin guards against: the library's own commit, with its
+        // own handler and no retries, lands the same staging at version 3,
+        // over the stalled writer's rows.
+        let plain = DatasetBuilder::from_uri(t.uri("t"))
+            .with_session(session.clone())
+            .with_version(1)
+            .load()
+            .await
+            .unwrap();
+        let rebased = CommitBuilder::new(Arc::new(plain))
             .with_max_retries(0)
             .execute(unpinned)
             .await
             .unwrap();
         assert_eq!(rebased.version().version, 3);
         assert_eq!(ids_at(&t, 3).await, vec!["late", "unpinned"]);
+        // And a pinned commit refuses a rebase its handler would make.
+        let v3 = t.latest("t", None).await.unwrap().unwrap();
+        let stale = append_staged_on(&v3, &session, "stale").await;
+        let pin = PinnedCommit::at(3);
+        let refused = CommitBuilder::new(v3.clone())
+            .with_commit_handler(pin.clone())
+            .with_max_retries(0)
+            .execute(stale)
+            .await;
+        assert!(refused.is_err());
+        let why = pin.refusal().expect("refused by the pin");
+        assert!(why.contains("would have rebased it to version 4"), "{why}");
         // A restore lands right after the latest version, as that version's
         // content at the version asked for.
         assert_eq!(t.restore("t", None, 1).await.unwrap(), 4);
