@@ -294,7 +294,10 @@ impl Omnigraph {
     pub async fn close(self) {
         if let Some(w) = &self.inner.writes {
             w.host.shutdown().await;
-            w.substrate.locks().close().await;
+            let ((), ()) = futures::join!(
+                w.substrate.locks().close(),
+                crate::storage::background::settle()
+            );
         }
     }
 

@@ -221,8 +221,22 @@ impl Omnigraph {
         let mut attempt = 0;
         let (commit, version, summary) = loop {
             attempt += 1;
-            let schema = self.inner.graph.current_schema().await?;
-            let plan = mutation::check(&schema.catalog, decl)?;
+            let schema = match attempt {
+                1 => self.inner.graph.known_schema().await?,
+                _ => self.inner.graph.current_schema().await?,
+            };
+            let plan = match mutation::check(&schema.catalog, decl) {
+                Ok(plan) => plan,
+                // The schema this process knew may be behind one another
+                // process applied: the text is judged by the newest.
+                Err(e) if attempt == 1 => {
+                    match self.inner.graph.current_schema().await?.id == schema.id {
+                        true => return Err(e),
+                        false => continue,
+                    }
+                }
+                Err(e) => return Err(e),
+            };
             let values = params::bind(&plan.name, &plan.params, params)?;
             let work = Arc::new(Pinned {
                 schema: schema.id.clone(),

@@ -464,7 +464,7 @@ impl Manifests {
         // The hint only shortens the probe on open; losing it (or one that
         // lands after a later one) is harmless, so nobody waits for it.
         let (store, hint) = (self.store.clone(), next.version.to_string());
-        tokio::spawn(async move {
+        super::background::spawn(async move {
             let _ = store.put(LATEST_HINT, hint.as_bytes()).await;
         });
         Ok(true)

@@ -21,6 +21,7 @@
 //! _indexes/<table>/id-<ulid>.<writer>.ids          a node table's id order (recorded alike)
 //! ```
 
+pub mod background;
 pub mod blob;
 pub mod external;
 pub mod index_files;
@@ -327,6 +328,15 @@ impl GraphStorage {
     /// The schema the graph accepts now (other processes apply too).
     pub async fn current_schema(&self) -> Result<Arc<Schema>> {
         let latest = self.manifests.refresh().await?;
+        self.schema(&latest.schema).await
+    }
+
+    /// The schema of the newest graph version this process knows, without
+    /// a read: for a write that is pinned to the schema it compiled against
+    /// (one another process replaced meanwhile is `SchemaChanged` at its
+    /// prepare, and the write compiles again against `current_schema`).
+    pub async fn known_schema(&self) -> Result<Arc<Schema>> {
+        let latest = self.manifests.latest().await?;
         self.schema(&latest.schema).await
     }
 

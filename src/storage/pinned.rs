@@ -101,7 +101,7 @@ impl CommitHandler for GraphCommit {
                 other => CommitError::OtherError(other.into()),
             })?;
         let (store, base, version) = (object_store.clone(), base_path.clone(), manifest.version);
-        tokio::spawn(async move { write_version_hint(&store, &base, version).await });
+        super::background::spawn(async move { write_version_hint(&store, &base, version).await });
         Ok(ManifestLocation {
             version: manifest.version,
             path,

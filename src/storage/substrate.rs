@@ -701,8 +701,18 @@ impl LanceSubstrate {
         // A create-if-absent lost to another process: re-read and try again
         // (bounded); the expected-head check decides whether we may.
         let mut record_tag: Option<String> = None;
-        for _ in 0..MAX_PUBLISH_CAS_ATTEMPTS {
-            let latest = match self.g.manifests.refresh().await {
+        for attempt in 0..MAX_PUBLISH_CAS_ATTEMPTS {
+            // A commit's first try builds on the newest version this process
+            // knows, without reading: its writer read the branch head under
+            // the branch gate just now, and a version published since makes
+            // the compare-and-swap fail (versions are contiguous), after
+            // which the manifest is read. Every other change reads first.
+            let known = attempt == 0 && matches!(req.change, Change::Commit { .. });
+            let latest = match if known {
+                self.g.manifests.latest().await
+            } else {
+                self.g.manifests.refresh().await
+            } {
                 Ok(m) => m,
                 Err(e) => return PublishResult::Unknown(e.to_string()),
             };

@@ -109,6 +109,7 @@ async fn opens_during_another_processes_commit_leave_its_intent_alone() {
         .await
         .expect_err("the write is stuck inside its commit");
     assert_eq!(sidecars(&graph).len(), 1);
+    omnigraph::storage::background::settle().await;
     let before = files(&graph.join("_graph"));
 
     // A reader neither blocks nor changes anything.

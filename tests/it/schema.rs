@@ -1000,3 +1000,48 @@ async fn a_cardinality_drops_and_adds_back_end_to_end() {
         .unwrap_err();
     assert_eq!(e.kind(), "InvalidData", "{e}");
 }
+
+/// A mutation compiles against the schema its handle last saw, without a
+/// read; a schema another process applied since is found all the same:
+/// one that adds what the text names (the compile fails on the old one)
+/// and one that leaves the text valid (the prepare finds it moved).
+#[tokio::test]
+async fn a_mutation_meets_a_schema_another_process_applied() {
+    let t = loaded_graph().await;
+    let other = Omnigraph::open(&t.uri()).await.unwrap();
+    // Both handles know the loaded graph's schema.
+    let insert = "query m($n: String) { insert Person { name: $n } }";
+    t.g.mutate("main", insert, "m", &json!({"n": "Known"}))
+        .await
+        .unwrap();
+    let nick = SCHEMA.replace("age: I32?", "age: I32?\n    nick: String?");
+    other.apply_schema(&nick).await.unwrap();
+    let named = "query m($n: String) { insert Person { name: $n, nick: \"n\" } }";
+    t.g.mutate("main", named, "m", &json!({"n": "Nicked"}))
+        .await
+        .unwrap();
+    let wide = nick.replace("nick: String?", "nick: String?\n    wide: I64?");
+    other.apply_schema(&wide).await.unwrap();
+    t.g.mutate("main", insert, "m", &json!({"n": "After"}))
+        .await
+        .unwrap();
+    let q = "query q() { match { $p: Person { nick: \"n\" } } return { $p.name } }";
+    let rows =
+        t.g.query(&Target::main(), q, "q", &Value::Null)
+            .await
+            .unwrap();
+    let names: Vec<Value> = omnigraph::exec::output::rows(&rows)
+        .unwrap()
+        .into_iter()
+        .map(|row| row.into_iter().next().expect("one column").1)
+        .collect();
+    assert_eq!(names, vec![json!("Nicked")]);
+    // A text the newest schema refuses too is refused, naming the property.
+    let bad = "query m($n: String) { insert Person { name: $n, nope: 1 } }";
+    let e =
+        t.g.mutate("main", bad, "m", &json!({"n": "X"}))
+            .await
+            .unwrap_err();
+    assert!(e.to_string().contains("nope"), "{e}");
+    other.close().await;
+}
