@@ -30,6 +30,7 @@ pub const NAMES: &[&str] = &[
     "cleanup-ignores-writers",
     "cleanup-frees-shared-files",
     "cleanup-drops-heads",
+    "linger-forever",
 ];
 
 #[cfg(feature = "planted-bugs")]
@@ -61,6 +62,7 @@ pub struct Bugs {
     cleanup_ignores_writers: bool,
     cleanup_frees_shared_files: bool,
     cleanup_drops_heads: bool,
+    linger_forever: bool,
 }
 
 #[cfg(feature = "planted-bugs")]
@@ -94,6 +96,7 @@ impl Bugs {
             "cleanup-ignores-writers" => b.cleanup_ignores_writers = true,
             "cleanup-frees-shared-files" => b.cleanup_frees_shared_files = true,
             "cleanup-drops-heads" => b.cleanup_drops_heads = true,
+            "linger-forever" => b.linger_forever = true,
             _ => return None,
         }
         Some(b)
@@ -193,6 +196,10 @@ impl Bugs {
     pub fn cleanup_drops_heads(&self) -> bool {
         self.cleanup_drops_heads
     }
+    /// A gate owner keeps its cross-process lock after its last lease with no timer to end the keeping.
+    pub fn linger_forever(&self) -> bool {
+        self.linger_forever
+    }
 }
 
 /// No bug can be planted: every switch below is a constant `false`. (A
@@ -285,6 +292,9 @@ impl Bugs {
         false
     }
     pub const fn cleanup_drops_heads(&self) -> bool {
+        false
+    }
+    pub const fn linger_forever(&self) -> bool {
         false
     }
 }

@@ -24,6 +24,13 @@ use crate::writer::{OpKind, Writer};
 /// crate; the simulator has its own.
 pub trait Substrate: Send + Sync + 'static {
     fn execute(&self, io: Io) -> Pin<Box<dyn Future<Output = IoOut> + Send + '_>>;
+
+    /// How long (ticks: milliseconds here) a gate owner keeps its
+    /// cross-process lock after the last local lease ends: worth it where
+    /// taking a lock is a round trip (see `owners`).
+    fn lock_linger(&self) -> u64 {
+        0
+    }
 }
 
 /// What an actor's mailbox carries.
@@ -167,12 +174,16 @@ impl HostInner {
             return Some(a.clone());
         }
         let machine: Box<dyn Machine> = match addr {
-            Addr::Branch(b) => Box::new(GateOwner::new(OwnerKind::Branch(b.clone()), self.bugs)),
-            Addr::Table(t) => Box::new(GateOwner::new(OwnerKind::Table(t.clone()), self.bugs)),
+            Addr::Branch(b) => Box::new(self.owner(OwnerKind::Branch(b.clone()))),
+            Addr::Table(t) => Box::new(self.owner(OwnerKind::Table(t.clone()))),
             _ => return None,
         };
         let actor = self.spawn_locked(&mut dir, addr.clone(), machine).await;
         Some(actor)
+    }
+
+    fn owner(&self, kind: OwnerKind) -> GateOwner {
+        GateOwner::new(kind, self.bugs).with_linger(self.substrate.lock_linger())
     }
 
     async fn spawn_locked(
@@ -214,7 +225,7 @@ impl Host {
                 .spawn_locked(
                     &mut dir,
                     Addr::Schema,
-                    Box::new(GateOwner::new(OwnerKind::Schema, bugs)),
+                    Box::new(inner.owner(OwnerKind::Schema)),
                 )
                 .await;
             inner

@@ -10,6 +10,17 @@
 //! one lock request in flight at a time — so an unlock can never overtake
 //! the lock that follows it. A lease is told it holds the gate only once the
 //! lock is held, and the view it gets is read after that.
+//!
+//! Where a lock costs a round trip (a lease object on object storage), the
+//! owner keeps the lock for `linger` ticks after its last local lease
+//! ends: the next write of this process then takes the gate without a
+//! request. Keeping a lock longer never lets two processes hold it; it only
+//! makes another process wait up to `linger` more, and the timer always
+//! ends it. The view is still read on every grant. So that a process that
+//! writes without pause cannot keep a gate from the others, a lock held
+//! for `LINGER_HOLD_FACTOR` lingers is given up at its next last release,
+//! and for `LINGER_COOLDOWN_FACTOR` lingers after that the owner does not
+//! linger (each last release gives the lock up, a turn for a waiter).
 
 use std::collections::BTreeMap;
 
@@ -18,6 +29,7 @@ use tracing::debug;
 use crate::bugs::Bugs;
 use crate::gate::{Gate, Lease};
 use crate::machine::*;
+use crate::types::limits::{LINGER_COOLDOWN_FACTOR, LINGER_HOLD_FACTOR};
 use crate::types::*;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -60,6 +72,19 @@ pub struct GateOwner {
     /// Holders already told the lock could not be had: they are releasing,
     /// and the lock is not taken again on their behalf.
     told_busy: Vec<OpId>,
+    /// Ticks the lock is kept after the last local lease ends (0: none).
+    linger: u64,
+    /// The timer of the current linger, if one runs: its id (each linger
+    /// has a new one, so an earlier one's timer is known stale).
+    lingering: Option<TimerId>,
+    /// The linger is over: the next sync gives the lock up.
+    linger_over: bool,
+    next_timer: TimerId,
+    /// When the cross-process lock was last taken, and until when the owner
+    /// does not linger (after a long hold).
+    locked_at: Tick,
+    no_linger_until: Tick,
+    now: Tick,
     /// Protocol violations seen (a commit from a non-holder, a release from
     /// nobody); reported by `check`.
     violations: Vec<String>,
@@ -77,8 +102,21 @@ impl GateOwner {
             lock_busy: false,
             awaiting_lock: Vec::new(),
             told_busy: Vec::new(),
+            linger: 0,
+            lingering: None,
+            linger_over: false,
+            next_timer: 0,
+            locked_at: 0,
+            no_linger_until: 0,
+            now: 0,
             violations: Vec::new(),
         }
+    }
+
+    /// Keep the cross-process lock `ticks` after the last local lease ends.
+    pub fn with_linger(mut self, ticks: u64) -> Self {
+        self.linger = ticks;
+        self
     }
 
     fn addr(&self) -> Addr {
@@ -107,7 +145,32 @@ impl GateOwner {
             .filter(|l| !self.told_busy.contains(&l.op))
             .map(|l| l.mode)
             .max();
+        let hold_max = self.linger * LINGER_HOLD_FACTOR;
+        if self.lock_held.is_some()
+            && want.is_none()
+            && self.lingering.is_none()
+            && self.linger > 0
+            && self.now >= self.no_linger_until
+            && self.now.saturating_sub(self.locked_at) >= hold_max
+        {
+            // Held long enough: given up now, and no linger for a while.
+            self.no_linger_until = self.now + self.linger * LINGER_COOLDOWN_FACTOR;
+        }
+        let may_linger = self.linger > 0 && !self.linger_over && self.now >= self.no_linger_until;
         let change = match (self.lock_held, want) {
+            // Kept a while for the next local lease, unless the linger is over.
+            (Some(_), None) if may_linger => {
+                if self.lingering.is_none() {
+                    self.next_timer += 1;
+                    self.lingering = Some(self.next_timer);
+                    if self.bugs.linger_forever() {
+                        // The planted bug: nothing ever ends the keeping.
+                        return Vec::new();
+                    }
+                    return vec![Effect::SetTimer(self.next_timer, self.linger)];
+                }
+                None
+            }
             (Some(_), None) => Some(None),
             // An upgrade gives the weaker lock up first: two processes that
             // each held it shared and upgraded in place would wait on each
@@ -124,7 +187,15 @@ impl GateOwner {
             self.lock_held = target;
             return self.sync_lock();
         }
+        if want.is_some() {
+            // A local lease came back while the lock was kept: no linger runs.
+            self.lingering = None;
+        }
         if let Some(target) = change {
+            if target.is_none() {
+                self.lingering = None;
+                self.linger_over = false;
+            }
             self.lock_busy = true;
             let gate = self.addr();
             let io = match target {
@@ -203,7 +274,8 @@ impl Machine for GateOwner {
     }
 
     // The gate owner's transition table, one arm per message.
-    fn on_msg(&mut self, _now: Tick, from: Addr, msg: Msg) -> Vec<Effect> {
+    fn on_msg(&mut self, now: Tick, from: Addr, msg: Msg) -> Vec<Effect> {
+        self.now = now;
         match msg {
             Msg::Acquire { op, mode } => {
                 debug!(op = %op, gate = ?self.kind, ?mode, "gate requested");
@@ -285,8 +357,22 @@ impl Machine for GateOwner {
         }
     }
 
+    /// The linger ends: with still no local lease, the lock is given up.
+    fn on_timer(&mut self, now: Tick, timer: TimerId) -> Vec<Effect> {
+        self.now = now;
+        if self.lingering != Some(timer) {
+            return Vec::new();
+        }
+        self.lingering = None;
+        self.linger_over = true;
+        let fx = self.sync_lock();
+        self.linger_over = false;
+        fx
+    }
+
     // One arm per storage answer the gate owner waits for.
-    fn on_io(&mut self, _now: Tick, req: ReqId, out: IoOut) -> Vec<Effect> {
+    fn on_io(&mut self, now: Tick, req: ReqId, out: IoOut) -> Vec<Effect> {
+        self.now = now;
         let Some(pending) = self.pending.remove(&req) else {
             return Vec::new();
         };
@@ -337,6 +423,9 @@ impl Machine for GateOwner {
                 match result {
                     Ok(()) => {
                         debug!(gate = ?self.kind, ?target, "cross-process lock changed");
+                        if self.lock_held.is_none() && target.is_some() {
+                            self.locked_at = self.now;
+                        }
                         self.lock_held = target;
                         self.sync_lock()
                     }
@@ -544,5 +633,93 @@ mod tests {
             )]
         ));
         assert!(o.check().unwrap_err().contains("without holding its gate"));
+    }
+
+    #[test]
+    fn a_lingering_lock_serves_the_next_lease_and_its_timer_gives_it_up() {
+        let mut o = owner().with_linger(25);
+        let (r, _) = only_io(&acquire(&mut o, "a"));
+        let (r, _) = only_io(&o.on_io(0, r, IoOut::Locked(Ok(()))));
+        o.on_io(0, r, IoOut::Head(Ok(None)));
+        // The last lease ends: the lock is kept, a timer set.
+        let fx = release(&mut o, "a");
+        let [Effect::SetTimer(first, 25)] = fx[..] else {
+            panic!("expected a linger timer, got {fx:?}");
+        };
+        assert_eq!(o.lock_held(), Some(GateMode::Exclusive));
+        // The next lease is granted on the kept lock: its view is read, no lock.
+        let (r, io) = only_io(&acquire(&mut o, "b"));
+        assert_eq!(
+            io,
+            Io::ReadHead {
+                branch: "main".into()
+            }
+        );
+        o.on_io(0, r, IoOut::Head(Ok(None)));
+        // The first linger's timer is stale now: the lease holds the gate.
+        assert!(o.on_timer(0, first).is_empty());
+        assert_eq!(o.lock_held(), Some(GateMode::Exclusive));
+        let fx = release(&mut o, "b");
+        let [Effect::SetTimer(second, 25)] = fx[..] else {
+            panic!("expected a new linger timer, got {fx:?}");
+        };
+        assert_ne!(first, second);
+        let (r, io) = only_io(&o.on_timer(0, second));
+        assert_eq!(
+            io,
+            Io::UnlockGate {
+                gate: Addr::Branch("main".into())
+            }
+        );
+        assert!(o.on_io(0, r, IoOut::Locked(Ok(()))).is_empty());
+        assert_eq!(o.lock_held(), None);
+        o.check().unwrap();
+    }
+
+    #[test]
+    fn without_a_linger_the_last_release_gives_the_lock_up_at_once() {
+        let mut o = owner();
+        let (r, _) = only_io(&acquire(&mut o, "a"));
+        let (r, _) = only_io(&o.on_io(0, r, IoOut::Locked(Ok(()))));
+        o.on_io(0, r, IoOut::Head(Ok(None)));
+        let (_, io) = only_io(&release(&mut o, "a"));
+        assert_eq!(
+            io,
+            Io::UnlockGate {
+                gate: Addr::Branch("main".into())
+            }
+        );
+    }
+
+    #[test]
+    fn a_lock_held_long_is_given_up_and_not_kept_for_a_while_after() {
+        let mut o = owner().with_linger(25);
+        let unlock = Io::UnlockGate {
+            gate: Addr::Branch("main".into()),
+        };
+        let hold = |o: &mut GateOwner, from: Tick, to: Tick, who: &str| {
+            let mode = GateMode::Exclusive;
+            let w = Addr::Writer(op(who));
+            let fx = o.on_msg(from, w.clone(), Msg::Acquire { op: op(who), mode });
+            if let [Effect::Io(r, Io::LockGate { .. })] = fx[..] {
+                let (r, _) = only_io(&o.on_io(from, r, IoOut::Locked(Ok(()))));
+                o.on_io(from, r, IoOut::Head(Ok(None)));
+            }
+            o.on_msg(to, w, Msg::Release { op: op(who) })
+        };
+        // Held for 8 lingers: the last release gives the lock up at once.
+        let (r, io) = only_io(&hold(&mut o, 0, 200, "a"));
+        assert_eq!(io, unlock);
+        o.on_io(200, r, IoOut::Locked(Ok(())));
+        // For 2 lingers after, a last release gives it up at once too.
+        let (r, io) = only_io(&hold(&mut o, 210, 220, "b"));
+        assert_eq!(io, unlock);
+        o.on_io(220, r, IoOut::Locked(Ok(())));
+        // Then it lingers again.
+        assert!(matches!(
+            hold(&mut o, 250, 260, "c")[..],
+            [Effect::SetTimer(_, 25)]
+        ));
+        o.check().unwrap();
     }
 }

@@ -422,6 +422,13 @@ pub mod limits {
     pub const MAX_RECOVERY_ATTEMPTS: u32 = 16;
     /// Recovery's backoff between attempts, in ticks.
     pub const RECOVERY_BACKOFF: u64 = 10;
+    /// A gate owner lingers on a cross-process lock it has held for less
+    /// than this many lingers; past that it gives the lock up at its next
+    /// last release, and for `LINGER_COOLDOWN_FACTOR` lingers after that
+    /// every last release does (each a turn for a waiting process, which
+    /// polls at least every 100 ms).
+    pub const LINGER_HOLD_FACTOR: u64 = 8;
+    pub const LINGER_COOLDOWN_FACTOR: u64 = 2;
 }
 
 /// The one gate order: the schema gate (shared by data writes), the branch

@@ -96,6 +96,7 @@ pub const PLANTED: &[(&str, &str)] = &[
         "a table version keeps every data file it references",
     ),
     ("cleanup-drops-heads", "every branch head stays readable"),
+    ("linger-forever", "every run terminates (no deadlock)"),
 ];
 
 /// The invariant meant to catch a planted bug.

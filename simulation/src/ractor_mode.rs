@@ -30,6 +30,8 @@ struct SimSubstrate {
     proc: Proc,
     /// The first storage invariant seen broken.
     found: Found,
+    /// Milliseconds gate owners keep their lock after the last lease.
+    linger: u64,
 }
 
 /// Storage invariants that hold after every effect.
@@ -41,6 +43,10 @@ fn storage_violation(w: &World) -> Option<(&'static str, String)> {
 }
 
 impl Substrate for SimSubstrate {
+    fn lock_linger(&self) -> u64 {
+        self.linger
+    }
+
     fn execute(&self, io: Io) -> Pin<Box<dyn Future<Output = IoOut> + Send + '_>> {
         let issued = *self.epoch.lock().expect("epoch");
         let (delay, fault) = {
@@ -102,6 +108,8 @@ async fn start(
         epoch: epoch.clone(),
         proc,
         found: found.clone(),
+        // Half the seeds keep locks a while after their last lease.
+        linger: (seed % 2) * 5,
     });
     let host = Host::start(sub, bugs).await;
     host.ready(OpId(format!("ready-{n}"))).await;

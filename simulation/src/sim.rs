@@ -52,6 +52,9 @@ pub const MAX_PUBLISH_ATTEMPTS: u32 = 16;
 /// lease has lapsed (when nothing else would run meanwhile).
 pub const MAX_CONTENDERS: usize = 4;
 
+/// Mixed into the seed for the choice of the lock linger.
+const LINGER_STREAM: u64 = 0x11a6_e5c0_ffee_0001;
+
 #[derive(Clone, Debug)]
 pub struct Config {
     pub seed: u64,
@@ -176,6 +179,9 @@ struct Client {
 pub struct Sim {
     cfg: Config,
     rng: Rng,
+    /// How long gate owners keep their cross-process lock after the last
+    /// local lease (0 on most seeds' halves: both are the product's).
+    linger: u64,
     pub world: World,
     /// The current incarnation of each process slot.
     procs: Vec<Proc>,
@@ -229,9 +235,16 @@ impl Sim {
         let n = cfg.procs.unwrap_or_else(|| 1 + rng.below(MAX_PROCS));
         let mut world = World::new();
         world.bugs = cfg.bugs;
+        // From a stream of its own, so that every other choice of the seed
+        // stays what it was.
+        let linger = match Rng::new(cfg.seed ^ LINGER_STREAM).below(4) {
+            0 | 1 => 0,
+            k => 8 * k as u64,
+        };
         let mut sim = Self {
             cfg,
             rng,
+            linger,
             world,
             procs: Vec::new(),
             next_incarnation: 1,
@@ -308,7 +321,7 @@ impl Sim {
         for (addr, node) in [
             (
                 Addr::Schema,
-                Node::Owner(GateOwner::new(OwnerKind::Schema, bugs)),
+                Node::Owner(GateOwner::new(OwnerKind::Schema, bugs).with_linger(self.linger)),
             ),
             (Addr::Publisher, Node::Publisher(Publisher::new())),
             (
@@ -339,8 +352,12 @@ impl Sim {
         }
         let bugs = self.cfg.bugs;
         let node = match addr {
-            Addr::Branch(b) => Node::Owner(GateOwner::new(OwnerKind::Branch(b.clone()), bugs)),
-            Addr::Table(t) => Node::Owner(GateOwner::new(OwnerKind::Table(t.clone()), bugs)),
+            Addr::Branch(b) => Node::Owner(
+                GateOwner::new(OwnerKind::Branch(b.clone()), bugs).with_linger(self.linger),
+            ),
+            Addr::Table(t) => Node::Owner(
+                GateOwner::new(OwnerKind::Table(t.clone()), bugs).with_linger(self.linger),
+            ),
             _ => return false,
         };
         self.nodes.insert(key, node);

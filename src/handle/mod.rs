@@ -68,6 +68,12 @@ pub struct Options {
     /// is taken over after this plus a clock-skew margin (default 10 s;
     /// `OMNIGRAPH_LEASE_MS` sets it).
     pub lease: std::time::Duration,
+    /// On object storage, how long a gate's lease is kept after this
+    /// handle's last write under it, so that its next write takes the gate
+    /// without a request; another process waits up to this much more for
+    /// the gate (default 250 ms; `OMNIGRAPH_LOCK_LINGER_MS` sets it, 0 turns
+    /// it off).
+    pub lock_linger: std::time::Duration,
     /// How a text query of `nearest` is embedded (default: from the
     /// `OMNIGRAPH_EMBED_*` variables).
     pub embed: EmbedConfig,
@@ -92,6 +98,7 @@ impl Default for Options {
             session: None,
             gate_wait: std::time::Duration::from_millis(gate_wait_ms),
             lease: crate::storage::locks::lease_time(),
+            lock_linger: crate::storage::locks::lock_linger(),
             embed: EmbedConfig::from_env(),
             latency: Latency::from_env(),
             #[cfg(feature = "fault-injection")]
@@ -248,6 +255,7 @@ impl Omnigraph {
                 opts.actor.clone(),
                 opts.gate_wait,
                 opts.lease,
+                opts.lock_linger,
             )
             .await?,
         );
@@ -360,6 +368,14 @@ impl Omnigraph {
                 )),
                 None => OmniError::LeaseLost { reason },
             });
+        }
+        if let (Outcome::RecoveryRequired { op }, Some(OmniError::Storage(cause))) =
+            (&outcome, &ctx.error)
+        {
+            return Err(OmniError::Storage(format!(
+                "{cause} (the write is left to recovery: operation {})",
+                op.0
+            )));
         }
         let (commit, version) = outcome_to_result(outcome, ctx.error)?;
         Ok((commit, version, ctx.summary))

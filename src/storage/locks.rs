@@ -121,7 +121,29 @@ pub fn lease_time() -> Duration {
     Duration::from_millis(ms)
 }
 
+/// How long a gate's lease object is kept after this process's last write
+/// under it, for its next one, where taking it is a round trip
+/// (`OMNIGRAPH_LOCK_LINGER_MS` sets it; another process waits up to this
+/// much more for the gate).
+pub const LOCK_LINGER_MS: u64 = 250;
+
+/// The linger `OMNIGRAPH_LOCK_LINGER_MS` sets, or [`LOCK_LINGER_MS`].
+pub fn lock_linger() -> Duration {
+    Duration::from_millis(
+        std::env::var("OMNIGRAPH_LOCK_LINGER_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(LOCK_LINGER_MS),
+    )
+}
+
 impl ProcessLocks {
+    /// Does taking a gate lock cost a request (a lease on object storage),
+    /// so that keeping it a while pays?
+    pub fn remote(&self) -> bool {
+        matches!(self.backend, Backend::Leases(_))
+    }
+
     /// Locks for the graph in `store`; this takes the process's liveness
     /// lock (or lease) at once.
     pub async fn new(store: &Store, incarnation: String) -> Result<Self> {

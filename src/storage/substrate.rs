@@ -301,6 +301,9 @@ pub struct LanceSubstrate {
     locks: ProcessLocks,
     /// Dead owners whose intents this process has fenced.
     fenced: Mutex<std::collections::HashSet<String>>,
+    /// How long a gate owner keeps a lock after its last lease (see
+    /// `locks::LOCK_LINGER_MS`).
+    linger: std::time::Duration,
     #[cfg(feature = "fault-injection")]
     faults: Mutex<Faults>,
 }
@@ -311,6 +314,7 @@ impl LanceSubstrate {
         actor: String,
         gate_wait: std::time::Duration,
         lease: std::time::Duration,
+        linger: std::time::Duration,
     ) -> Result<Self> {
         let locks = ProcessLocks::with_lease(&g.store, crate::util::ulid::new_ulid(), lease)
             .await?
@@ -322,6 +326,7 @@ impl LanceSubstrate {
             actor,
             locks,
             fenced: Mutex::new(Default::default()),
+            linger,
             #[cfg(feature = "fault-injection")]
             faults: Mutex::new(Faults::default()),
         })
@@ -363,6 +368,17 @@ impl LanceSubstrate {
     /// Take an operation's context once it has finished.
     pub fn finish(&self, op: &OpId) -> OpCtx {
         self.ops.lock().remove(op).unwrap_or_default()
+    }
+
+    /// A storage failure after a write's first effect: the write is left
+    /// to recovery, and its caller hears the store's error (an outage is a
+    /// storage error, whichever request met it first).
+    fn note_outage(&self, op: &OpId, what: &str) {
+        if let Some(c) = self.ops.lock().get_mut(op)
+            && c.error.is_none()
+        {
+            c.error = Some(OmniError::Storage(what.to_string()));
+        }
     }
 
     #[cfg(feature = "fault-injection")]
@@ -1103,13 +1119,24 @@ impl LanceSubstrate {
             Io::DeleteSidecar { op } => IoOut::Done(s(sidecar::delete(&self.g.store, &op).await)),
             Io::ListSidecars => IoOut::Sidecars(s(self.list_sidecars().await)),
             Io::CommitTable { op, table, staged } => {
-                IoOut::TableCommit(self.commit_table(&op, &table, &staged).await)
+                let out = self.commit_table(&op, &table, &staged).await;
+                if let CommitResult::Unknown(e) = &out {
+                    self.note_outage(&op, e);
+                }
+                IoOut::TableCommit(out)
             }
             Io::RestoreTable { table, to } => {
                 IoOut::TableRestore(s(self.restore(&table, to).await))
             }
             Io::Inspect { intent } => IoOut::Inspected(s(self.inspect(&intent).await)),
-            Io::Publish { req } => IoOut::Published(self.publish(req).await),
+            Io::Publish { req } => {
+                let op = req.op.clone();
+                let out = self.publish(req).await;
+                if let PublishResult::Unknown(e) = &out {
+                    self.note_outage(&op, e);
+                }
+                IoOut::Published(out)
+            }
             Io::DropBranchStorage { branch } => {
                 IoOut::Done(s(self.drop_branch_storage(&branch).await))
             }
@@ -1183,6 +1210,13 @@ impl LanceSubstrate {
 }
 
 impl Substrate for LanceSubstrate {
+    fn lock_linger(&self) -> u64 {
+        match self.locks.remote() {
+            true => self.linger.as_millis() as u64,
+            false => 0,
+        }
+    }
+
     fn execute(&self, io: Io) -> Pin<Box<dyn Future<Output = IoOut> + Send + '_>> {
         #[cfg(feature = "fault-injection")]
         return Box::pin(self.run_with_faults(io));

@@ -30,6 +30,7 @@ mod processes;
 mod query;
 mod recovery;
 mod retention;
+mod round_trips;
 mod s3;
 mod schema;
 mod search;

@@ -1,0 +1,95 @@
+//! The round trips of writes and reads on object storage, held: each
+//! operation's requests and its serial hops (the store's count of requests
+//! sent one after another, under a delay that dwarfs the work between
+//! them) may not grow, so a change that adds a round trip fails here. The
+//! figures and what each hop is for are in docs/benchmarks.md ("Serial hops
+//! on object storage").
+
+use std::time::Duration;
+
+use omnigraph::storage::background;
+use omnigraph::storage::requests::{Latency, Requests};
+use omnigraph::{LoadMode, Omnigraph, Options, Target};
+use serde_json::json;
+
+use crate::common::*;
+
+/// Each request answers this late: long enough that requests sent
+/// together overlap and requests sent one after another do not.
+const DELAY: Duration = Duration::from_millis(40);
+
+fn opts() -> Options {
+    Options {
+        latency: Latency {
+            delay: DELAY,
+            max_concurrent: 8,
+        },
+        // No renewal or end of a linger falls inside a measurement.
+        lease: Duration::from_secs(120),
+        lock_linger: Duration::from_secs(60),
+        ..Options::default()
+    }
+}
+
+/// What `op` cost on `g`'s store, with the background writes of what came
+/// before it settled first.
+async fn cost<F: std::future::Future<Output = ()>>(g: &Omnigraph, op: F) -> Requests {
+    background::settle().await;
+    let before = g.requests();
+    op.await;
+    g.requests().since(&before)
+}
+
+/// At most `serial` hops and `requests` requests.
+fn within(what: &str, c: Requests, serial: u64, requests: u64) {
+    assert!(
+        c.serial <= serial && c.total() <= requests,
+        "{what}: {c}, allowed {serial} serial and {requests} requests"
+    );
+}
+
+#[tokio::test]
+async fn a_commit_and_a_read_on_object_storage_take_the_round_trips_they_did() {
+    let place = Place::s3();
+    let uri = place.uri("g.omni");
+    let g = Omnigraph::init_with(&uri, SCHEMA, opts()).await.unwrap();
+    g.load("main", PEOPLE, LoadMode::Overwrite).await.unwrap();
+    let insert = "query m($n: String) { insert Person { name: $n } }";
+    let m = |n: &str| json!({ "n": n });
+    // The first write takes the gates' leases; the ones after find them kept.
+    g.mutate("main", insert, "m", &m("first")).await.unwrap();
+    for n in ["a", "b"] {
+        let c = cost(&g, async {
+            g.mutate("main", insert, "m", &m(n)).await.unwrap();
+        })
+        .await;
+        within("a 1-row insert through an open handle", c, 13, 17);
+    }
+    let lookup = "query q($n: String) { match { $p: Person { name: $n } } return { $p.age } }";
+    let c = cost(&g, async {
+        g.query(&Target::main(), lookup, "q", &m("b"))
+            .await
+            .unwrap();
+    })
+    .await;
+    within("a read of the handle's own write", c, 3, 6);
+    let c = cost(&g, async {
+        g.branch_create("x", "main").await.unwrap();
+    })
+    .await;
+    within("a branch create", c, 9, 10);
+    g.close().await;
+    let c = {
+        let r = Omnigraph::open_read_only_with(&uri, opts()).await.unwrap();
+        r.requests()
+    };
+    within("a read-only open", c, 6, 6);
+    let c = {
+        let r = Omnigraph::open_read_only_with(&uri, opts()).await.unwrap();
+        r.query(&Target::main(), lookup, "q", &m("b"))
+            .await
+            .unwrap();
+        r.requests()
+    };
+    within("a cold key lookup", c, 11, 14);
+}
