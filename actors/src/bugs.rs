@@ -31,6 +31,7 @@ pub const NAMES: &[&str] = &[
     "cleanup-frees-shared-files",
     "cleanup-drops-heads",
     "linger-forever",
+    "view-before-lock",
 ];
 
 #[cfg(feature = "planted-bugs")]
@@ -63,6 +64,7 @@ pub struct Bugs {
     cleanup_frees_shared_files: bool,
     cleanup_drops_heads: bool,
     linger_forever: bool,
+    view_before_lock: bool,
 }
 
 #[cfg(feature = "planted-bugs")]
@@ -97,6 +99,7 @@ impl Bugs {
             "cleanup-frees-shared-files" => b.cleanup_frees_shared_files = true,
             "cleanup-drops-heads" => b.cleanup_drops_heads = true,
             "linger-forever" => b.linger_forever = true,
+            "view-before-lock" => b.view_before_lock = true,
             _ => return None,
         }
         Some(b)
@@ -200,6 +203,10 @@ impl Bugs {
     pub fn linger_forever(&self) -> bool {
         self.linger_forever
     }
+    /// A gate owner tells a lease its gate is locked, and reads its view, before the cross-process lock is held.
+    pub fn view_before_lock(&self) -> bool {
+        self.view_before_lock
+    }
 }
 
 /// No bug can be planted: every switch below is a constant `false`. (A
@@ -295,6 +302,9 @@ impl Bugs {
         false
     }
     pub const fn linger_forever(&self) -> bool {
+        false
+    }
+    pub const fn view_before_lock(&self) -> bool {
         false
     }
 }

@@ -113,7 +113,18 @@ impl Actor for MachineActor {
 async fn run_effects(myself: &ActorRef<HostMsg>, state: &mut ActorState, fx: Vec<Effect>) {
     for effect in fx {
         match effect {
-            Effect::Send(to, msg) => state.host.deliver(state.me.clone(), to, msg).await,
+            Effect::Send(to, msg) => {
+                if let (Addr::Writer(op), Addr::Client(_)) = (&state.me, &to) {
+                    // Answered; it may still have its sidecar to delete.
+                    state
+                        .host
+                        .finishing
+                        .lock()
+                        .expect("finishing")
+                        .insert(op.clone());
+                }
+                state.host.deliver(state.me.clone(), to, msg).await
+            }
             Effect::Io(req, io) => {
                 let substrate = state.host.substrate.clone();
                 let me = myself.clone();
@@ -132,6 +143,10 @@ async fn run_effects(myself: &ActorRef<HostMsg>, state: &mut ActorState, fx: Vec
             }
             Effect::Stop => {
                 state.host.directory.lock().await.remove(&state.me);
+                if let Addr::Writer(op) = &state.me {
+                    state.host.finishing.lock().expect("finishing").remove(op);
+                    state.host.finished.notify_waiters();
+                }
                 myself.stop(None);
             }
         }
@@ -146,6 +161,10 @@ struct HostInner {
     bugs: Bugs,
     /// Set once the host shuts down: no new operation starts after that.
     stopped: std::sync::atomic::AtomicBool,
+    /// Operations answered whose writer still runs (deleting its sidecar,
+    /// then releasing its gates); a shutdown lets them end first.
+    finishing: StdMutex<std::collections::BTreeSet<OpId>>,
+    finished: tokio::sync::Notify,
 }
 
 impl HostInner {
@@ -218,6 +237,8 @@ impl Host {
             started: tokio::time::Instant::now(),
             bugs,
             stopped: std::sync::atomic::AtomicBool::new(false),
+            finishing: StdMutex::new(std::collections::BTreeSet::new()),
+            finished: tokio::sync::Notify::new(),
         });
         {
             let mut dir = inner.directory.lock().await;
@@ -299,11 +320,25 @@ impl Host {
         }
     }
 
-    /// Stop every actor. Outstanding operations end without an answer.
+    /// Stop every actor. Outstanding operations end without an answer;
+    /// answered ones first finish their cleanup (a sidecar delete), for at
+    /// most `FINISH_WAIT_MS`: a sidecar left behind is published, and the
+    /// next read-write open removes it.
     pub async fn shutdown(&self) {
         self.inner
             .stopped
             .store(true, std::sync::atomic::Ordering::SeqCst);
+        let wait = async {
+            loop {
+                let notified = self.inner.finished.notified();
+                if self.inner.finishing.lock().expect("finishing").is_empty() {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        let limit = std::time::Duration::from_millis(crate::types::limits::FINISH_WAIT_MS);
+        let _ = tokio::time::timeout(limit, wait).await;
         let actors: Vec<_> = std::mem::take(&mut *self.inner.directory.lock().await)
             .into_values()
             .collect();

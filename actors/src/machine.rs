@@ -17,6 +17,13 @@ pub enum Msg {
         op: OpId,
         mode: GateMode,
     },
+    /// The lease holds the gate, in this process and across processes;
+    /// its view is being read and follows as `Granted`. A writer asks for
+    /// its next gate on this, so the views of all its gates are read
+    /// together rather than one after another (each still after its lock).
+    Locked {
+        op: OpId,
+    },
     Granted {
         op: OpId,
         view: GateView,

@@ -8,8 +8,9 @@
 //! gate, the process holds the gate's cross-process lock (`Io::LockGate`), in
 //! a mode at least as strong as every lease's. Lock changes are serialised —
 //! one lock request in flight at a time — so an unlock can never overtake
-//! the lock that follows it. A lease is told it holds the gate only once the
-//! lock is held, and the view it gets is read after that.
+//! the lock that follows it. A lease is told it holds the gate (`Locked`)
+//! only once the lock is held, and the view it gets (`Granted`) is read
+//! after that.
 //!
 //! Where a lock costs a round trip (a lease object on object storage), the
 //! owner keeps the lock for `linger` ticks after its last local lease
@@ -212,8 +213,18 @@ impl GateOwner {
         if ready.is_empty() {
             return Vec::new();
         }
+        self.read_view(ready)
+    }
+
+    /// Tell each lease its gate is held, then read the view they all get.
+    fn read_view(&mut self, leases: Vec<Lease>) -> Vec<Effect> {
+        let mut fx: Vec<Effect> = leases
+            .iter()
+            .map(|l| Effect::Send(l.who.clone(), Msg::Locked { op: l.op.clone() }))
+            .collect();
         let io = self.view_io();
-        vec![self.io(io, Pending::View(ready))]
+        fx.push(self.io(io, Pending::View(leases)));
+        fx
     }
 
     pub fn gate(&self) -> &Gate {
@@ -237,6 +248,13 @@ impl GateOwner {
     fn granted(&mut self, leases: Vec<Lease>) -> Vec<Effect> {
         for l in &leases {
             debug!(op = %l.op, gate = ?self.kind, mode = ?l.mode, "gate granted in process");
+        }
+        if self.bugs.view_before_lock() && !leases.is_empty() {
+            // The planted bug: the leases hear "held" and get a view read
+            // before the cross-process lock is taken.
+            let mut fx = self.read_view(leases);
+            fx.extend(self.sync_lock());
+            return fx;
         }
         self.awaiting_lock.extend(leases);
         self.sync_lock()
@@ -512,11 +530,16 @@ mod tests {
         o.on_msg(0, Addr::Writer(op(who)), Msg::Release { op: op(who) })
     }
 
-    /// The one storage request among the effects.
+    /// The one storage request among the effects, beside the `Locked`
+    /// notices that go out with a view's read.
     fn only_io(fx: &[Effect]) -> (ReqId, Io) {
-        match fx {
+        let rest: Vec<&Effect> = fx
+            .iter()
+            .filter(|e| !matches!(e, Effect::Send(_, Msg::Locked { .. })))
+            .collect();
+        match rest[..] {
             [Effect::Io(r, io)] => (*r, io.clone()),
-            other => panic!("expected one request, got {other:?}"),
+            ref other => panic!("expected one request, got {other:?}"),
         }
     }
 
@@ -531,14 +554,18 @@ mod tests {
                 mode: GateMode::Exclusive
             }
         );
-        // Locked: now the view is read, and only then is the lease told.
-        let (r2, io2) = only_io(&o.on_io(0, r, IoOut::Locked(Ok(()))));
-        assert_eq!(
-            io2,
-            Io::ReadHead {
-                branch: "main".into()
-            }
-        );
+        // Locked: now the lease hears it holds the gate, and its view is
+        // read; the view reaches it only after that.
+        let fx = o.on_io(0, r, IoOut::Locked(Ok(())));
+        let [
+            Effect::Send(Addr::Writer(w), Msg::Locked { op: locked }),
+            Effect::Io(r2, Io::ReadHead { branch }),
+        ] = &fx[..]
+        else {
+            panic!("expected a Locked notice and the view's read, got {fx:?}");
+        };
+        assert_eq!((w, locked, branch.as_str()), (&op("a"), &op("a"), "main"));
+        let r2 = *r2;
         let fx = o.on_io(0, r2, IoOut::Head(Ok(None)));
         assert!(
             matches!(&fx[..], [Effect::Send(Addr::Writer(w), Msg::Granted { .. })] if *w == op("a"))

@@ -791,6 +791,9 @@ impl Machine for Recovery {
                 self.rescanning = true;
                 vec![self.io(Io::ListSidecars, PendingIo::Rescan)]
             }
+            // Recovery asks for its gates one view at a time (it is rare):
+            // a lock held is news only with its view.
+            Msg::Locked { .. } if self.resolving.is_some() => Vec::new(),
             msg @ (Msg::Granted { .. }
             | Msg::TableRestored { .. }
             | Msg::ForkDropped { .. }

@@ -429,6 +429,9 @@ pub mod limits {
     /// polls at least every 100 ms).
     pub const LINGER_HOLD_FACTOR: u64 = 8;
     pub const LINGER_COOLDOWN_FACTOR: u64 = 2;
+    /// How long a closing handle waits for answered writes to delete their
+    /// sidecars and release their gates (milliseconds).
+    pub const FINISH_WAIT_MS: u64 = 30_000;
 }
 
 /// The one gate order: the schema gate (shared by data writes), the branch

@@ -72,8 +72,15 @@ pub struct Writer {
     plan: Option<Plan>,
     /// Gates in acquisition order, each with its mode.
     gates: Vec<(Addr, GateMode)>,
-    /// Views of the gates granted so far, in acquisition order.
+    /// Views of the gates granted so far, in acquisition order: complete
+    /// once every gate asked for has answered (see `acquiring`).
     views: Vec<GateView>,
+    /// The gates of `gates` asked for so far: the next one is asked once
+    /// this one's lock is held (`Locked`), before its view arrives.
+    next_gate: usize,
+    /// Views that arrived while later gates were still being asked for,
+    /// by index in `gates`; moved to `views` once all have.
+    arriving: std::collections::BTreeMap<usize, GateView>,
     /// Gates asked for (held or queued), so that release reaches all of them.
     asked: Vec<Addr>,
     landed: Vec<(TableKey, u64)>,
@@ -102,6 +109,8 @@ impl Writer {
             plan: None,
             gates: Vec::new(),
             views: Vec::new(),
+            next_gate: 0,
+            arriving: std::collections::BTreeMap::new(),
             asked: Vec::new(),
             landed: Vec::new(),
             published: None,
@@ -161,6 +170,8 @@ impl Writer {
         let op = self.op.clone();
         let asked = std::mem::take(&mut self.asked);
         self.views.clear();
+        self.arriving.clear();
+        self.next_gate = 0;
         asked
             .into_iter()
             .rev()
@@ -212,12 +223,53 @@ impl Writer {
         gates.extend(self.table_gates(&tables));
         self.gates = gates;
         self.views.clear();
+        self.arriving.clear();
+        self.next_gate = 0;
         self.state = State::Acquiring;
         self.acquire_next()
     }
 
+    /// A view that cannot be used: nothing more is asked for.
+    fn unusable(view: &GateView) -> bool {
+        matches!(view, GateView::Unavailable(_) | GateView::Busy(_))
+    }
+
+    /// The gate asked for last holds its lock: ask for the next one, unless
+    /// all are asked for or a view already came back unusable.
+    fn on_locked(&mut self) -> Vec<Effect> {
+        if self.next_gate < self.gates.len() && !self.arriving.values().any(Self::unusable) {
+            return self.acquire_next();
+        }
+        Vec::new()
+    }
+
+    /// A gate's view arrived. Once every gate asked for has answered, and
+    /// either all are asked for or one answered unusable, the views are
+    /// complete and the operation goes on.
+    fn on_view(&mut self, from: &Addr, view: GateView) -> Vec<Effect> {
+        let Some(idx) = (self.views.len()..self.next_gate)
+            .find(|i| self.gates[*i].0 == *from && !self.arriving.contains_key(i))
+        else {
+            return self.unexpected(format!("a view from {from:?}, not asked for"));
+        };
+        self.arriving.insert(idx, view);
+        let all_answered = self.arriving.len() == self.next_gate - self.views.len();
+        let stop = self.next_gate == self.gates.len() || self.arriving.values().any(Self::unusable);
+        if !(all_answered && stop) {
+            return Vec::new();
+        }
+        let arrived = std::mem::take(&mut self.arriving);
+        self.views.extend(arrived.into_values());
+        if self.early_gates && self.plan.is_none() {
+            self.prepare_under_gates()
+        } else {
+            self.on_all_granted()
+        }
+    }
+
     fn acquire_next(&mut self) -> Vec<Effect> {
-        let (gate, mode) = self.gates[self.views.len()].clone();
+        let (gate, mode) = self.gates[self.next_gate].clone();
+        self.next_gate += 1;
         debug!(op = %self.op, ?gate, ?mode, "acquire gate");
         self.asked.push(gate.clone());
         vec![Self::send(
@@ -437,11 +489,23 @@ impl Writer {
     /// Who may send `msg` to this writer in its current state: a grant comes
     /// from the gate being waited for, a table commit's result from that
     /// table, and so on. `None`: no message of this kind is expected now.
-    fn expected_sender(&self, msg: &Msg) -> Option<Addr> {
+    fn expected_sender(&self, from: &Addr, msg: &Msg) -> Option<Addr> {
         match (&self.state, msg) {
+            // Any gate asked for whose view is still out.
             (State::Acquiring, Msg::Granted { .. }) => {
-                self.gates.get(self.views.len()).map(|(g, _)| g.clone())
+                let out: Vec<&Addr> = (self.views.len()..self.next_gate)
+                    .filter(|i| !self.arriving.contains_key(i))
+                    .map(|i| &self.gates[i].0)
+                    .collect();
+                out.iter()
+                    .find(|g| **g == from)
+                    .or(out.first())
+                    .map(|g| (*g).clone())
             }
+            (State::Acquiring, Msg::Locked { .. }) => self
+                .next_gate
+                .checked_sub(1)
+                .map(|i| self.gates[i].0.clone()),
             (State::Committing(idx), Msg::TableCommitted { .. }) => self
                 .sorted_tables()
                 .get(*idx)
@@ -467,6 +531,7 @@ impl Writer {
     fn reply_op(msg: &Msg) -> Option<&OpId> {
         match msg {
             Msg::Granted { op, .. }
+            | Msg::Locked { op }
             | Msg::HeadReply { op, .. }
             | Msg::TableCommitted { op, .. }
             | Msg::Admitted { op, .. }
@@ -593,21 +658,36 @@ impl Writer {
         )]
     }
 
-    /// After a data write's publish: delete the sidecar, then answer.
+    /// After a data write's publish: answer (the write is durable and
+    /// visible), then delete the sidecar and release the gates. The caller
+    /// does not wait for the delete; the gates do, so the next holder finds
+    /// no sidecar of this write, and a crash before the delete leaves one
+    /// that recovery finds published and removes.
     fn after_publish(&mut self) -> Vec<Effect> {
         if self.bugs.skip_sidecar() || self.bugs.delete_sidecar_first() {
             return self.release_and_answer_committed();
         }
         self.state = State::Finalizing;
-        vec![Self::send(
-            Addr::Recovery,
-            Msg::IntentDone {
-                op: self.op.clone(),
-            },
-        )]
+        let outcome = self.committed();
+        info!(op = %self.op, ?outcome, "operation answered; its sidecar goes next");
+        vec![
+            Self::send(
+                Addr::Client(self.op.clone()),
+                Msg::Finished {
+                    op: self.op.clone(),
+                    outcome,
+                },
+            ),
+            Self::send(
+                Addr::Recovery,
+                Msg::IntentDone {
+                    op: self.op.clone(),
+                },
+            ),
+        ]
     }
 
-    fn release_and_answer_committed(&mut self) -> Vec<Effect> {
+    fn committed(&self) -> Outcome {
         let (version, _) = self.published.clone().expect("published");
         let commit = match &self.kind {
             OpKind::Write { .. } | OpKind::ApplySchema => {
@@ -615,8 +695,13 @@ impl Writer {
             }
             _ => None,
         };
+        Outcome::Committed { commit, version }
+    }
+
+    fn release_and_answer_committed(&mut self) -> Vec<Effect> {
+        let outcome = self.committed();
         let mut fx = self.release_all();
-        fx.extend(self.finish(Outcome::Committed { commit, version }));
+        fx.extend(self.finish(outcome));
         fx
     }
 
@@ -675,7 +760,7 @@ impl Machine for Writer {
         {
             return self.unexpected(format!("a reply for {op:?} from {from:?}: {msg:?}"));
         }
-        if let Some(want) = self.expected_sender(&msg)
+        if let Some(want) = self.expected_sender(&from, &msg)
             && want != from
         {
             return self.unexpected(format!("{msg:?} from {from:?}, expected from {want:?}"));
@@ -735,16 +820,8 @@ impl Machine for Writer {
                     }
                 }
             },
-            (State::Acquiring, Msg::Granted { view, .. }) => {
-                self.views.push(view);
-                if self.views.len() < self.gates.len() {
-                    self.acquire_next()
-                } else if self.early_gates && self.plan.is_none() {
-                    self.prepare_under_gates()
-                } else {
-                    self.on_all_granted()
-                }
-            }
+            (State::Acquiring, Msg::Locked { .. }) => self.on_locked(),
+            (State::Acquiring, Msg::Granted { view, .. }) => self.on_view(&from, view),
             (State::Checking, Msg::IntentsChecked { clear, .. }) => {
                 if clear || self.bugs.skip_recheck() {
                     self.record_intent()
@@ -842,7 +919,11 @@ impl Machine for Writer {
             (State::Finalizing, Msg::IntentDeleted { .. }) => {
                 // A failed delete leaves the intent with recovery, which finds
                 // it published and removes it; the write itself is durable.
-                self.release_and_answer_committed()
+                // The client was answered at the publish.
+                self.state = State::Done;
+                let mut fx = self.release_all();
+                fx.push(Effect::Stop);
+                fx
             }
             (State::Abandoning, Msg::IntentDeleted { .. }) => self.moved(),
             (State::Stuck, Msg::StuckNoted { .. }) => {
@@ -870,7 +951,7 @@ impl Machine for Writer {
                     let more = self.table_gates(&tables);
                     self.gates.extend(more);
                     self.state = State::Acquiring;
-                    if self.views.len() < self.gates.len() {
+                    if self.next_gate < self.gates.len() {
                         self.acquire_next()
                     } else {
                         self.on_all_granted()
@@ -988,6 +1069,13 @@ mod tests {
         w
     }
 
+    /// A gate tells the writer its lock is held, then sends its view; the
+    /// effects of the view.
+    fn grant(w: &mut Writer, gate: Addr, view: GateView) -> Vec<Effect> {
+        w.on_msg(0, gate.clone(), Msg::Locked { op: op() });
+        w.on_msg(0, gate, Msg::Granted { op: op(), view })
+    }
+
     #[test]
     fn a_grant_from_a_gate_it_does_not_wait_for_is_a_violation() {
         let mut w = writer_asking_for_gates();
@@ -1035,21 +1123,11 @@ mod tests {
                 }
             )]
         );
-        w.on_msg(
-            0,
-            Addr::Schema,
-            Msg::Granted {
-                op: op(),
-                view: GateView::Schema("s".into()),
-            },
-        );
-        let fx = w.on_msg(
-            0,
+        grant(&mut w, Addr::Schema, GateView::Schema("s".into()));
+        let fx = grant(
+            &mut w,
             Addr::Branch(SCHEMA_BRANCH.into()),
-            Msg::Granted {
-                op: op(),
-                view: GateView::Branch(Some(head())),
-            },
+            GateView::Branch(Some(head())),
         );
         assert!(
             matches!(&fx[..], [Effect::Io(_, Io::Prepare { branch, head: h, .. })] if branch == SCHEMA_BRANCH && *h == head()),
@@ -1075,34 +1153,21 @@ mod tests {
     #[test]
     fn orphans_under_the_gates_go_to_recovery_and_the_write_asks_again() {
         let mut w = writer_asking_for_gates();
-        w.on_msg(
-            0,
-            Addr::Schema,
-            Msg::Granted {
-                op: op(),
-                view: GateView::Schema("s".into()),
-            },
-        );
-        w.on_msg(
-            0,
+        grant(&mut w, Addr::Schema, GateView::Schema("s".into()));
+        grant(
+            &mut w,
             Addr::Branch("main".into()),
-            Msg::Granted {
-                op: op(),
-                view: GateView::Branch(Some(head())),
-            },
+            GateView::Branch(Some(head())),
         );
         let view = TableView {
             latest: Some(2),
             named: Some(1),
             published: true,
         };
-        let fx = w.on_msg(
-            0,
+        let fx = grant(
+            &mut w,
             Addr::Table(TableKey::new("main", "node:A")),
-            Msg::Granted {
-                op: op(),
-                view: GateView::Table(view),
-            },
+            GateView::Table(view),
         );
         w.check().unwrap();
         let sent: Vec<&Msg> = fx
@@ -1124,5 +1189,223 @@ mod tests {
             releases, 3,
             "every gate is released before recovery repairs"
         );
+    }
+
+    /// The next gate is asked for as soon as the last one's lock is held,
+    /// so the views are read together; the recheck waits for all of them,
+    /// in whatever order they arrive.
+    #[test]
+    fn the_next_gate_is_asked_on_the_lock_and_the_recheck_waits_for_every_view() {
+        let mut w = writer_asking_for_gates();
+        let table = Addr::Table(TableKey::new("main", "node:A"));
+        let locked =
+            |w: &mut Writer, gate: &Addr| w.on_msg(0, gate.clone(), Msg::Locked { op: op() });
+        let acquire = |gate: &Addr| {
+            Effect::Send(
+                gate.clone(),
+                Msg::Acquire {
+                    op: op(),
+                    mode: GateMode::Exclusive,
+                },
+            )
+        };
+        let fx = locked(&mut w, &Addr::Schema);
+        let branch = Addr::Branch("main".into());
+        assert_eq!(fx, vec![acquire(&branch)]);
+        assert_eq!(locked(&mut w, &branch), vec![acquire(&table)]);
+        // Every lock is held; no view has come: nothing more to do.
+        assert!(locked(&mut w, &table).is_empty());
+        let view = |v| {
+            GateView::Table(TableView {
+                latest: Some(v),
+                named: Some(v),
+                published: true,
+            })
+        };
+        let granted = |w: &mut Writer, gate: &Addr, view| {
+            w.on_msg(0, gate.clone(), Msg::Granted { op: op(), view })
+        };
+        assert!(granted(&mut w, &table, view(1)).is_empty());
+        assert!(granted(&mut w, &Addr::Schema, GateView::Schema("s".into())).is_empty());
+        // The last view completes them: the snapshot is current, so the
+        // writer checks for intents.
+        let fx = granted(&mut w, &branch, GateView::Branch(Some(head())));
+        assert!(
+            matches!(
+                &fx[..],
+                [Effect::Send(Addr::Recovery, Msg::CheckIntents { .. })]
+            ),
+            "{fx:?}"
+        );
+        w.check().unwrap();
+    }
+
+    /// A gate another process keeps answers "busy" with no lock: nothing
+    /// further is asked, and the write gives up once every view it waits
+    /// for is in.
+    #[test]
+    fn a_busy_gate_stops_the_acquisition_after_the_views_already_asked_for() {
+        let mut w = writer_asking_for_gates();
+        let branch = Addr::Branch("main".into());
+        w.on_msg(0, Addr::Schema, Msg::Locked { op: op() });
+        let fx = w.on_msg(
+            0,
+            branch.clone(),
+            Msg::Granted {
+                op: op(),
+                view: GateView::Busy("kept by another process".into()),
+            },
+        );
+        assert!(fx.is_empty(), "the schema's view is still out: {fx:?}");
+        let fx = w.on_msg(
+            0,
+            Addr::Schema,
+            Msg::Granted {
+                op: op(),
+                view: GateView::Schema("s".into()),
+            },
+        );
+        assert!(
+            fx.iter()
+                .all(|e| !matches!(e, Effect::Send(_, Msg::Acquire { .. }))),
+            "{fx:?}"
+        );
+        assert!(
+            fx.iter().any(|e| matches!(
+                e,
+                Effect::Send(
+                    Addr::Client(_),
+                    Msg::Finished {
+                        outcome: Outcome::Contended { .. },
+                        ..
+                    }
+                )
+            )),
+            "{fx:?}"
+        );
+        w.check().unwrap();
+    }
+
+    /// A view that could not be read stops the asking too: a lock held
+    /// after it asks for no further gate.
+    #[test]
+    fn an_unreadable_view_stops_the_asking() {
+        let mut w = writer_asking_for_gates();
+        let branch = Addr::Branch("main".into());
+        w.on_msg(0, Addr::Schema, Msg::Locked { op: op() });
+        let view = GateView::Unavailable("the store did not answer".into());
+        assert!(
+            w.on_msg(0, Addr::Schema, Msg::Granted { op: op(), view })
+                .is_empty()
+        );
+        assert!(
+            w.on_msg(0, branch.clone(), Msg::Locked { op: op() })
+                .is_empty()
+        );
+        let fx = w.on_msg(
+            0,
+            branch,
+            Msg::Granted {
+                op: op(),
+                view: GateView::Branch(Some(head())),
+            },
+        );
+        assert!(
+            fx.iter().any(|e| matches!(
+                e,
+                Effect::Send(
+                    Addr::Client(_),
+                    Msg::Finished {
+                        outcome: Outcome::StorageFailed(_),
+                        ..
+                    }
+                )
+            )),
+            "{fx:?}"
+        );
+        w.check().unwrap();
+    }
+
+    /// The caller hears "committed" at the publish; the sidecar delete and
+    /// the release of the gates come after, and no second answer.
+    #[test]
+    fn the_answer_goes_at_the_publish_and_the_gates_wait_for_the_sidecar_delete() {
+        let mut w = writer_asking_for_gates();
+        let table = Addr::Table(TableKey::new("main", "node:A"));
+        grant(&mut w, Addr::Schema, GateView::Schema("s".into()));
+        grant(
+            &mut w,
+            Addr::Branch("main".into()),
+            GateView::Branch(Some(head())),
+        );
+        let view = TableView {
+            latest: Some(1),
+            named: Some(1),
+            published: true,
+        };
+        grant(&mut w, table.clone(), GateView::Table(view));
+        let ok = Msg::IntentsChecked {
+            op: op(),
+            clear: true,
+        };
+        w.on_msg(0, Addr::Recovery, ok);
+        let recorded = Msg::IntentRecorded {
+            op: op(),
+            result: Ok(()),
+        };
+        w.on_msg(0, Addr::Recovery, recorded);
+        let committed = Msg::TableCommitted {
+            op: op(),
+            table: TableKey::new("main", "node:A"),
+            result: CommitResult::Committed { version: 2 },
+        };
+        w.on_msg(0, table, committed);
+        let published = Head {
+            commit: CommitId("c1".into()),
+            version: 2,
+        };
+        let reply = Msg::PublishReply {
+            op: op(),
+            result: PublishResult::Published {
+                version: 2,
+                head: Some(published),
+            },
+        };
+        let fx = w.on_msg(0, Addr::Publisher, reply);
+        assert_eq!(
+            fx,
+            vec![
+                Effect::Send(
+                    Addr::Client(op()),
+                    Msg::Finished {
+                        op: op(),
+                        outcome: Outcome::Committed {
+                            commit: Some(CommitId("c1".into())),
+                            version: 2
+                        }
+                    }
+                ),
+                Effect::Send(Addr::Recovery, Msg::IntentDone { op: op() }),
+            ]
+        );
+        assert!(!w.is_done());
+        let deleted = Msg::IntentDeleted {
+            op: op(),
+            result: Ok(()),
+        };
+        let fx = w.on_msg(0, Addr::Recovery, deleted);
+        let releases = fx
+            .iter()
+            .filter(|e| matches!(e, Effect::Send(_, Msg::Release { .. })))
+            .count();
+        assert_eq!(releases, 3, "{fx:?}");
+        assert_eq!(fx.last(), Some(&Effect::Stop));
+        assert!(
+            !fx.iter()
+                .any(|e| matches!(e, Effect::Send(_, Msg::Finished { .. }))),
+            "answered twice: {fx:?}"
+        );
+        assert!(w.is_done());
+        w.check().unwrap();
     }
 }

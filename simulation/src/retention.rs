@@ -192,10 +192,32 @@ impl World {
         started
     }
 
+    /// Does an intent's table still need its base: its transaction landed
+    /// above it (a roll back restores the base), or may still land (the
+    /// version after the base was never written, and a commit is pinned to
+    /// land exactly there)? A taken-over writer that wakes after a cleanup
+    /// can record an intent whose base is gone, but nothing of it can land
+    /// over the versions written since, so nothing needs that base.
+    fn may_land(&self, own: &str, t: &omnigraph_actors::IntentTable) -> bool {
+        let key = (own.to_string(), t.table.table.clone());
+        let history = self.tables.get(&key);
+        let landed = history.is_some_and(|h| {
+            h.range(t.base + 1..)
+                .any(|(_, (_, txn))| txn.as_deref() == Some(t.txn.as_str()))
+        });
+        let next = t.base + 1;
+        let next_written = history.is_some_and(|h| h.contains_key(&next))
+            || self
+                .removed_table_versions
+                .contains(&(key.0.clone(), key.1.clone(), next));
+        landed || !next_written
+    }
+
     /// Retention's invariants, after every step:
     /// - every branch head stays readable: the newest graph version and the
     ///   table versions it names are on storage;
-    /// - an unresolved intent's base stays, so recovery can restore it;
+    /// - an unresolved intent's base stays while the intent may need it
+    ///   (see `may_land`), so recovery can restore it;
     /// - a table version keeps every data file it references (a taken-over
     ///   writer's late commit excepted: it is never published, and the next
     ///   gate holder sweeps it).
@@ -235,7 +257,7 @@ impl World {
                     continue;
                 };
                 let own = own_lance(&t.table.branch, rec.incarnation);
-                if self.trimmed(&own, &t.table.table, t.base) {
+                if self.trimmed(&own, &t.table.table, t.base) && self.may_land(&own, t) {
                     return Some((
                         "an unresolved intent's base stays until it is resolved",
                         format!(

@@ -437,6 +437,29 @@ impl Sim {
             Msg::IntentStuck { op } => {
                 self.effect_gates.remove(&(slot, op.clone()));
             }
+            // A writer asks for its next gate, and gets a view, on these:
+            // both say the process holds the gate's cross-process lock.
+            Msg::Locked { op }
+            | Msg::Granted {
+                op,
+                view: GateView::Schema(_) | GateView::Branch(_) | GateView::Table(_),
+            } => {
+                let inc = self.procs[slot];
+                let locked = self
+                    .world
+                    .locks
+                    .get(from)
+                    .is_some_and(|h| h.contains_key(&inc));
+                if !locked && !self.world.taken_over.contains(&inc) {
+                    let detail = format!(
+                        "p{slot} {from:?} told {op:?} it holds the gate ({msg:?}); the process holds no lock on it"
+                    );
+                    self.fail(
+                        "a lease hears its gate is held only while its process holds the lock",
+                        detail,
+                    );
+                }
+            }
             Msg::Finished { op, outcome } => {
                 if let Some(c) = self.clients.get_mut(op) {
                     if let (

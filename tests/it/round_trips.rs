@@ -93,3 +93,37 @@ async fn a_commit_and_a_read_on_object_storage_take_the_round_trips_they_did() {
     };
     within("a cold key lookup", c, 11, 14);
 }
+
+/// A write answers at its publish and deletes its sidecar after; a
+/// `mutate` process, which closes its handle and exits right after the
+/// answer, still leaves no sidecar on a store that answers late: the close
+/// waits for answered writes to finish.
+#[tokio::test]
+async fn a_cli_write_on_a_slow_store_leaves_no_sidecar() {
+    let place = Place::s3();
+    let uri = place.uri("cli.omni");
+    Omnigraph::init_with(&uri, SCHEMA, Options::default())
+        .await
+        .unwrap()
+        .close()
+        .await;
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_omnigraph"))
+        .env("OMNIGRAPH_S3_DELAY_MS", "150")
+        .args([
+            "mutate",
+            &uri,
+            "-e",
+            "query m() { insert Person { name: \"late\" } }",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let left: Vec<String> = sidecars(&uri).await.into_iter().map(|s| s.op).collect();
+    assert!(left.is_empty(), "sidecars left: {left:?}");
+    let g = Omnigraph::open_read_only(&uri).await.unwrap();
+    assert_eq!(person_names(&g).await, vec![json!("late")]);
+}
