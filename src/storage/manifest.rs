@@ -337,6 +337,12 @@ impl Manifests {
             .ok_or_else(|| OmniError::NotFound(format!("graph version {v}")))
     }
 
+    /// The newest version this process has seen, with no request (none
+    /// before the first read).
+    pub fn known(&self) -> Option<Arc<Manifest>> {
+        self.latest.lock().clone()
+    }
+
     /// The newest version: the cached one, or found from the hint by probing
     /// forward (the hint may lag behind).
     pub async fn latest(&self) -> Result<Arc<Manifest>> {

@@ -501,7 +501,31 @@ impl LanceSubstrate {
     /// processes commit too): the latest version of the branch's own
     /// physical table beside the version the latest manifest names for it.
     async fn table_view(&self, table: &TableKey) -> Result<TableView> {
-        let latest = self.g.manifests.refresh().await?;
+        // The table's line as this process last knew it: its versions are
+        // probed from there while the manifest is read (both after the
+        // gate's lock), one round trip for the two. A line the manifest
+        // has moved since (a fork published, a schema apply) is probed
+        // again.
+        let line_of = |m: &Manifest| {
+            let rec = m.branches.get(&table.branch)?;
+            let r = rec.tables.get(&table.table)?;
+            Some((
+                r.dir.clone(),
+                rec.line(&table.branch, &table.table),
+                r.version,
+            ))
+        };
+        let guess = self.g.manifests.known().and_then(|m| line_of(&m));
+        let (latest, early) = match &guess {
+            Some((dir, own, from)) => {
+                let (m, top) = futures::join!(
+                    self.g.manifests.refresh(),
+                    self.g.tables.probe_latest(dir, own.as_deref(), *from)
+                );
+                (m?, Some(top))
+            }
+            None => (self.g.manifests.refresh().await?, None),
+        };
         let Some(rec) = latest.branches.get(&table.branch) else {
             return Ok(TableView {
                 latest: None,
@@ -520,11 +544,18 @@ impl LanceSubstrate {
         let published = r.lance_branch == own;
         // An unpublished fork starts at the version the branch references,
         // so the probe starts there either way.
-        let top = self
-            .g
-            .tables
-            .probe_latest(&r.dir, own.as_deref(), r.version)
-            .await?;
+        let same_line = guess
+            .as_ref()
+            .is_some_and(|(dir, line, _)| *dir == r.dir && *line == own);
+        let top = match early {
+            Some(Ok(top)) if same_line && top >= Some(r.version) => top,
+            _ => {
+                self.g
+                    .tables
+                    .probe_latest(&r.dir, own.as_deref(), r.version)
+                    .await?
+            }
+        };
         Ok(TableView {
             latest: top,
             named: Some(r.version),

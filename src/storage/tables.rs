@@ -744,7 +744,14 @@ impl Tables {
         let step = format!("{txn}.");
         let mut landed = None;
         for v in (base + 1)..=top {
-            let found = latest.read_transaction_by_version(v).await?;
+            // A version a cleanup removed names no transaction: the intent's
+            // own commit lands pinned at base + 1, which a cleanup keeps
+            // while the intent may need it, so what is gone is another's.
+            let found = match latest.read_transaction_by_version(v).await {
+                Ok(found) => found,
+                Err(e) if missing_branch(&e) => None,
+                Err(e) => return Err(e.into()),
+            };
             if found.is_some_and(|t| t.uuid == txn || t.uuid.starts_with(&step)) {
                 landed = Some(v);
             }
@@ -975,6 +982,54 @@ mod tests {
         // content at the version asked for.
         assert_eq!(t.restore("t", None, 1).await.unwrap(), 4);
         assert!(ids_at(&t, 4).await.is_empty());
+    }
+
+    /// Recovery's look for an intent's landed commit walks past versions a
+    /// cleanup removed (the library reads no transaction for them): a
+    /// taken-over writer that woke after a cleanup can record an intent
+    /// whose base is gone, and its recovery must not fail on it.
+    #[tokio::test]
+    async fn finding_a_landed_commit_walks_past_removed_versions() {
+        use lance::dataset::cleanup::CleanupPolicy;
+        let dir = tempfile::tempdir().unwrap();
+        let session = Arc::new(Session::default());
+        let store = Store::open(
+            &crate::storage::requests::StorageSession(session.clone()),
+            dir.path().to_str().unwrap(),
+        )
+        .await
+        .unwrap();
+        let t = Tables::new(store, session.clone());
+        assert_eq!(t.create("t", ids_batch(&[]).schema()).await.unwrap(), 1);
+        for (v, id) in [(1, "a"), (2, "b"), (3, "c")] {
+            let base = t.latest("t", None).await.unwrap().unwrap();
+            let txn = append_staged_on(&base, &session, id).await;
+            assert_eq!(
+                t.commit("t", None, base, vec![txn]).await,
+                CommitResult::Committed { version: v + 1 }
+            );
+        }
+        let ds = t.latest("t", None).await.unwrap().unwrap();
+        let policy = CleanupPolicy {
+            before_version: Some(4),
+            delete_unverified: false,
+            error_if_tagged_old_versions: false,
+            ..Default::default()
+        };
+        ds.cleanup(policy).execute().await.unwrap();
+        assert!(
+            t.store
+                .head(&manifest_file("t", None, 2))
+                .await
+                .unwrap()
+                .is_none()
+        );
+        assert_eq!(
+            t.find_landed("t", None, 1, "an-intent-that-never-landed")
+                .await
+                .unwrap(),
+            (None, Some(4))
+        );
     }
 
     #[test]
