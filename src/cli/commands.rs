@@ -392,7 +392,8 @@ async fn snapshot(a: Snapshot) -> Result<()> {
 async fn query(a: Query) -> Result<()> {
     let (uri, source, name, params) = query_inputs(a.input)?;
     let g = Omnigraph::open_read_only(&uri).await?;
-    let at = target(a.branch, a.snapshot, a.version)?;
+    // The process reads the graph as its open found it (one look at the head).
+    let at = g.as_opened(&target(a.branch, a.snapshot, a.version)?);
     let json = !matches!(a.format, omnigraph::exec::output::Format::Table);
     if a.explain {
         let steps = g.explain(&at, &source, &name, &params).await?;

@@ -48,6 +48,25 @@ impl Omnigraph {
         blob::read(&self.inner.graph, target, cell).await
     }
 
+    /// `target` pinned to the graph version this handle read last, when it
+    /// names a branch that version has. A one-shot reader (a CLI `query`
+    /// process: open, one read, exit) reads the state its open found, its
+    /// one look at the head, instead of asking for the head again: its
+    /// read happens at its open. Other targets, and a branch that version
+    /// lacks, are returned as they are.
+    pub fn as_opened(&self, target: &Target) -> Target {
+        if let Target::Branch(b) = target
+            && let Some(m) = self.inner.graph.manifests.known()
+            && m.branches.contains_key(b)
+        {
+            return Target::Version {
+                version: m.version,
+                branch: b.clone(),
+            };
+        }
+        target.clone()
+    }
+
     pub async fn snapshot(&self, target: &Target) -> Result<SnapshotInfo> {
         let snap = self.resolve(target).await?;
         let mut types = Vec::new();

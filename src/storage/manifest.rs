@@ -312,6 +312,24 @@ impl Manifests {
         })
     }
 
+    /// The newest version from a hint on: the hinted version and the one
+    /// after it are read together (the hint is usually the newest, so the
+    /// second read is the miss that ends the probe), then on as `probe`.
+    async fn probe_from_hint(&self, hint: u64) -> Result<Option<Arc<Manifest>>> {
+        let (at, after) = futures::try_join!(self.slot(hint), self.slot(hint + 1))?;
+        let mut best = None;
+        for slot in [at, after] {
+            match slot {
+                Slot::Manifest(m) => best = Some(m),
+                Slot::Removed => {}
+                // Versions have no holes: nothing is past a miss (a version
+                // published between the two reads is found next time).
+                Slot::Absent => return Ok(best),
+            }
+        }
+        self.probe(hint + 2, best).await
+    }
+
     /// The newest version from `from` on, past removed ones (the newest
     /// version is never removed, so a removed one has a successor).
     async fn probe(
@@ -367,7 +385,7 @@ impl Manifests {
                         .unwrap_or(1),
                     None => 1,
                 };
-                match self.probe(hint, None).await? {
+                match self.probe_from_hint(hint).await? {
                     Some(m) => Some(m),
                     // A hint past the newest version (it is written after
                     // the publish, and may be stale or lost): from the

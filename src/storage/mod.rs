@@ -306,14 +306,13 @@ impl GraphStorage {
             return Ok(s.clone());
         }
         let (pg, json) = schema_files(id);
-        let source =
-            self.store.read(&pg).await?.ok_or_else(|| {
-                OmniError::Storage(format!("schema {id} is missing from the graph"))
-            })?;
-        let catalog_bytes =
-            self.store.read(&json).await?.ok_or_else(|| {
-                OmniError::Storage(format!("catalog {id} is missing from the graph"))
-            })?;
+        // Both files are named by the id: one round trip for the two.
+        let (source, catalog_bytes) =
+            futures::try_join!(self.store.read(&pg), self.store.read(&json))?;
+        let source = source
+            .ok_or_else(|| OmniError::Storage(format!("schema {id} is missing from the graph")))?;
+        let catalog_bytes = catalog_bytes
+            .ok_or_else(|| OmniError::Storage(format!("catalog {id} is missing from the graph")))?;
         let catalog: Catalog = serde_json::from_slice(&catalog_bytes)
             .map_err(|e| OmniError::Storage(format!("catalog {id} is corrupt: {e}")))?;
         let schema = Arc::new(Schema {
@@ -345,9 +344,6 @@ impl GraphStorage {
         let uri = objstore::normalize_uri(uri)?;
         let store = Store::open(&session, &uri).await?;
         let manifests = Manifests::new(store.clone());
-        if !manifests.exists().await? {
-            return Err(OmniError::NotFound(format!("no graph at {uri}")));
-        }
         let tables = Tables::new(store.clone(), session.0);
         let g = Self {
             store,
@@ -355,8 +351,14 @@ impl GraphStorage {
             tables,
             schemas: Default::default(),
         };
-        // A graph whose accepted schema cannot be read is not opened.
-        g.current_schema().await?;
+        // Whether a graph is here is asked beside the read of its newest
+        // version and schema (one round trip fewer); a graph whose
+        // accepted schema cannot be read is not opened.
+        let (exists, schema) = futures::join!(g.manifests.exists(), g.current_schema());
+        if !exists? {
+            return Err(OmniError::NotFound(format!("no graph at {uri}")));
+        }
+        schema?;
         Ok(g)
     }
 

@@ -138,7 +138,9 @@ async fn suite(uri: &str, latency: Latency, n: usize) -> Vec<Vec<Run>> {
             let h = Omnigraph::open_read_only_with(uri, opts(latency))
                 .await
                 .expect("open");
-            h.query(&main, q, "q", &p(k * 7)).await.expect("query");
+            // As the CLI's `query` does: the read is of the state the open found.
+            let at = h.as_opened(&main);
+            h.query(&at, q, "q", &p(k * 7)).await.expect("query");
             out[slot].push(Run {
                 ms: t0.elapsed().as_secs_f64() * 1000.0,
                 reqs: h.requests(),
