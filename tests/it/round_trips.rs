@@ -80,6 +80,17 @@ async fn a_commit_and_a_read_on_object_storage_take_the_round_trips_they_did() {
     within("a branch create", c, 8, 10);
     g.close().await;
     let c = {
+        // A `mutate` process: a read-write open (its liveness lease, the
+        // recovery scan), the insert, and the close that gives its gate
+        // leases back.
+        let h = Omnigraph::open_with(&uri, opts()).await.unwrap();
+        h.mutate("main", insert, "m", &m("c")).await.unwrap();
+        let counted = h.clone();
+        h.close().await;
+        counted.requests()
+    };
+    within("a mutate process", c, 27, 41);
+    let c = {
         let r = Omnigraph::open_read_only_with(&uri, opts()).await.unwrap();
         r.requests()
     };
@@ -92,7 +103,7 @@ async fn a_commit_and_a_read_on_object_storage_take_the_round_trips_they_did() {
             .unwrap();
         r.requests()
     };
-    within("a cold key lookup", c, 7, 13);
+    within("a cold key lookup", c, 7, 14);
 }
 
 /// A write answers at its publish and deletes its sidecar after; a
