@@ -1069,10 +1069,31 @@ mod tests {
         w
     }
 
+    /// A write whose schema gate's lock is held (it now asks for the
+    /// branch gate), its view still out.
+    fn writer_holding_the_schema_lock() -> Writer {
+        let mut w = writer_asking_for_gates();
+        w.on_msg(0, Addr::Schema, Msg::Locked { op: op() });
+        w
+    }
+
+    /// The outcome the client hears among the effects, if any.
+    fn answer(fx: &[Effect]) -> Option<&Outcome> {
+        fx.iter().find_map(|e| match e {
+            Effect::Send(Addr::Client(_), Msg::Finished { outcome, .. }) => Some(outcome),
+            _ => None,
+        })
+    }
+
     /// A gate tells the writer its lock is held, then sends its view; the
     /// effects of the view.
     fn grant(w: &mut Writer, gate: Addr, view: GateView) -> Vec<Effect> {
         w.on_msg(0, gate.clone(), Msg::Locked { op: op() });
+        view_of(w, gate, view)
+    }
+
+    /// A gate's view reaches the writer; the effects of it.
+    fn view_of(w: &mut Writer, gate: Addr, view: GateView) -> Vec<Effect> {
         w.on_msg(0, gate, Msg::Granted { op: op(), view })
     }
 
@@ -1245,42 +1266,19 @@ mod tests {
     /// for is in.
     #[test]
     fn a_busy_gate_stops_the_acquisition_after_the_views_already_asked_for() {
-        let mut w = writer_asking_for_gates();
+        let mut w = writer_holding_the_schema_lock();
         let branch = Addr::Branch("main".into());
-        w.on_msg(0, Addr::Schema, Msg::Locked { op: op() });
-        let fx = w.on_msg(
-            0,
-            branch.clone(),
-            Msg::Granted {
-                op: op(),
-                view: GateView::Busy("kept by another process".into()),
-            },
-        );
+        let busy = GateView::Busy("kept by another process".into());
+        let fx = view_of(&mut w, branch.clone(), busy);
         assert!(fx.is_empty(), "the schema's view is still out: {fx:?}");
-        let fx = w.on_msg(
-            0,
-            Addr::Schema,
-            Msg::Granted {
-                op: op(),
-                view: GateView::Schema("s".into()),
-            },
-        );
+        let fx = view_of(&mut w, Addr::Schema, GateView::Schema("s".into()));
         assert!(
             fx.iter()
                 .all(|e| !matches!(e, Effect::Send(_, Msg::Acquire { .. }))),
             "{fx:?}"
         );
         assert!(
-            fx.iter().any(|e| matches!(
-                e,
-                Effect::Send(
-                    Addr::Client(_),
-                    Msg::Finished {
-                        outcome: Outcome::Contended { .. },
-                        ..
-                    }
-                )
-            )),
+            matches!(answer(&fx), Some(Outcome::Contended { .. })),
             "{fx:?}"
         );
         w.check().unwrap();
@@ -1290,37 +1288,17 @@ mod tests {
     /// after it asks for no further gate.
     #[test]
     fn an_unreadable_view_stops_the_asking() {
-        let mut w = writer_asking_for_gates();
+        let mut w = writer_holding_the_schema_lock();
         let branch = Addr::Branch("main".into());
-        w.on_msg(0, Addr::Schema, Msg::Locked { op: op() });
         let view = GateView::Unavailable("the store did not answer".into());
-        assert!(
-            w.on_msg(0, Addr::Schema, Msg::Granted { op: op(), view })
-                .is_empty()
-        );
+        assert!(view_of(&mut w, Addr::Schema, view).is_empty());
         assert!(
             w.on_msg(0, branch.clone(), Msg::Locked { op: op() })
                 .is_empty()
         );
-        let fx = w.on_msg(
-            0,
-            branch,
-            Msg::Granted {
-                op: op(),
-                view: GateView::Branch(Some(head())),
-            },
-        );
+        let fx = view_of(&mut w, branch, GateView::Branch(Some(head())));
         assert!(
-            fx.iter().any(|e| matches!(
-                e,
-                Effect::Send(
-                    Addr::Client(_),
-                    Msg::Finished {
-                        outcome: Outcome::StorageFailed(_),
-                        ..
-                    }
-                )
-            )),
+            matches!(answer(&fx), Some(Outcome::StorageFailed(_))),
             "{fx:?}"
         );
         w.check().unwrap();

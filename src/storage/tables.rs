@@ -896,11 +896,8 @@ mod tests {
             .unwrap()
     }
 
-    /// The library rebases an append staged on an old version over one that
-    /// landed since, even with no retries; a pinned commit refuses instead,
-    /// and nothing of it becomes a version.
-    #[tokio::test]
-    async fn a_commit_lands_on_its_base_or_is_refused_never_rebased() {
+    /// Tables in a fresh temporary folder, with their session.
+    async fn temp_tables() -> (tempfile::TempDir, Arc<Session>, Tables) {
         let dir = tempfile::tempdir().unwrap();
         let session = Arc::new(Session::default());
         let store = Store::open(
@@ -910,6 +907,15 @@ mod tests {
         .await
         .unwrap();
         let t = Tables::new(store, session.clone());
+        (dir, session, t)
+    }
+
+    /// The library rebases an append staged on an old version over one that
+    /// landed since, even with no retries; a pinned commit refuses instead,
+    /// and nothing of it becomes a version.
+    #[tokio::test]
+    async fn a_commit_lands_on_its_base_or_is_refused_never_rebased() {
+        let (_dir, session, t) = temp_tables().await;
         let schema = ids_batch(&[]).schema();
         assert_eq!(t.create("t", schema).await.unwrap(), 1);
         let v1 = t.latest("t", None).await.unwrap().unwrap();
@@ -991,15 +997,7 @@ mod tests {
     #[tokio::test]
     async fn finding_a_landed_commit_walks_past_removed_versions() {
         use lance::dataset::cleanup::CleanupPolicy;
-        let dir = tempfile::tempdir().unwrap();
-        let session = Arc::new(Session::default());
-        let store = Store::open(
-            &crate::storage::requests::StorageSession(session.clone()),
-            dir.path().to_str().unwrap(),
-        )
-        .await
-        .unwrap();
-        let t = Tables::new(store, session.clone());
+        let (_dir, session, t) = temp_tables().await;
         assert_eq!(t.create("t", ids_batch(&[]).schema()).await.unwrap(), 1);
         for (v, id) in [(1, "a"), (2, "b"), (3, "c")] {
             let base = t.latest("t", None).await.unwrap().unwrap();

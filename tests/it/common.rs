@@ -348,7 +348,13 @@ impl Lcg {
 
 /// Run the `omnigraph` binary with `args`.
 pub fn cli(args: &[&str]) -> std::process::Output {
+    cli_with(&[], args)
+}
+
+/// Run the `omnigraph` binary with `args` and these environment variables.
+pub fn cli_with(env: &[(&str, &str)], args: &[&str]) -> std::process::Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_omnigraph"))
+        .envs(env.iter().copied())
         .args(args)
         .output()
         .unwrap()
@@ -356,7 +362,12 @@ pub fn cli(args: &[&str]) -> std::process::Output {
 
 /// A CLI run that must have succeeded: its stdout.
 pub fn cli_ok(args: &[&str]) -> String {
-    let out = cli(args);
+    cli_ok_with(&[], args)
+}
+
+/// [`cli_ok`] with these environment variables.
+pub fn cli_ok_with(env: &[(&str, &str)], args: &[&str]) -> String {
+    let out = cli_with(env, args);
     assert!(
         out.status.success(),
         "omnigraph {args:?}: {}",
