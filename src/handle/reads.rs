@@ -109,6 +109,14 @@ impl Omnigraph {
 
     /// Run the read query `name` from `source` (a `.gq` text) against one
     /// snapshot of `target`, with parameters given as a JSON object.
+    ///
+    /// A branch is read at its head as it is now. When this handle knows a
+    /// head of the branch already, the query runs on that one while the
+    /// head is asked for: if the head has not moved (the branch record and
+    /// the schema are the ones the query ran on) that answer is the
+    /// answer, ready when the head's is, one round trip for both on
+    /// object storage; if it has moved, the query runs again on the new
+    /// head.
     pub async fn query(
         &self,
         target: &Target,
@@ -116,9 +124,37 @@ impl Omnigraph {
         name: &str,
         params: &serde_json::Value,
     ) -> Result<QueryResult> {
-        let (snap, plan) = self.planned(target, source, name).await?;
+        let parsed = self.inner.plans.parsed(source, name)?;
+        let known = self.as_opened(target);
+        if known == *target {
+            let snap = self.resolve(target).await?;
+            return self.run_on(&snap, &parsed, params).await;
+        }
+        let guess = async {
+            let snap = self.resolve(&known).await?;
+            let answer = self.run_on(&snap, &parsed, params).await;
+            Ok::<_, OmniError>((snap, answer))
+        };
+        let (now, guess) = futures::join!(self.resolve(target), guess);
+        let now = now?;
+        match guess {
+            Ok((snap, answer)) if snap.record == now.record && snap.schema.id == now.schema.id => {
+                answer
+            }
+            _ => self.run_on(&now, &parsed, params).await,
+        }
+    }
+
+    /// Run a parsed query on one snapshot.
+    async fn run_on(
+        &self,
+        snap: &Snapshot,
+        parsed: &crate::compiler::query::plans::Parsed,
+        params: &serde_json::Value,
+    ) -> Result<QueryResult> {
+        let plan = parsed.plan(&snap.schema.id, snap.catalog())?;
         let values = params::bind_params(&plan, params)?;
-        run::run(&self.ctx(&snap, &values), &plan).await
+        run::run(&self.ctx(snap, &values), &plan).await
     }
 
     /// The snapshot `target` names and the plan of query `name` of `source`

@@ -913,3 +913,27 @@ async fn a_closed_pipe_ends_the_cli_quietly() {
     assert!(stderr.is_empty(), "{stderr}");
     assert!(out.status.success(), "{:?}", out.status);
 }
+
+/// A handle that knows a branch's head runs a read on it while it asks for
+/// the head, and keeps that answer only if the head has not moved: a row
+/// another handle (another process) committed since is seen, on local
+/// disk and on object storage.
+#[tokio::test]
+async fn a_read_sees_what_another_handle_committed_since_its_last_read() {
+    for place in [Place::local(), Place::s3()] {
+        let uri = place.uri("g.omni");
+        let a = Omnigraph::init(&uri, SCHEMA).await.unwrap();
+        a.load("main", PEOPLE, LoadMode::Overwrite).await.unwrap();
+        let sorted = |mut v: Vec<Value>| {
+            v.sort_by_key(|n| n.to_string());
+            v
+        };
+        let mut names = person_names(&a).await;
+        let b = Omnigraph::open(&uri).await.unwrap();
+        let insert = "query m() { insert Person { name: \"Zed\" } }";
+        b.mutate("main", insert, "m", &Value::Null).await.unwrap();
+        b.close().await;
+        names.push(json!("Zed"));
+        assert_eq!(sorted(person_names(&a).await), sorted(names));
+    }
+}
