@@ -142,14 +142,25 @@ pub type TableVersions = Vec<(TableKey, u64)>;
 /// A roll-back, as (tables to restore to a version, tables already restored
 /// by an earlier run to re-point at). A landed table still on top is
 /// restored to the version just below it — the base, since the gate kept
-/// others out; never older, so no one else's commit is undone.
-pub fn rollback_plan(intent: &Intent, ins: &Inspection) -> (TableVersions, TableVersions) {
+/// others out; never older, so no one else's commit is undone. A landed
+/// table not on top was restored by an earlier run, pinned, so at exactly
+/// the next version: that one is re-pointed at, unless the branch names it
+/// (or later) already (`named`, from the table's gate view). What lies
+/// above it is another writer's (a taken-over writer's late commit, on the
+/// restored base) and never this roll-back's to publish.
+pub fn rollback_plan(
+    intent: &Intent,
+    ins: &Inspection,
+    named: impl Fn(&TableKey) -> Option<u64>,
+) -> (TableVersions, TableVersions) {
     let mut restore = Vec::new();
     let mut repoint = Vec::new();
     for (i, t) in intent.tables.iter().enumerate() {
         match (ins.landed[i], ins.latest[i]) {
             (Some(l), Some(latest)) if l == latest => restore.push((t.table.clone(), l - 1)),
-            (Some(_), Some(latest)) => repoint.push((t.table.clone(), latest)),
+            (Some(l), Some(_)) if named(&t.table).is_none_or(|n| n <= l) => {
+                repoint.push((t.table.clone(), l + 1))
+            }
             _ => {}
         }
     }
@@ -551,7 +562,16 @@ impl Recovery {
                 vec![Effect::Send(Addr::Publisher, Msg::Publish { req })]
             }
             Verdict::RollBack => {
-                let (restore, repoint) = rollback_plan(&intent, &ins);
+                let named = |t: &TableKey| {
+                    res.gates
+                        .iter()
+                        .zip(&res.views)
+                        .find_map(|((gate, _), view)| match (gate, view) {
+                            (Addr::Table(g), GateView::Table(v)) if g == t => v.named,
+                            _ => None,
+                        })
+                };
+                let (restore, repoint) = rollback_plan(&intent, &ins, named);
                 res.to_restore = restore;
                 res.repoint = repoint;
                 let mut fx = Vec::new();
@@ -1092,8 +1112,22 @@ mod tests {
             &[Some(4), Some(4), None],
             &[Some(4), Some(5), Some(3)],
         );
-        let (restore, repoint) = rollback_plan(&i, &shown);
+        let (restore, repoint) = rollback_plan(&i, &shown, |_| Some(3));
         assert_eq!(restore, vec![(TableKey::new("main", "t0"), 3)]);
         assert_eq!(repoint, vec![(TableKey::new("main", "t1"), 5)]);
+    }
+
+    /// A restore already re-pointed, with a taken-over writer's late
+    /// commit on top of it (seed 36329): nothing is re-pointed, so the
+    /// late commit is never published by this roll-back.
+    #[test]
+    fn rollback_never_repoints_past_its_own_restore() {
+        let i = intent(1);
+        let shown = ins(false, Some(head("c0", 5)), &[Some(2)], &[Some(4)]);
+        let (restore, repoint) = rollback_plan(&i, &shown, |_| Some(3));
+        assert_eq!((restore, repoint), (vec![], vec![]));
+        // Not yet re-pointed: the restore itself, never what lies above it.
+        let (_, repoint) = rollback_plan(&i, &shown, |_| Some(1));
+        assert_eq!(repoint, vec![(TableKey::new("main", "t0"), 3)]);
     }
 }
