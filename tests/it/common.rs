@@ -273,8 +273,22 @@ pub struct Untouched {
 
 impl Untouched {
     pub async fn of(t: &TestGraph) -> Self {
-        // The hints of the writes before this one are not its files.
+        // The hints of the writes before this one are not its files, nor
+        // is the sidecar a write before it deletes after its answer.
         omnigraph::storage::background::settle().await;
+        let recovery = t.dir.path().join("g.omni").join("_graph").join("recovery");
+        for _ in 0..5_000 {
+            let left = std::fs::read_dir(&recovery)
+                .map(|d| {
+                    d.flatten()
+                        .any(|e| e.path().extension().is_some_and(|x| x == "json"))
+                })
+                .unwrap_or(false);
+            if !left {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
         Self {
             visible: fingerprint(&t.g).await,
             files: files(&t.dir.path().join("g.omni")),
