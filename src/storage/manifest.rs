@@ -471,6 +471,14 @@ impl Manifests {
         Ok(Claim::Taken)
     }
 
+    /// Create a commit record if absent, ahead of its publish (which then
+    /// replaces it only with `claim_record` and its tag). `None`: a record
+    /// of that commit is there already.
+    pub async fn create_record(&self, c: &CommitRecord) -> Result<Option<String>> {
+        let bytes = serde_json::to_vec_pretty(c)?;
+        self.store.create_tagged(&commit_file(&c.id), bytes).await
+    }
+
     /// Create version `next.version` if absent: the compare-and-swap of
     /// every publish. Its commit record must already be written.
     pub async fn publish_version(&self, next: &Manifest) -> Result<bool> {

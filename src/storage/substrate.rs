@@ -291,6 +291,13 @@ fn adopt(
     Ok(())
 }
 
+/// A commit record written beside its write's sidecar.
+struct EarlyRecord {
+    commit: String,
+    tag: String,
+    version: u64,
+}
+
 pub struct LanceSubstrate {
     g: Arc<GraphStorage>,
     ops: Mutex<HashMap<OpId, OpCtx>>,
@@ -301,6 +308,11 @@ pub struct LanceSubstrate {
     locks: ProcessLocks,
     /// Dead owners whose intents this process has fenced.
     fenced: Mutex<std::collections::HashSet<String>>,
+    /// Commit records written beside their write's sidecar, by operation:
+    /// the commit, the record's entity tag and the graph version it names.
+    /// The publish then waits for no record write of its own; it rewrites
+    /// the record only when it lands on another version.
+    early_records: Mutex<HashMap<OpId, EarlyRecord>>,
     /// How long a gate owner keeps a lock after its last lease (see
     /// `locks::LOCK_LINGER_MS`).
     linger: std::time::Duration,
@@ -326,6 +338,7 @@ impl LanceSubstrate {
             actor,
             locks,
             fenced: Mutex::new(Default::default()),
+            early_records: Mutex::new(HashMap::new()),
             linger,
             #[cfg(feature = "fault-injection")]
             faults: Mutex::new(Faults::default()),
@@ -747,7 +760,14 @@ impl LanceSubstrate {
     async fn publish(&self, req: PublishReq) -> PublishResult {
         // A create-if-absent lost to another process: re-read and try again
         // (bounded); the expected-head check decides whether we may.
-        let mut record_tag: Option<String> = None;
+        let early = self.early_records.lock().remove(&req.op);
+        let early = early.filter(
+            |e| matches!(&req.change, Change::Commit { commit, .. } if commit.0 == e.commit),
+        );
+        let (mut record_tag, mut claimed_at) = match early {
+            Some(e) => (Some(e.tag), Some(e.version)),
+            None => (None, None),
+        };
         for attempt in 0..MAX_PUBLISH_CAS_ATTEMPTS {
             // A commit's first try builds on the newest version this process
             // knows, without reading: its writer read the branch head under
@@ -797,7 +817,9 @@ impl LanceSubstrate {
             }
             #[cfg(feature = "fault-injection")]
             self.stall_if_asked().await;
-            if let Some(c) = &commit {
+            if let Some(c) = &commit
+                && claimed_at != Some(c.manifest_version)
+            {
                 let recovered = c.kind == RECOVERED_KIND;
                 match self
                     .g
@@ -805,7 +827,10 @@ impl LanceSubstrate {
                     .claim_record(c, record_tag.as_deref(), recovered)
                     .await
                 {
-                    Ok(Claim::Mine(tag)) => record_tag = Some(tag),
+                    Ok(Claim::Mine(tag)) => {
+                        record_tag = Some(tag);
+                        claimed_at = Some(c.manifest_version);
+                    }
                     Ok(Claim::Published) => {
                         return PublishResult::Unknown(format!(
                             "commit {} was published by another process",
@@ -845,6 +870,74 @@ impl LanceSubstrate {
             }
         }
         PublishResult::Unknown("manifest publish kept losing races".into())
+    }
+
+    /// The record of `op`'s commit on `branch` over `parent`, as graph
+    /// version `version` carries it.
+    fn commit_record(
+        &self,
+        op: &OpId,
+        branch: &str,
+        commit: &CommitId,
+        parent: String,
+        merge: Option<&MergeOf>,
+        version: u64,
+    ) -> CommitRecord {
+        let (kind, summary, actor) = match self.ops.lock().get(op) {
+            Some(c) => (c.kind.clone(), c.summary.clone(), c.actor.clone()),
+            None => (
+                RECOVERED_KIND.to_string(),
+                serde_json::Value::Null,
+                self.actor.clone(),
+            ),
+        };
+        let mut parents = vec![parent];
+        parents.extend(merge.map(|m| m.head.commit.0.clone()));
+        CommitRecord {
+            id: commit.0.clone(),
+            parents,
+            branch: branch.to_string(),
+            manifest_version: version,
+            actor,
+            timestamp: chrono::Utc::now().to_rfc3339(),
+            kind,
+            summary,
+            expired: false,
+        }
+    }
+
+    /// Write the commit record of a write's intent beside its sidecar, for
+    /// the graph version after the newest this process knows (its publish
+    /// lands there unless another publish comes first). A record is
+    /// trusted only once the version it names carries its commit, so one
+    /// written early, or left by a write that failed, misleads nobody.
+    /// Best effort: without it the publish writes the record itself.
+    async fn write_early_record(&self, intent: &Intent) {
+        if intent.merge.as_ref().is_some_and(|m| m.fast_forward)
+            || !self.ops.lock().contains_key(&intent.op)
+        {
+            return;
+        }
+        let Some(known) = self.g.manifests.known() else {
+            return;
+        };
+        let version = known.version + 1;
+        let rec = self.commit_record(
+            &intent.op,
+            &intent.branch,
+            &intent.commit,
+            intent.expected.commit.0.clone(),
+            intent.merge.as_ref(),
+            version,
+        );
+        if let Ok(Some(tag)) = self.g.manifests.create_record(&rec).await {
+            let early = EarlyRecord {
+                commit: intent.commit.0.clone(),
+                tag,
+                version,
+            };
+            self.early_records.lock().insert(intent.op.clone(), early);
+        }
     }
 
     // One arm per kind of change a publish carries; each arm is the whole
@@ -912,30 +1005,14 @@ impl LanceSubstrate {
                     ("fast_forward", None)
                 } else {
                     rec.head = commit.0.clone();
-                    let (kind, summary, actor) = {
-                        let ops = self.ops.lock();
-                        match ops.get(&req.op) {
-                            Some(c) => (c.kind.clone(), c.summary.clone(), c.actor.clone()),
-                            None => (
-                                RECOVERED_KIND.to_string(),
-                                serde_json::Value::Null,
-                                self.actor.clone(),
-                            ),
-                        }
-                    };
-                    let mut parents = vec![parent];
-                    parents.extend(merge.as_ref().map(|m| m.head.commit.0.clone()));
-                    commit_record = Some(CommitRecord {
-                        id: commit.0.clone(),
-                        parents,
-                        branch: req.branch.clone(),
-                        manifest_version: version,
-                        actor,
-                        timestamp: chrono::Utc::now().to_rfc3339(),
-                        kind,
-                        summary,
-                        expired: false,
-                    });
+                    commit_record = Some(self.commit_record(
+                        &req.op,
+                        &req.branch,
+                        commit,
+                        parent,
+                        merge.as_ref(),
+                        version,
+                    ));
                     ("commit", Some(commit.0.clone()))
                 }
             }
@@ -1139,15 +1216,16 @@ impl LanceSubstrate {
                     .get(&intent.op)
                     .map(|c| c.kind.clone())
                     .unwrap_or_default();
-                IoOut::Done(s(sidecar::write(
-                    &self.g.store,
-                    &intent,
-                    self.locks.incarnation(),
-                    &kind,
-                )
-                .await))
+                let (written, ()) = tokio::join!(
+                    sidecar::write(&self.g.store, &intent, self.locks.incarnation(), &kind),
+                    self.write_early_record(&intent)
+                );
+                IoOut::Done(s(written))
             }
-            Io::DeleteSidecar { op } => IoOut::Done(s(sidecar::delete(&self.g.store, &op).await)),
+            Io::DeleteSidecar { op } => {
+                self.early_records.lock().remove(&op);
+                IoOut::Done(s(sidecar::delete(&self.g.store, &op).await))
+            }
             Io::ListSidecars => IoOut::Sidecars(s(self.list_sidecars().await)),
             Io::CommitTable { op, table, staged } => {
                 let out = self.commit_table(&op, &table, &staged).await;

@@ -169,3 +169,46 @@ async fn load_with_from_creates_the_branch_first() {
         .unwrap();
     assert!(!r.branch_created);
 }
+
+/// A write's commit record goes out beside its sidecar, naming the graph
+/// version after the newest its process knows; when another process
+/// publishes that version first, the write lands one later and its record
+/// must say so, or no version carries the commit it names and the branch's
+/// history breaks at it.
+#[tokio::test]
+async fn a_commit_that_lands_later_than_its_record_guessed_keeps_a_true_record() {
+    let t = loaded_graph().await;
+    t.g.branch_create("side", "main").await.unwrap();
+    let other = omnigraph::Omnigraph::open(&t.uri()).await.unwrap();
+    let insert = "query m($n: String) { insert Person { name: $n } }";
+    // The first write stalls past its sidecar (and its record) while the
+    // other process publishes on another branch.
+    t.g.substrate()
+        .stall_before_publish(std::time::Duration::from_secs(1));
+    let first = tokio::spawn({
+        let g = t.g.clone();
+        async move {
+            g.mutate("main", insert, "m", &serde_json::json!({ "n": "late" }))
+                .await
+        }
+    });
+    while stored(&t.uri(), "_graph/recovery").await.is_empty() {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let guessed =
+        t.g.snapshot(&Target::main())
+            .await
+            .unwrap()
+            .manifest_version
+            + 1;
+    other
+        .mutate("side", insert, "m", &serde_json::json!({ "n": "early" }))
+        .await
+        .unwrap();
+    let late = first.await.unwrap().unwrap();
+    let rec = t.g.commit(&late.commit).await.unwrap();
+    assert_eq!(rec.manifest_version, guessed + 1);
+    let history = t.g.commits("main", None).await.unwrap();
+    assert_eq!(history[0].id, late.commit);
+    other.close().await;
+}

@@ -63,7 +63,7 @@ async fn a_commit_and_a_read_on_object_storage_take_the_round_trips_they_did() {
             g.mutate("main", insert, "m", &m(n)).await.unwrap();
         })
         .await;
-        within("a 1-row insert through an open handle", c, 9, 16);
+        within("a 1-row insert through an open handle", c, 8, 16);
     }
     let lookup = "query q($n: String) { match { $p: Person { name: $n } } return { $p.age } }";
     let c = cost(&g, async {
@@ -89,7 +89,7 @@ async fn a_commit_and_a_read_on_object_storage_take_the_round_trips_they_did() {
         h.close().await;
         counted.requests()
     };
-    within("a mutate process", c, 27, 41);
+    within("a mutate process", c, 26, 41);
     let c = {
         let r = Omnigraph::open_read_only_with(&uri, opts()).await.unwrap();
         r.requests()
