@@ -32,6 +32,7 @@ pub const NAMES: &[&str] = &[
     "cleanup-drops-heads",
     "linger-forever",
     "view-before-lock",
+    "view-outlives-lock",
 ];
 
 #[cfg(feature = "planted-bugs")]
@@ -65,6 +66,7 @@ pub struct Bugs {
     cleanup_drops_heads: bool,
     linger_forever: bool,
     view_before_lock: bool,
+    view_outlives_lock: bool,
 }
 
 #[cfg(feature = "planted-bugs")]
@@ -100,6 +102,7 @@ impl Bugs {
             "cleanup-drops-heads" => b.cleanup_drops_heads = true,
             "linger-forever" => b.linger_forever = true,
             "view-before-lock" => b.view_before_lock = true,
+            "view-outlives-lock" => b.view_outlives_lock = true,
             _ => return None,
         }
         Some(b)
@@ -207,6 +210,10 @@ impl Bugs {
     pub fn view_before_lock(&self) -> bool {
         self.view_before_lock
     }
+    /// A gate owner keeps the view it knows after giving its cross-process lock up, and hands it to a lease once it holds the lock again.
+    pub fn view_outlives_lock(&self) -> bool {
+        self.view_outlives_lock
+    }
 }
 
 /// No bug can be planted: every switch below is a constant `false`. (A
@@ -305,6 +312,9 @@ impl Bugs {
         false
     }
     pub const fn view_before_lock(&self) -> bool {
+        false
+    }
+    pub const fn view_outlives_lock(&self) -> bool {
         false
     }
 }

@@ -28,8 +28,20 @@ pub enum Msg {
         op: OpId,
         view: GateView,
     },
+    /// `left`: what the holder left of the state its view shows, as far
+    /// as it knows (`None`: unknown). While the process keeps the gate's
+    /// cross-process lock, the owner gives that to the next lease as its
+    /// view instead of reading it again.
     Release {
         op: OpId,
+        left: Option<GateView>,
+    },
+    /// The holder's effects on the gate's state are over (its publish is
+    /// answered; it only finishes before it releases): `left` is what it
+    /// left. A branch owner answers head requests from it meanwhile.
+    Settled {
+        op: OpId,
+        left: GateView,
     },
 
     // Branch actor.

@@ -17,11 +17,19 @@
 //! ends: the next write of this process then takes the gate without a
 //! request. Keeping a lock longer never lets two processes hold it; it only
 //! makes another process wait up to `linger` more, and the timer always
-//! ends it. The view is still read on every grant. So that a process that
+//! ends it. So that a process that
 //! writes without pause cannot keep a gate from the others, a lock held
 //! for `LINGER_HOLD_FACTOR` lingers is given up at its next last release,
 //! and for `LINGER_COOLDOWN_FACTOR` lingers after that the owner does not
 //! linger (each last release gives the lock up, a turn for a waiter).
+//!
+//! While the lock stays held, no other process changes what the view shows,
+//! and in this process only an exclusive holder does, which says at its
+//! release what it left (`Release::left`). So the owner knows the view
+//! without reading it: a grant, and a branch head request while the gate is
+//! free, are answered from what it knows. What it knows goes with the lock
+//! (given up, or changed to another mode) and with any release that does
+//! not say what it left.
 
 use std::collections::BTreeMap;
 
@@ -42,8 +50,9 @@ pub enum OwnerKind {
 
 #[derive(Debug)]
 enum Pending {
-    /// Granted leases waiting for the view to be read.
-    View(Vec<Lease>),
+    /// Granted leases waiting for the view to be read, and the `known`
+    /// epoch the read started in.
+    View(Vec<Lease>, u64),
     Head(Addr, OpId),
     Commit(Addr, OpId),
     Restore(Addr, OpId),
@@ -86,6 +95,16 @@ pub struct GateOwner {
     locked_at: Tick,
     no_linger_until: Tick,
     now: Tick,
+    /// The view as it stands, known while this process's lock has been held
+    /// since it was read or since the holder that changed it said what it
+    /// left; `None`: read on the next grant.
+    known: Option<GateView>,
+    /// Moves whenever `known` is dropped or replaced, so that a read
+    /// started before cannot bring back what it read.
+    known_epoch: u64,
+    /// The exclusive holder that said its effects are over (`Settled`):
+    /// `known` is what it left, and it changes nothing before it releases.
+    settled: Option<OpId>,
     /// Protocol violations seen (a commit from a non-holder, a release from
     /// nobody); reported by `check`.
     violations: Vec<String>,
@@ -110,6 +129,9 @@ impl GateOwner {
             locked_at: 0,
             no_linger_until: 0,
             now: 0,
+            known: None,
+            known_epoch: 0,
+            settled: None,
             violations: Vec::new(),
         }
     }
@@ -131,6 +153,22 @@ impl GateOwner {
     /// This process's hold on the cross-process lock, as last confirmed.
     pub fn lock_held(&self) -> Option<GateMode> {
         self.lock_held
+    }
+
+    /// Nobody holds the gate but, perhaps, a holder that settled: the state
+    /// stays what it is until a new lease is granted.
+    fn quiet(&self) -> bool {
+        match self.gate.holders() {
+            [] => true,
+            [only] => self.settled.as_ref() == Some(&only.op),
+            _ => false,
+        }
+    }
+
+    /// Replace what is known of the view (`None`: forget it).
+    fn know(&mut self, view: Option<GateView>) {
+        self.known_epoch += 1;
+        self.known = view;
     }
 
     /// Bring the cross-process lock in line with the in-process holders,
@@ -197,6 +235,10 @@ impl GateOwner {
                 self.lingering = None;
                 self.linger_over = false;
             }
+            if !self.bugs.view_outlives_lock() {
+                // Another process may change the state once the lock goes.
+                self.know(None);
+            }
             self.lock_busy = true;
             let gate = self.addr();
             let io = match target {
@@ -216,14 +258,27 @@ impl GateOwner {
         self.read_view(ready)
     }
 
-    /// Tell each lease its gate is held, then read the view they all get.
+    /// Tell each lease its gate is held, then give them the view: the one
+    /// known, or else one read now.
     fn read_view(&mut self, leases: Vec<Lease>) -> Vec<Effect> {
         let mut fx: Vec<Effect> = leases
             .iter()
             .map(|l| Effect::Send(l.who.clone(), Msg::Locked { op: l.op.clone() }))
             .collect();
+        if let Some(view) = self.known.clone() {
+            fx.extend(leases.into_iter().map(|l| {
+                Effect::Send(
+                    l.who,
+                    Msg::Granted {
+                        op: l.op,
+                        view: view.clone(),
+                    },
+                )
+            }));
+            return fx;
+        }
         let io = self.view_io();
-        fx.push(self.io(io, Pending::View(leases)));
+        fx.push(self.io(io, Pending::View(leases, self.known_epoch)));
         fx
     }
 
@@ -278,6 +333,37 @@ impl GateOwner {
         Ok(table)
     }
 
+    /// A lease ends: `held` is its mode if it held the gate (it may have
+    /// been waiting), `left` what it says it left of the view's state.
+    fn released(
+        &mut self,
+        op: OpId,
+        held: Option<GateMode>,
+        left: Option<GateView>,
+    ) -> Vec<Effect> {
+        let Some(granted) = self.gate.release(&op) else {
+            self.violations.push(format!(
+                "{op:?} released {:?} it never asked for",
+                self.kind
+            ));
+            return Vec::new();
+        };
+        debug!(op = %op, gate = ?self.kind, "gate released");
+        if self.settled.as_ref() == Some(&op) {
+            self.settled = None;
+        }
+        match (held, left) {
+            // A lease that never held the gate changed nothing, nor does a
+            // shared holder (changes need the gate exclusive) that knows
+            // what it left.
+            (None, _) | (Some(GateMode::Shared), Some(_)) => {}
+            (Some(_), left) => self.know(left),
+        }
+        self.awaiting_lock.retain(|l| l.op != op);
+        self.told_busy.retain(|o| o != &op);
+        self.granted(granted)
+    }
+
     fn table(&self) -> Option<&TableKey> {
         match &self.kind {
             OwnerKind::Table(t) => Some(t),
@@ -300,22 +386,39 @@ impl Machine for GateOwner {
                 let granted = self.gate.request(from, op, mode);
                 self.granted(granted)
             }
-            Msg::Release { op } => match self.gate.release(&op) {
-                Some(granted) => {
-                    debug!(op = %op, gate = ?self.kind, "gate released");
-                    self.awaiting_lock.retain(|l| l.op != op);
-                    self.told_busy.retain(|o| o != &op);
-                    self.granted(granted)
+            Msg::Release { op, left } => {
+                let held = self
+                    .gate
+                    .holders()
+                    .iter()
+                    .find(|l| l.op == op)
+                    .map(|l| l.mode);
+                self.released(op, held, left)
+            }
+            Msg::Settled { op, left } => {
+                let exclusive = self
+                    .gate
+                    .holders()
+                    .iter()
+                    .any(|l| l.op == op && l.mode == GateMode::Exclusive);
+                if exclusive {
+                    self.know(Some(left));
+                    self.settled = Some(op);
                 }
-                None => {
-                    self.violations.push(format!(
-                        "{op:?} released {:?} it never asked for",
-                        self.kind
-                    ));
-                    Vec::new()
-                }
-            },
+                Vec::new()
+            }
             Msg::HeadRequest { op } => match &self.kind {
+                // Free, or held only by a holder whose effects are over, and
+                // locked by this process since the head was known: it is
+                // the head.
+                OwnerKind::Branch(_)
+                    if self.lock_held.is_some()
+                        && self.quiet()
+                        && let Some(GateView::Branch(head)) = &self.known =>
+                {
+                    let head = Ok(head.clone());
+                    vec![Effect::Send(from, Msg::HeadReply { op, head })]
+                }
                 OwnerKind::Branch(b) => {
                     let io = Io::ReadHead { branch: b.clone() };
                     vec![self.io(io, Pending::Head(from, op))]
@@ -395,7 +498,7 @@ impl Machine for GateOwner {
             return Vec::new();
         };
         match (pending, out) {
-            (Pending::View(leases), out) => {
+            (Pending::View(leases, epoch), out) => {
                 let view = match out {
                     IoOut::SchemaId(Ok(id)) => GateView::Schema(id),
                     IoOut::Head(Ok(h)) => GateView::Branch(h),
@@ -405,6 +508,13 @@ impl Machine for GateOwner {
                     }
                     other => GateView::Unavailable(format!("unexpected view {other:?}")),
                 };
+                let read = matches!(
+                    view,
+                    GateView::Schema(_) | GateView::Branch(_) | GateView::Table(_)
+                );
+                if read && epoch == self.known_epoch && self.lock_held.is_some() {
+                    self.know(Some(view.clone()));
+                }
                 leases
                     .into_iter()
                     // A lease released while its view was read needs no notice.
@@ -445,6 +555,9 @@ impl Machine for GateOwner {
                             self.locked_at = self.now;
                         }
                         self.lock_held = target;
+                        if target.is_none() && !self.bugs.view_outlives_lock() {
+                            self.know(None);
+                        }
                         self.sync_lock()
                     }
                     Err(e) if target.is_none() => {
@@ -452,6 +565,7 @@ impl Machine for GateOwner {
                         // the process (a lock file) or its lease.
                         debug!(gate = ?self.kind, e, "cross-process unlock failed");
                         self.lock_held = None;
+                        self.know(None);
                         self.sync_lock()
                     }
                     Err(e) => {
@@ -527,7 +641,14 @@ mod tests {
     }
 
     fn release(o: &mut GateOwner, who: &str) -> Vec<Effect> {
-        o.on_msg(0, Addr::Writer(op(who)), Msg::Release { op: op(who) })
+        o.on_msg(
+            0,
+            Addr::Writer(op(who)),
+            Msg::Release {
+                op: op(who),
+                left: None,
+            },
+        )
     }
 
     /// The one storage request among the effects, beside the `Locked`
@@ -703,6 +824,92 @@ mod tests {
         o.check().unwrap();
     }
 
+    fn head(commit: &str, version: u64) -> Option<Head> {
+        Some(Head {
+            commit: CommitId(commit.into()),
+            version,
+        })
+    }
+
+    fn granted_view(fx: &[Effect]) -> Option<GateView> {
+        fx.iter().find_map(|e| match e {
+            Effect::Send(_, Msg::Granted { view, .. }) => Some(view.clone()),
+            _ => None,
+        })
+    }
+
+    #[test]
+    fn while_the_lock_is_kept_the_view_a_holder_left_is_the_next_leases_without_a_read() {
+        let mut o = owner().with_linger(25);
+        let (r, _) = only_io(&acquire(&mut o, "a"));
+        let (r, _) = only_io(&o.on_io(0, r, IoOut::Locked(Ok(()))));
+        o.on_io(0, r, IoOut::Head(Ok(head("c1", 1))));
+        // "a" published c2 and says so as it goes; the lock is kept.
+        let left = Some(GateView::Branch(head("c2", 2)));
+        let w = Addr::Writer(op("a"));
+        o.on_msg(0, w.clone(), Msg::Release { op: op("a"), left });
+        // A head request while the gate is free, and the next grant, are
+        // answered from it, with no request.
+        let fx = o.on_msg(0, w, Msg::HeadRequest { op: op("x") });
+        assert_eq!(
+            fx,
+            vec![Effect::Send(
+                Addr::Writer(op("a")),
+                Msg::HeadReply {
+                    op: op("x"),
+                    head: Ok(head("c2", 2))
+                }
+            )]
+        );
+        let fx = acquire(&mut o, "b");
+        assert!(!fx.iter().any(|e| matches!(e, Effect::Io(..))), "{fx:?}");
+        assert_eq!(granted_view(&fx), Some(GateView::Branch(head("c2", 2))));
+        // A holder that cannot say what it left makes the next grant read.
+        release(&mut o, "b");
+        let (_, io) = only_io(&acquire(&mut o, "c"));
+        assert_eq!(
+            io,
+            Io::ReadHead {
+                branch: "main".into()
+            }
+        );
+        o.check().unwrap();
+    }
+
+    #[test]
+    fn a_view_known_under_the_lock_is_forgotten_when_the_lock_goes() {
+        let mut o = owner().with_linger(25);
+        let (r, _) = only_io(&acquire(&mut o, "a"));
+        let (r, _) = only_io(&o.on_io(0, r, IoOut::Locked(Ok(()))));
+        o.on_io(0, r, IoOut::Head(Ok(head("c1", 1))));
+        let left = Some(GateView::Branch(head("c1", 1)));
+        let w = Addr::Writer(op("a"));
+        let fx = o.on_msg(0, w, Msg::Release { op: op("a"), left });
+        let [Effect::SetTimer(t, 25)] = fx[..] else {
+            panic!("expected a linger timer, got {fx:?}");
+        };
+        let (r, _) = only_io(&o.on_timer(0, t));
+        o.on_io(0, r, IoOut::Locked(Ok(())));
+        // Another process may have published meanwhile: the lock is taken
+        // again and the view read after it.
+        let (r, io) = only_io(&acquire(&mut o, "b"));
+        assert_eq!(
+            io,
+            Io::LockGate {
+                gate: Addr::Branch("main".into()),
+                mode: GateMode::Exclusive
+            }
+        );
+        let (_, io) = only_io(&o.on_io(0, r, IoOut::Locked(Ok(()))));
+        assert_eq!(
+            io,
+            Io::ReadHead {
+                branch: "main".into()
+            }
+        );
+        o.check().unwrap();
+    }
+
     #[test]
     fn without_a_linger_the_last_release_gives_the_lock_up_at_once() {
         let mut o = owner();
@@ -732,7 +939,14 @@ mod tests {
                 let (r, _) = only_io(&o.on_io(from, r, IoOut::Locked(Ok(()))));
                 o.on_io(from, r, IoOut::Head(Ok(None)));
             }
-            o.on_msg(to, w, Msg::Release { op: op(who) })
+            o.on_msg(
+                to,
+                w,
+                Msg::Release {
+                    op: op(who),
+                    left: None,
+                },
+            )
         };
         // Held for 8 lingers: the last release gives the lock up at once.
         let (r, io) = only_io(&hold(&mut o, 0, 200, "a"));

@@ -440,6 +440,7 @@ impl Recovery {
                     g.clone(),
                     Msg::Release {
                         op: res.rop.clone(),
+                        left: None,
                     },
                 )
             })

@@ -165,18 +165,57 @@ impl Writer {
         ]
     }
 
-    /// Release every gate asked for, latest first.
+    /// Release every gate asked for, latest first, each with what this
+    /// operation left of its state.
     fn release_all(&mut self) -> Vec<Effect> {
         let op = self.op.clone();
         let asked = std::mem::take(&mut self.asked);
+        let fx = asked
+            .into_iter()
+            .rev()
+            .map(|g| {
+                let left = self.left_at(&g);
+                Self::send(
+                    g,
+                    Msg::Release {
+                        op: op.clone(),
+                        left,
+                    },
+                )
+            })
+            .collect();
         self.views.clear();
         self.arriving.clear();
         self.next_gate = 0;
-        asked
-            .into_iter()
-            .rev()
-            .map(|g| Self::send(g, Msg::Release { op: op.clone() }))
-            .collect()
+        fx
+    }
+
+    /// What this operation leaves of the state `gate` shows, where it knows
+    /// it: after a data write's publish, the schema it checked, the head it
+    /// published and the versions its table commits made. Anything else
+    /// (no publish, a schema or branch change, a table it did not commit)
+    /// is unknown, and the gate's owner reads it again.
+    fn left_at(&self, gate: &Addr) -> Option<GateView> {
+        if !matches!(self.kind, OpKind::Write { .. }) {
+            return None;
+        }
+        let (_, head) = self.published.as_ref()?;
+        match gate {
+            Addr::Schema => self
+                .views
+                .iter()
+                .find(|v| matches!(v, GateView::Schema(_)))
+                .cloned(),
+            Addr::Branch(_) => head.clone().map(|h| GateView::Branch(Some(h))),
+            Addr::Table(t) => self.landed.iter().find(|(k, _)| k == t).map(|(_, v)| {
+                GateView::Table(TableView {
+                    latest: Some(*v),
+                    named: Some(*v),
+                    published: true,
+                })
+            }),
+            _ => None,
+        }
     }
 
     fn start_admit(&mut self) -> Vec<Effect> {
@@ -670,7 +709,18 @@ impl Writer {
         self.state = State::Finalizing;
         let outcome = self.committed();
         info!(op = %self.op, ?outcome, "operation answered; its sidecar goes next");
-        vec![
+        let settled = self.gates.iter().find_map(|(g, _)| match g {
+            Addr::Branch(_) => Some((g.clone(), self.left_at(g)?)),
+            _ => None,
+        });
+        let mut fx: Vec<Effect> = settled
+            .into_iter()
+            .map(|(g, left)| {
+                let op = self.op.clone();
+                Self::send(g, Msg::Settled { op, left })
+            })
+            .collect();
+        fx.extend([
             Self::send(
                 Addr::Client(self.op.clone()),
                 Msg::Finished {
@@ -684,7 +734,8 @@ impl Writer {
                     op: self.op.clone(),
                 },
             ),
-        ]
+        ]);
+        fx
     }
 
     fn committed(&self) -> Outcome {
@@ -1346,13 +1397,22 @@ mod tests {
             op: op(),
             result: PublishResult::Published {
                 version: 2,
-                head: Some(published),
+                head: Some(published.clone()),
             },
         };
         let fx = w.on_msg(0, Addr::Publisher, reply);
+        // The branch's owner hears the head it left (for head requests
+        // while the sidecar goes), then the client its answer.
         assert_eq!(
             fx,
             vec![
+                Effect::Send(
+                    Addr::Branch("main".into()),
+                    Msg::Settled {
+                        op: op(),
+                        left: GateView::Branch(Some(published.clone()))
+                    }
+                ),
                 Effect::Send(
                     Addr::Client(op()),
                     Msg::Finished {
@@ -1377,6 +1437,27 @@ mod tests {
             .filter(|e| matches!(e, Effect::Send(_, Msg::Release { .. })))
             .count();
         assert_eq!(releases, 3, "{fx:?}");
+        // Each release says what the write left: the head it published and
+        // the version its table commit made.
+        let left = |to: Addr| {
+            fx.iter().find_map(|e| match e {
+                Effect::Send(a, Msg::Release { left, .. }) if *a == to => Some(left.clone()),
+                _ => None,
+            })
+        };
+        assert_eq!(
+            left(Addr::Branch("main".into())),
+            Some(Some(GateView::Branch(Some(published))))
+        );
+        let table = TableView {
+            latest: Some(2),
+            named: Some(2),
+            published: true,
+        };
+        assert_eq!(
+            left(Addr::Table(TableKey::new("main", "node:A"))),
+            Some(Some(GateView::Table(table)))
+        );
         assert_eq!(fx.last(), Some(&Effect::Stop));
         assert!(
             !fx.iter()

@@ -106,7 +106,7 @@ pub struct RunReport {
 type Slot = usize;
 
 enum Node {
-    Owner(GateOwner),
+    Owner(Box<GateOwner>),
     Publisher(Publisher),
     Recovery(Box<Recovery>),
     Writer(Box<Writer>),
@@ -115,7 +115,7 @@ enum Node {
 impl Node {
     fn machine(&mut self) -> &mut dyn Machine {
         match self {
-            Node::Owner(m) => m,
+            Node::Owner(m) => m.as_mut(),
             Node::Publisher(m) => m,
             Node::Recovery(m) => m.as_mut(),
             Node::Writer(m) => m.as_mut(),
@@ -321,7 +321,9 @@ impl Sim {
         for (addr, node) in [
             (
                 Addr::Schema,
-                Node::Owner(GateOwner::new(OwnerKind::Schema, bugs).with_linger(self.linger)),
+                Node::Owner(Box::new(
+                    GateOwner::new(OwnerKind::Schema, bugs).with_linger(self.linger),
+                )),
             ),
             (Addr::Publisher, Node::Publisher(Publisher::new())),
             (
@@ -352,12 +354,12 @@ impl Sim {
         }
         let bugs = self.cfg.bugs;
         let node = match addr {
-            Addr::Branch(b) => Node::Owner(
+            Addr::Branch(b) => Node::Owner(Box::new(
                 GateOwner::new(OwnerKind::Branch(b.clone()), bugs).with_linger(self.linger),
-            ),
-            Addr::Table(t) => Node::Owner(
+            )),
+            Addr::Table(t) => Node::Owner(Box::new(
                 GateOwner::new(OwnerKind::Table(t.clone()), bugs).with_linger(self.linger),
-            ),
+            )),
             _ => return false,
         };
         self.nodes.insert(key, node);
@@ -429,7 +431,7 @@ impl Sim {
                     .or_default()
                     .push(to.clone());
             }
-            Msg::Release { op } => {
+            Msg::Release { op, .. } => {
                 if let Some(log) = self.gate_log.get_mut(&(slot, op.clone())) {
                     log.retain(|g| g != to);
                 }
@@ -458,6 +460,20 @@ impl Sim {
                         "a lease hears its gate is held only while its process holds the lock",
                         detail,
                     );
+                }
+                if let Msg::Granted { view, .. } = msg
+                    && locked
+                    && self.world.taken_over.is_empty()
+                    && let Some(truth) = self.world.view_of(from)
+                    && *view != truth
+                {
+                    // Under the lock only this process changes the state, so
+                    // the view a lease gets, read or known, is the state.
+                    // (Once a process was taken over, its late table commit
+                    // may land under another's lock.)
+                    let detail =
+                        format!("p{slot} {from:?} gave {op:?} {view:?}; storage holds {truth:?}");
+                    self.fail("a granted view is the state under the lock", detail);
                 }
             }
             Msg::Finished { op, outcome } => {

@@ -462,6 +462,18 @@ impl World {
         }
     }
 
+    /// What a gate owner's view of `gate` reads from storage now.
+    pub fn view_of(&self, gate: &Addr) -> Option<GateView> {
+        match gate {
+            Addr::Schema => Some(GateView::Schema(self.latest().schema.clone())),
+            Addr::Branch(b) => Some(GateView::Branch(
+                self.latest().branches.get(b).map(|r| r.head()),
+            )),
+            Addr::Table(t) => Some(GateView::Table(self.table_view(t))),
+            _ => None,
+        }
+    }
+
     /// The physical table a branch writes, as the latest manifest says:
     /// (own line, version the manifest names, whether it names own line).
     fn table_view(&self, table: &TableKey) -> TableView {

@@ -63,7 +63,7 @@ async fn a_commit_and_a_read_on_object_storage_take_the_round_trips_they_did() {
             g.mutate("main", insert, "m", &m(n)).await.unwrap();
         })
         .await;
-        within("a 1-row insert through an open handle", c, 8, 16);
+        within("a 1-row insert through an open handle", c, 6, 10);
     }
     let lookup = "query q($n: String) { match { $p: Person { name: $n } } return { $p.age } }";
     let c = cost(&g, async {
@@ -77,7 +77,7 @@ async fn a_commit_and_a_read_on_object_storage_take_the_round_trips_they_did() {
         g.branch_create("x", "main").await.unwrap();
     })
     .await;
-    within("a branch create", c, 8, 10);
+    within("a branch create", c, 7, 8);
     g.close().await;
     let c = {
         // A `mutate` process: a read-write open (its liveness lease, the
