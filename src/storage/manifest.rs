@@ -370,21 +370,40 @@ impl Manifests {
         self.refresh().await
     }
 
+    /// The hint: the newest version when it was written, and the schema
+    /// that version accepts (so that a fresh process reads the schema
+    /// beside the version, not after it). A missing or unreadable hint is
+    /// version 1 and no schema.
+    pub async fn read_hint(&self) -> Result<Hint> {
+        let text = self.store.read(LATEST_HINT).await?;
+        let text = text.as_deref().and_then(|b| std::str::from_utf8(b).ok());
+        let mut words = text.unwrap_or_default().split_whitespace();
+        Ok(Hint {
+            version: words.next().and_then(|v| v.parse().ok()).unwrap_or(1),
+            schema: words.next().map(str::to_string),
+        })
+    }
+
     /// The newest version on storage now. Versions only grow, so a process
     /// that knows one probes forward from it (one read when nothing is
     /// new); a fresh process starts from the hint.
     pub async fn refresh(&self) -> Result<Arc<Manifest>> {
-        let known = self.latest.lock().clone();
-        let cur = match known {
-            Some(cur) => self.probe(cur.version + 1, Some(cur)).await?,
+        match self.known() {
+            Some(_) => self.refresh_from(None).await,
             None => {
-                let hint = match self.store.read(LATEST_HINT).await? {
-                    Some(b) => std::str::from_utf8(&b)
-                        .ok()
-                        .and_then(|s| s.trim().parse::<u64>().ok())
-                        .unwrap_or(1),
-                    None => 1,
-                };
+                let hint = self.read_hint().await?;
+                self.refresh_from(Some(&hint)).await
+            }
+        }
+    }
+
+    /// `refresh`, for a fresh process from a hint it read already.
+    pub async fn refresh_from(&self, hint: Option<&Hint>) -> Result<Arc<Manifest>> {
+        let known = self.latest.lock().clone();
+        let cur = match (known, hint) {
+            (Some(cur), _) => self.probe(cur.version + 1, Some(cur)).await?,
+            (None, hint) => {
+                let hint = hint.map_or(1, |h| h.version);
                 match self.probe_from_hint(hint).await? {
                     Some(m) => Some(m),
                     // A hint past the newest version (it is written after
@@ -495,7 +514,8 @@ impl Manifests {
         *self.latest.lock() = Some(m);
         // The hint only shortens the probe on open; losing it (or one that
         // lands after a later one) is harmless, so nobody waits for it.
-        let (store, hint) = (self.store.clone(), next.version.to_string());
+        let hint = format!("{}\n{}\n", next.version, next.schema);
+        let store = self.store.clone();
         super::background::spawn(async move {
             let _ = store.put(LATEST_HINT, hint.as_bytes()).await;
         });
@@ -523,6 +543,13 @@ impl Manifests {
             }
         }
     }
+}
+
+/// What `_graph/latest` says (see `Manifests::read_hint`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hint {
+    pub version: u64,
+    pub schema: Option<String>,
 }
 
 /// How a commit record write ended.

@@ -5,7 +5,7 @@
 //! Layout under the graph URI:
 //! ```text
 //! _graph/versions/<n>.json     graph manifest versions (immutable; publish = create-if-absent)
-//! _graph/latest                hint: the newest version number
+//! _graph/latest                hint: the newest version number and its schema id
 //! _graph/commits/<id>.json     commit records
 //! _graph/schema/<id>.pg        each accepted schema's source, and <id>.catalog.json (every manifest version names its own)
 //! _graph/recovery/<op>.json    recovery sidecars of in-flight writes
@@ -351,14 +351,27 @@ impl GraphStorage {
             tables,
             schemas: Default::default(),
         };
-        // Whether a graph is here is asked beside the read of its newest
-        // version and schema (one round trip fewer); a graph whose
-        // accepted schema cannot be read is not opened.
-        let (exists, schema) = futures::join!(g.manifests.exists(), g.current_schema());
+        // Whether a graph is here is asked beside the read of the hint;
+        // the newest version is then read beside the schema the hint names
+        // (two round trips, not three). A graph whose accepted schema
+        // cannot be read is not opened.
+        let (exists, hint) = futures::join!(g.manifests.exists(), g.manifests.read_hint());
         if !exists? {
             return Err(OmniError::NotFound(format!("no graph at {uri}")));
         }
-        schema?;
+        let hint = hint?;
+        let hinted = async {
+            match &hint.schema {
+                Some(id) => g.schema(id).await.ok(),
+                None => None,
+            }
+        };
+        let (latest, hinted) = futures::join!(g.manifests.refresh_from(Some(&hint)), hinted);
+        let latest = latest?;
+        if hinted.is_none_or(|s| s.id != latest.schema) {
+            // An older hint, or a schema applied since it was written.
+            g.schema(&latest.schema).await?;
+        }
         Ok(g)
     }
 

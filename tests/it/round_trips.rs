@@ -94,7 +94,7 @@ async fn a_commit_and_a_read_on_object_storage_take_the_round_trips_they_did() {
         let r = Omnigraph::open_read_only_with(&uri, opts()).await.unwrap();
         r.requests()
     };
-    within("a read-only open", c, 3, 6);
+    within("a read-only open", c, 2, 6);
     let c = {
         // A CLI `query` process: it reads the state its open found.
         let r = Omnigraph::open_read_only_with(&uri, opts()).await.unwrap();
@@ -103,7 +103,7 @@ async fn a_commit_and_a_read_on_object_storage_take_the_round_trips_they_did() {
             .unwrap();
         r.requests()
     };
-    within("a cold key lookup", c, 7, 14);
+    within("a cold key lookup", c, 6, 14);
 }
 
 /// A write answers at its publish and deletes its sidecar after; a

@@ -1045,3 +1045,37 @@ async fn a_mutation_meets_a_schema_another_process_applied() {
     assert!(e.to_string().contains("nope"), "{e}");
     other.close().await;
 }
+
+/// A fresh process reads the schema the hint names beside the newest
+/// version; a hint that names an older schema (written before an apply,
+/// or lost after one), none (the older form) or one that is not there
+/// still opens, on the accepted schema.
+#[tokio::test]
+async fn an_open_whose_hint_names_an_older_schema_reads_the_accepted_one() {
+    let t = loaded_graph().await;
+    let uri = t.uri();
+    omnigraph::storage::background::settle().await;
+    let s = store(&uri).await;
+    let before = s.read("_graph/latest").await.unwrap().unwrap();
+    let text = String::from_utf8(before.to_vec()).unwrap();
+    let old_id = t.g.snapshot(&Target::main()).await.unwrap().schema_id;
+    assert!(
+        text.contains(&old_id),
+        "the hint names the schema: {text:?}"
+    );
+    let grown = SCHEMA.replace("age: I32?", "age: I32?\n    nick: String?");
+    let applied = t.g.apply_schema(&grown).await.unwrap();
+    omnigraph::storage::background::settle().await;
+    let version = text.split_whitespace().next().unwrap().to_string();
+    for stale in [
+        text.clone(),
+        version.clone(),
+        format!("{version} nosuchschema"),
+    ] {
+        s.put("_graph/latest", stale.as_bytes()).await.unwrap();
+        let r = Omnigraph::open_read_only(&uri).await.unwrap();
+        let opened = r.snapshot(&r.as_opened(&Target::main())).await.unwrap();
+        assert_eq!(opened.schema_id, applied.schema, "opened on {stale:?}");
+        assert_ne!(opened.schema_id, old_id);
+    }
+}
