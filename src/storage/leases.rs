@@ -151,17 +151,17 @@ impl Leases {
         clock: Arc<dyn Clock>,
     ) -> Result<Self> {
         let started = clock.boot();
-        let tag = store
-            .create_tagged(
-                &owner_file(&incarnation),
-                encode(&OwnerRecord::alive(lease, clock.as_ref())),
-            )
-            .await?
-            .ok_or_else(|| {
-                crate::error::OmniError::Storage(format!(
-                    "the liveness lease of process {incarnation} already exists"
-                ))
-            })?;
+        // The other owners are listed (for the sweep below) beside the
+        // write of this one's lease: one round trip for the two.
+        let own_file = owner_file(&incarnation);
+        let record = encode(&OwnerRecord::alive(lease, clock.as_ref()));
+        let (tag, owners) =
+            futures::join!(store.create_tagged(&own_file, record), store.list(OWNERS));
+        let tag = tag?.ok_or_else(|| {
+            crate::error::OmniError::Storage(format!(
+                "the liveness lease of process {incarnation} already exists"
+            ))
+        })?;
         let own = Arc::new(Mutex::new(Own {
             tag,
             valid_until: started + trusted(lease),
@@ -188,7 +188,9 @@ impl Leases {
             leases.clock.clone(),
             leases.own.clone(),
         )));
-        leases.sweep_dead_owners().await;
+        if let Ok(owners) = owners {
+            leases.sweep_dead_owners(owners).await;
+        }
         Ok(leases)
     }
 
@@ -386,12 +388,10 @@ impl Leases {
         }
     }
 
-    /// Remove the liveness leases of processes that are gone. Runs once per
-    /// read-write open, off every write's path.
-    async fn sweep_dead_owners(&self) {
-        let Ok(names) = self.store.list(OWNERS).await else {
-            return;
-        };
+    /// Remove the liveness leases of processes that are gone (`names`: the
+    /// owners listed beside this one's first lease write). Runs once per
+    /// read-write open.
+    async fn sweep_dead_owners(&self, names: Vec<String>) {
         for name in names {
             let Some(inc) = name.strip_suffix(".json") else {
                 continue;

@@ -89,7 +89,7 @@ async fn a_commit_and_a_read_on_object_storage_take_the_round_trips_they_did() {
         h.close().await;
         counted.requests()
     };
-    within("a mutate process", c, 26, 41);
+    within("a mutate process", c, 24, 41);
     let c = {
         let r = Omnigraph::open_read_only_with(&uri, opts()).await.unwrap();
         r.requests()
@@ -104,6 +104,25 @@ async fn a_commit_and_a_read_on_object_storage_take_the_round_trips_they_did() {
         r.requests()
     };
     within("a cold key lookup", c, 6, 14);
+}
+
+#[tokio::test]
+async fn a_merge_of_a_one_commit_branch_takes_the_round_trips_it_did() {
+    let place = Place::s3();
+    let g = Omnigraph::init_with(&place.uri("g.omni"), SCHEMA, opts())
+        .await
+        .unwrap();
+    g.load("main", PEOPLE, LoadMode::Overwrite).await.unwrap();
+    let insert = "query m($n: String) { insert Person { name: $n } }";
+    let m = |n: &str| json!({ "n": n });
+    g.mutate("main", insert, "m", &m("first")).await.unwrap();
+    g.branch_create("x", "main").await.unwrap();
+    g.mutate("x", insert, "m", &m("on x")).await.unwrap();
+    let c = cost(&g, async {
+        g.merge("x", "main").await.unwrap();
+    })
+    .await;
+    within("a merge of a 1-commit branch", c, 4, 6);
 }
 
 /// A write answers at its publish and deletes its sidecar after; a

@@ -20,7 +20,7 @@ use serde::Serialize;
 use crate::compiler::catalog::{Cardinality, DST, ID, PropType, SRC, TypeDef, TypeKind};
 use crate::compiler::value::{self, Value};
 use crate::error::{OmniError, Result};
-use crate::storage::manifest::{Manifests, TableRef};
+use crate::storage::manifest::{CommitRecord, Manifests, TableRef};
 use crate::storage::substrate::{BoxFut, PrepareCx, PrepareWork, Prepared};
 use crate::storage::tables::Table;
 use crate::storage::{Snapshot, Target, scan, stage};
@@ -79,31 +79,32 @@ impl MergeOutcome {
 /// first (a commit is always published after its parents), each marked with
 /// the sides it is reachable from; the first one reached from both is the
 /// nearest, since all its descendants were visited before it. Only commits
-/// newer than the base are read.
-pub async fn merge_base(manifests: &Manifests, a: &str, b: &str) -> Result<String> {
+/// newer than the base are read. Returns the base's record.
+pub async fn merge_base(manifests: &Manifests, a: &str, b: &str) -> Result<CommitRecord> {
+    // Each commit's record is read once, when it is first reached (the two
+    // heads together): its version orders the queue, its parents are
+    // walked when it is visited.
     if a == b {
-        return Ok(a.to_string());
+        return record(manifests, a).await;
     }
+    let (ra, rb) = futures::try_join!(record(manifests, a), record(manifests, b))?;
     let mut marks: HashMap<String, u8> = HashMap::new();
     let mut queue: BinaryHeap<(u64, String)> = BinaryHeap::new();
-    // Each commit's record is read once, when it is first reached: its
-    // version orders the queue, its parents are kept for when it is visited.
-    let mut parents_of: HashMap<String, Vec<String>> = HashMap::new();
-    for (id, mark) in [(a, 1u8), (b, 2u8)] {
-        let rec = record(manifests, id).await?;
-        marks.insert(id.to_string(), mark);
-        queue.push((rec.manifest_version, id.to_string()));
-        parents_of.insert(id.to_string(), rec.parents);
+    let mut records: HashMap<String, CommitRecord> = HashMap::new();
+    for (rec, mark) in [(ra, 1u8), (rb, 2u8)] {
+        marks.insert(rec.id.clone(), mark);
+        queue.push((rec.manifest_version, rec.id.clone()));
+        records.insert(rec.id.clone(), rec);
     }
     while let Some((_, id)) = queue.pop() {
         let mark = marks[&id];
-        if mark == 3 {
-            return Ok(id);
-        }
-        let parents = parents_of
+        let rec = records
             .remove(&id)
-            .expect("a commit's parents are read when it is first reached");
-        for p in parents {
+            .expect("a commit's record is read when it is first reached");
+        if mark == 3 {
+            return Ok(rec);
+        }
+        for p in rec.parents {
             let known = marks.get(&p).copied();
             let now = known.unwrap_or(0) | mark;
             if known == Some(now) {
@@ -113,7 +114,7 @@ pub async fn merge_base(manifests: &Manifests, a: &str, b: &str) -> Result<Strin
             if known.is_none() {
                 let rec = record(manifests, &p).await?;
                 queue.push((rec.manifest_version, p.clone()));
-                parents_of.insert(p, rec.parents);
+                records.insert(p, rec);
             }
         }
     }
@@ -122,7 +123,7 @@ pub async fn merge_base(manifests: &Manifests, a: &str, b: &str) -> Result<Strin
     )))
 }
 
-async fn record(manifests: &Manifests, id: &str) -> Result<crate::storage::manifest::CommitRecord> {
+async fn record(manifests: &Manifests, id: &str) -> Result<CommitRecord> {
     manifests
         .commit(id)
         .await?
@@ -164,12 +165,22 @@ impl MergeWork {
         let g = cx.graph.clone();
         let target_head = cx.snapshot.record.head.clone();
         let source_head = self.source.record.head.clone();
-        let base_id = merge_base(&g.manifests, &target_head, &source_head).await?;
+        if source_head == target_head {
+            return Err(OmniError::AlreadyCurrent);
+        }
+        let base_rec = merge_base(&g.manifests, &target_head, &source_head).await?;
+        let base_id = base_rec.id.clone();
         if base_id == source_head {
             return Err(OmniError::AlreadyCurrent);
         }
         let fast_forward = base_id == target_head;
-        let base = g.snapshot(&Target::Commit(base_id.clone())).await?;
+        // The base as `Target::Commit` resolves it, from the record in hand.
+        let base = g
+            .snapshot(&Target::Version {
+                version: base_rec.manifest_version,
+                branch: base_rec.branch.clone(),
+            })
+            .await?;
         let catalog = cx.snapshot.catalog().clone();
         let mut adopt = Vec::new();
         let mut both = Vec::new();
