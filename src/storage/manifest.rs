@@ -28,7 +28,7 @@ pub const REMOVED: &[u8] = b"{\"removed\":true}";
 const CACHE_LIMIT: usize = 256;
 
 /// Where one table's state for a branch lives.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct TableRef {
     /// The dataset folder under the graph root.
     pub dir: String,
@@ -39,7 +39,26 @@ pub struct TableRef {
     /// again at the same folder is another incarnation (blob ETags bind it).
     #[serde(default)]
     pub incarnation: u64,
+    /// The size of that version's Lance manifest, where the commit that made
+    /// it was this graph's: a cold open reads the manifest without asking
+    /// its size first (one round trip fewer). Not part of the table state:
+    /// two refs that differ only here are equal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manifest_size: Option<u64>,
 }
+
+impl PartialEq for TableRef {
+    fn eq(&self, o: &Self) -> bool {
+        (
+            &self.dir,
+            &self.lance_branch,
+            self.version,
+            self.incarnation,
+        ) == (&o.dir, &o.lance_branch, o.version, o.incarnation)
+    }
+}
+
+impl Eq for TableRef {}
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BranchRecord {

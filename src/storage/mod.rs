@@ -170,6 +170,7 @@ pub fn retarget(
                 lance_branch: None,
                 version: c.version,
                 incarnation: c.incarnation,
+                manifest_size: None,
             },
         );
     }
@@ -264,6 +265,7 @@ impl GraphStorage {
                     lance_branch: None,
                     version,
                     incarnation: rand::random(),
+                    manifest_size: None,
                 },
             );
         }

@@ -37,12 +37,23 @@ use object_store::path::Path;
 use object_store::{PutMode, PutOptions};
 
 /// The handler every table of the graph is opened and created with.
+/// `known`: a version whose manifest size the opener knows (the graph
+/// manifest recorded it), so that it is read without a HEAD first.
 #[derive(Debug, Default)]
-pub struct GraphCommit;
+pub struct GraphCommit {
+    known: Option<(u64, u64)>,
+}
 
 impl GraphCommit {
     pub fn shared() -> Arc<dyn CommitHandler> {
-        Arc::new(GraphCommit)
+        Arc::new(GraphCommit::default())
+    }
+
+    /// For an open of `version`, whose manifest is `size` bytes.
+    pub fn knowing(version: u64, size: u64) -> Arc<dyn CommitHandler> {
+        Arc::new(GraphCommit {
+            known: Some((version, size)),
+        })
     }
 }
 
@@ -58,6 +69,54 @@ impl CommitHandler for GraphCommit {
     /// there landed (the read back decides).
     fn propagate_commit_error_after_success(&self) -> bool {
         false
+    }
+
+    /// Lance's own resolution asks the manifest's size (a HEAD of its V2
+    /// name, else the V1 name); a version whose size is known is named
+    /// without asking: every table this graph writes uses V2 names. (A
+    /// wrong size is found by the read, which then asks the size itself.)
+    async fn resolve_version_location(
+        &self,
+        base_path: &Path,
+        version: u64,
+        object_store: &dyn object_store::ObjectStore,
+    ) -> lance::Result<ManifestLocation> {
+        if let Some((v, size)) = self.known
+            && v == version
+        {
+            return Ok(ManifestLocation {
+                version,
+                path: ManifestNamingScheme::V2.manifest_path(base_path, version),
+                size: Some(size),
+                naming_scheme: ManifestNamingScheme::V2,
+                e_tag: None,
+                identity: None,
+            });
+        }
+        let scheme = ManifestNamingScheme::V2;
+        let path = scheme.manifest_path(base_path, version);
+        match object_store::ObjectStoreExt::head(object_store, &path).await {
+            Ok(meta) => Ok(ManifestLocation {
+                version,
+                path,
+                size: Some(meta.size),
+                naming_scheme: scheme,
+                e_tag: meta.e_tag,
+                identity: None,
+            }),
+            Err(object_store::Error::NotFound { .. }) => {
+                let scheme = ManifestNamingScheme::V1;
+                Ok(ManifestLocation {
+                    version,
+                    path: scheme.manifest_path(base_path, version),
+                    size: None,
+                    naming_scheme: scheme,
+                    e_tag: None,
+                    identity: None,
+                })
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Nothing to rebase over: a commit lands at its base + 1 or not at all.
@@ -126,7 +185,7 @@ impl PinnedCommit {
         Arc::new(Self {
             version,
             refused: AtomicU64::new(0),
-            inner: GraphCommit,
+            inner: GraphCommit::default(),
         })
     }
 

@@ -982,11 +982,15 @@ impl LanceSubstrate {
                             key.branch, key.table
                         ))
                     })?;
+                    let line = rec.line(&key.branch, &key.table);
+                    let manifest_size =
+                        self.g.tables.manifest_size(&named.dir, line.as_deref(), *v);
                     let r = TableRef {
                         dir: named.dir.clone(),
-                        lance_branch: rec.line(&key.branch, &key.table),
+                        lance_branch: line,
                         version: *v,
                         incarnation: named.incarnation,
+                        manifest_size,
                     };
                     rec.tables.insert(key.table.clone(), r);
                 }
@@ -1028,6 +1032,10 @@ impl LanceSubstrate {
                         && r.version != *v
                     {
                         r.version = *v;
+                        r.manifest_size =
+                            self.g
+                                .tables
+                                .manifest_size(&r.dir, r.lance_branch.as_deref(), *v);
                         rec.updated_at = version;
                     }
                 }

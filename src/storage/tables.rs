@@ -315,6 +315,9 @@ pub struct Tables {
     latest: Mutex<HashMap<Physical, Arc<Dataset>>>,
     /// Serialises forks of one physical table.
     fork_lock: tokio::sync::Mutex<()>,
+    /// The manifest size of each table version this process committed
+    /// lately (at most `OPEN_CACHE_LIMIT`).
+    sizes: Mutex<HashMap<Exact, u64>>,
 }
 
 /// Lance's marker of a primary-key column (merge-insert matches on it).
@@ -432,6 +435,7 @@ impl Tables {
             opened: Mutex::new(HashMap::new()),
             latest: Mutex::new(HashMap::new()),
             fork_lock: tokio::sync::Mutex::new(()),
+            sizes: Mutex::new(HashMap::new()),
         }
     }
 
@@ -456,6 +460,18 @@ impl Tables {
         let version = ds.version().version;
         self.remember_latest(dir, None, Arc::new(ds));
         Ok(version)
+    }
+
+    /// The size of a table version's manifest, if this process committed
+    /// it lately (for the graph manifest's ref, `TableRef::manifest_size`).
+    pub fn manifest_size(
+        &self,
+        dir: &str,
+        lance_branch: Option<&str>,
+        version: u64,
+    ) -> Option<u64> {
+        let key = (dir.to_string(), lance_branch.map(str::to_string), version);
+        self.sizes.lock().get(&key).copied()
     }
 
     /// A table version this process has open already, without a request.
@@ -484,15 +500,24 @@ impl Tables {
         if let Some(ds) = self.cached(t) {
             return Ok(ds);
         }
-        let ds = self
-            .load_version(&t.dir, t.lance_branch.as_deref(), t.version)
+        let (dir, branch) = (&t.dir, t.lance_branch.as_deref());
+        let ds = match self
+            .load_version(dir, branch, t.version, t.manifest_size)
             .await
-            .map_err(|e| {
-                OmniError::Storage(format!(
-                    "table {} at version {} (branch {:?}) cannot be opened: {e}",
-                    t.dir, t.version, t.lance_branch
-                ))
-            })?;
+        {
+            // A recorded size that does not fit the file (the storage
+            // library reads past its end): read as if none were recorded.
+            Err(_) if t.manifest_size.is_some() => {
+                self.load_version(dir, branch, t.version, None).await
+            }
+            other => other,
+        };
+        let ds = ds.map_err(|e| {
+            OmniError::Storage(format!(
+                "table {} at version {} (branch {:?}) cannot be opened: {e}",
+                t.dir, t.version, t.lance_branch
+            ))
+        })?;
         let ds = Arc::new(ds);
         self.remember_opened(&t.dir, t.lance_branch.as_deref(), t.version, ds.clone());
         Ok(ds)
@@ -503,10 +528,15 @@ impl Tables {
         dir: &str,
         lance_branch: Option<&str>,
         version: u64,
+        manifest_size: Option<u64>,
     ) -> lance::Result<Dataset> {
+        let handler = match manifest_size {
+            Some(size) => super::pinned::GraphCommit::knowing(version, size),
+            None => super::pinned::GraphCommit::shared(),
+        };
         DatasetBuilder::from_uri(self.uri(dir))
             .with_session(self.session.clone())
-            .with_commit_handler(super::pinned::GraphCommit::shared())
+            .with_commit_handler(handler)
             .with_branch(lance_branch.unwrap_or("main"), Some(version))
             .load()
             .await
@@ -588,13 +618,13 @@ impl Tables {
         lance_branch: Option<&str>,
         from: u64,
     ) -> Result<Option<u64>> {
-        let mut top = match self.load_version(dir, lance_branch, from).await {
+        let mut top = match self.load_version(dir, lance_branch, from, None).await {
             Ok(ds) => ds.version().version,
             Err(e) if missing_branch(&e) => return Ok(None),
             Err(e) => return Err(e.into()),
         };
         loop {
-            match self.load_version(dir, lance_branch, top + 1).await {
+            match self.load_version(dir, lance_branch, top + 1, None).await {
                 Ok(ds) => top = ds.version().version,
                 Err(e) if missing_branch(&e) => return Ok(Some(top)),
                 Err(e) => return Err(e.into()),
@@ -670,6 +700,14 @@ impl Tables {
             Ok(ds) => {
                 let version = ds.version().version;
                 let ds = Arc::new(ds);
+                if let Some(size) = ds.manifest_location().size {
+                    let key = (dir.to_string(), lance_branch.map(str::to_string), version);
+                    let mut sizes = self.sizes.lock();
+                    if sizes.len() >= OPEN_CACHE_LIMIT {
+                        sizes.clear();
+                    }
+                    sizes.insert(key, size);
+                }
                 self.remember_latest(dir, lance_branch.map(str::to_string), ds.clone());
                 // A read of the version this process just wrote opens it
                 // without a request.
@@ -788,7 +826,7 @@ impl Tables {
             .collect();
         futures::stream::iter(wanted)
             .map(|(b, v)| async move {
-                match self.load_version(dir, b.as_deref(), v).await {
+                match self.load_version(dir, b.as_deref(), v, None).await {
                     Ok(ds) => Ok(Some(Table(Arc::new(ds)))),
                     // Its branch was removed meanwhile.
                     Err(e) if b.is_some() && missing_branch(&e) => Ok(None),
@@ -874,6 +912,7 @@ mod tests {
                 lance_branch: None,
                 version,
                 incarnation: 0,
+                manifest_size: None,
             })
             .await
             .unwrap();
@@ -908,6 +947,47 @@ mod tests {
         .unwrap();
         let t = Tables::new(store, session.clone());
         (dir, session, t)
+    }
+
+    /// A committed version's manifest size is kept for the graph
+    /// manifest's ref; a fresh process opens the version with it, and with
+    /// a wrong one (the read finds no footer there and asks the size) still
+    /// reads that version's rows.
+    #[tokio::test]
+    async fn a_version_opens_by_its_recorded_manifest_size_and_despite_a_wrong_one() {
+        let (dir, session, t) = temp_tables().await;
+        t.create("t", ids_batch(&[]).schema()).await.unwrap();
+        let v1 = t.latest("t", None).await.unwrap().unwrap();
+        let txn = append_staged_on(&v1, &session, "a").await;
+        assert_eq!(
+            t.commit("t", None, v1, vec![txn]).await,
+            CommitResult::Committed { version: 2 }
+        );
+        let size = t
+            .manifest_size("t", None, 2)
+            .expect("recorded at the commit");
+        let stored = t.store.head(&manifest_file("t", None, 2)).await.unwrap();
+        assert_eq!(Some(size), stored.map(|(bytes, _)| bytes));
+        for size in [size, size / 2, size + 100] {
+            let session = Arc::new(Session::default());
+            let store = Store::open(
+                &crate::storage::requests::StorageSession(session.clone()),
+                dir.path().to_str().unwrap(),
+            )
+            .await
+            .unwrap();
+            let fresh = Tables::new(store, session);
+            let r = TableRef {
+                dir: "t".into(),
+                lance_branch: None,
+                version: 2,
+                incarnation: 0,
+                manifest_size: Some(size),
+            };
+            let ds = fresh.open(&r).await.unwrap();
+            assert_eq!(ds.version().version, 2);
+            assert_eq!(ds.count_rows(None).await.unwrap(), 1, "size {size}");
+        }
     }
 
     /// The library rebases an append staged on an old version over one that
@@ -948,6 +1028,7 @@ mod tests {
             lance_branch: None,
             version: 2,
             incarnation: 0,
+            manifest_size: None,
         };
         t.ensure_fork(&from, "dev/x-v1").await.unwrap();
         assert!(there(manifest_file("t", Some("dev/x-v1"), 2)).await);
