@@ -320,14 +320,11 @@ impl Host {
         }
     }
 
-    /// Stop every actor. Outstanding operations end without an answer;
-    /// answered ones first finish their cleanup (a sidecar delete), for at
-    /// most `FINISH_WAIT_MS`: a sidecar left behind is published, and the
-    /// next read-write open removes it.
-    pub async fn shutdown(&self) {
-        self.inner
-            .stopped
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+    /// Wait (at most `FINISH_WAIT_MS`) until the operations already answered
+    /// have finished their cleanup (a sidecar delete): until then their
+    /// intents are on storage, and what looks at intents (a cleanup of old
+    /// versions) would take them for writes in flight.
+    pub async fn settle_answered(&self) {
         let wait = async {
             loop {
                 let notified = self.inner.finished.notified();
@@ -339,6 +336,17 @@ impl Host {
         };
         let limit = std::time::Duration::from_millis(crate::types::limits::FINISH_WAIT_MS);
         let _ = tokio::time::timeout(limit, wait).await;
+    }
+
+    /// Stop every actor. Outstanding operations end without an answer;
+    /// answered ones first finish their cleanup (a sidecar delete), for at
+    /// most `FINISH_WAIT_MS`: a sidecar left behind is published, and the
+    /// next read-write open removes it.
+    pub async fn shutdown(&self) {
+        self.inner
+            .stopped
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.settle_answered().await;
         let actors: Vec<_> = std::mem::take(&mut *self.inner.directory.lock().await)
             .into_values()
             .collect();

@@ -797,12 +797,7 @@ mod tests {
         assert_eq!(o.lock_held(), Some(GateMode::Exclusive));
         // The next lease is granted on the kept lock: its view is read, no lock.
         let (r, io) = only_io(&acquire(&mut o, "b"));
-        assert_eq!(
-            io,
-            Io::ReadHead {
-                branch: "main".into()
-            }
-        );
+        assert_eq!(io, read_main());
         o.on_io(0, r, IoOut::Head(Ok(None)));
         // The first linger's timer is stale now: the lease holds the gate.
         assert!(o.on_timer(0, first).is_empty());
@@ -822,6 +817,13 @@ mod tests {
         assert!(o.on_io(0, r, IoOut::Locked(Ok(()))).is_empty());
         assert_eq!(o.lock_held(), None);
         o.check().unwrap();
+    }
+
+    /// The view read of the branch gate these tests own.
+    fn read_main() -> Io {
+        Io::ReadHead {
+            branch: "main".into(),
+        }
     }
 
     fn head(commit: &str, version: u64) -> Option<Head> {
@@ -867,12 +869,7 @@ mod tests {
         // A holder that cannot say what it left makes the next grant read.
         release(&mut o, "b");
         let (_, io) = only_io(&acquire(&mut o, "c"));
-        assert_eq!(
-            io,
-            Io::ReadHead {
-                branch: "main".into()
-            }
-        );
+        assert_eq!(io, read_main());
         o.check().unwrap();
     }
 
@@ -901,12 +898,7 @@ mod tests {
             }
         );
         let (_, io) = only_io(&o.on_io(0, r, IoOut::Locked(Ok(()))));
-        assert_eq!(
-            io,
-            Io::ReadHead {
-                branch: "main".into()
-            }
-        );
+        assert_eq!(io, read_main());
         o.check().unwrap();
     }
 

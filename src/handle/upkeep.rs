@@ -39,6 +39,9 @@ impl Omnigraph {
     /// `VersionExpired`; the commit history stays listable.
     pub async fn cleanup(&self, policy: RetentionPolicy) -> Result<CleanupReport> {
         let w = self.writes("cleanup")?;
+        // This handle's answered writes are done: their sidecars must not
+        // keep what they no longer need.
+        w.host.settle_answered().await;
         retention::cleanup(&w.substrate, &policy).await
     }
 

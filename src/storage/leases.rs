@@ -368,6 +368,27 @@ impl Leases {
         }
     }
 
+    /// Of these gates, the leases found free now, with their tags (any
+    /// that cannot be read are left out).
+    pub async fn read_free(store: &Store, gates: &[String]) -> Vec<(String, String)> {
+        let reads = gates.iter().map(|g| async move {
+            let (bytes, tag) = store.read_tagged(&lease_file(g)).await.ok()??;
+            let lease = serde_json::from_slice::<GateLease>(&bytes).ok()?;
+            lease.holder.is_none().then(|| (g.clone(), tag))
+        });
+        futures::future::join_all(reads)
+            .await
+            .into_iter()
+            .flatten()
+            .collect()
+    }
+
+    /// Leases seen free (by `read_free`): the first take of each tries a
+    /// conditional write on that tag, as for one this process gave back.
+    pub fn known_free(&self, free: Vec<(String, String)>) {
+        self.freed.lock().extend(free);
+    }
+
     /// Give a gate lease back. Only the tag this process wrote can be
     /// replaced, so a lease another process took over is left alone.
     pub async fn unlock(&self, file: &str) {
@@ -487,15 +508,19 @@ mod tests {
     const LEASE: Duration = Duration::from_millis(1500);
 
     async fn store() -> Store {
+        counted_store().await.0
+    }
+
+    /// A store whose requests are counted.
+    async fn counted_store() -> (Store, Arc<crate::storage::requests::Counters>) {
         let base = std::env::var("OMNIGRAPH_TEST_S3").expect(
             "the lease tests need the local S3 server, which the test binary starts (scripts/s3-env.sh): see its message above",
         );
-        Store::open(
-            &crate::storage::requests::StorageSession::default(),
-            &format!("{base}/{}", new_ulid()),
-        )
-        .await
-        .expect("store")
+        let (session, counters) = crate::storage::requests::counted_session();
+        let s = Store::open(&session, &format!("{base}/{}", new_ulid()))
+            .await
+            .expect("store");
+        (s, counters)
     }
 
     /// Long enough for a paused owner's lease to be past its deadline plus
@@ -531,6 +556,49 @@ mod tests {
         a.lock("g", "the gate g", Duration::ZERO).await.unwrap();
         a.close().await;
         b.close().await;
+    }
+
+    /// A lease seen free at the start is taken with one conditional write
+    /// on the tag seen, never from a process that took it since; one held
+    /// when read is not taken that way at all.
+    #[tokio::test]
+    async fn a_lease_seen_free_is_taken_on_its_tag_and_never_from_a_later_holder() {
+        let (s, counters) = counted_store().await;
+        let a = Leases::start(s.clone(), "A".into(), LEASE).await.unwrap();
+        let b = Leases::start(s.clone(), "B".into(), LEASE).await.unwrap();
+        a.lock("g", "the gate g", Duration::ZERO).await.unwrap();
+        a.unlock("g").await;
+        let gates = ["g".to_string(), "held".to_string(), "never".to_string()];
+        b.lock("held", "the gate held", Duration::ZERO)
+            .await
+            .unwrap();
+        let seen = Leases::read_free(&s, &gates).await;
+        assert_eq!(
+            seen.iter().map(|(g, _)| g.as_str()).collect::<Vec<_>>(),
+            ["g"]
+        );
+        let c = Leases::start(s.clone(), "C".into(), LEASE).await.unwrap();
+        c.known_free(seen.clone());
+        // Taken on the tag seen: one conditional write, no read.
+        let before = counters.read();
+        c.lock("g", "the gate g", Duration::ZERO).await.unwrap();
+        let cost = counters.read().since(&before);
+        assert_eq!((cost.total(), cost.serial), (1, 1), "{cost}");
+        c.unlock("g").await;
+        // Seen free, then taken by B: the write on the old tag fails its
+        // condition and C waits for B like any other taker.
+        let d = Leases::start(s.clone(), "D".into(), LEASE).await.unwrap();
+        let seen = Leases::read_free(&s, &gates).await;
+        b.lock("g", "the gate g", Duration::ZERO).await.unwrap();
+        d.known_free(seen);
+        let err = d
+            .lock("g", "the gate g", Duration::from_millis(50))
+            .await
+            .unwrap_err();
+        assert!(err.contains("held by another process"), "{err}");
+        for l in [a, b, c, d] {
+            l.close().await;
+        }
     }
 
     #[tokio::test]

@@ -156,7 +156,20 @@ impl ProcessLocks {
         let backend = if uri.starts_with("memory://") {
             Backend::Alone
         } else if uri.contains("://") {
-            Backend::Leases(Leases::start(store.clone(), incarnation.clone(), lease).await?)
+            // The leases of the gates nearly every write takes (the
+            // schema's, main's) are read beside the start: one found free
+            // is then taken with one conditional write, not two requests.
+            let likely = [
+                gate_name(&Addr::Schema),
+                gate_name(&Addr::Branch(super::manifest::MAIN.to_string())),
+            ];
+            let (leases, free) = futures::join!(
+                Leases::start(store.clone(), incarnation.clone(), lease),
+                Leases::read_free(store, &likely)
+            );
+            let leases = leases?;
+            leases.known_free(free);
+            Backend::Leases(leases)
         } else {
             Backend::Files(
                 FileLocks::new(PathBuf::from(uri), &incarnation).map_err(|e| {

@@ -938,6 +938,12 @@ mod tests {
     /// Tables in a fresh temporary folder, with their session.
     async fn temp_tables() -> (tempfile::TempDir, Arc<Session>, Tables) {
         let dir = tempfile::tempdir().unwrap();
+        let (session, t) = tables_at(&dir).await;
+        (dir, session, t)
+    }
+
+    /// Tables in `dir`, on a session of their own (a fresh process's).
+    async fn tables_at(dir: &tempfile::TempDir) -> (Arc<Session>, Tables) {
         let session = Arc::new(Session::default());
         let store = Store::open(
             &crate::storage::requests::StorageSession(session.clone()),
@@ -945,8 +951,7 @@ mod tests {
         )
         .await
         .unwrap();
-        let t = Tables::new(store, session.clone());
-        (dir, session, t)
+        (session.clone(), Tables::new(store, session))
     }
 
     /// A committed version's manifest size is kept for the graph
@@ -969,14 +974,7 @@ mod tests {
         let stored = t.store.head(&manifest_file("t", None, 2)).await.unwrap();
         assert_eq!(Some(size), stored.map(|(bytes, _)| bytes));
         for size in [size, size / 2, size + 100] {
-            let session = Arc::new(Session::default());
-            let store = Store::open(
-                &crate::storage::requests::StorageSession(session.clone()),
-                dir.path().to_str().unwrap(),
-            )
-            .await
-            .unwrap();
-            let fresh = Tables::new(store, session);
+            let (_, fresh) = tables_at(&dir).await;
             let r = TableRef {
                 dir: "t".into(),
                 lance_branch: None,

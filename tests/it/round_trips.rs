@@ -89,7 +89,7 @@ async fn a_commit_and_a_read_on_object_storage_take_the_round_trips_they_did() {
         h.close().await;
         counted.requests()
     };
-    within("a mutate process", c, 23, 40);
+    within("a mutate process", c, 21, 40);
     let c = {
         let r = Omnigraph::open_read_only_with(&uri, opts()).await.unwrap();
         r.requests()
