@@ -155,6 +155,16 @@ impl GateOwner {
         self.lock_held
     }
 
+    /// The mode `op` holds the gate in (`None`: it holds it not, perhaps
+    /// waiting for it).
+    fn held_mode(&self, op: &OpId) -> Option<GateMode> {
+        self.gate
+            .holders()
+            .iter()
+            .find(|l| &l.op == op)
+            .map(|l| l.mode)
+    }
+
     /// Nobody holds the gate but, perhaps, a holder that settled: the state
     /// stays what it is until a new lease is granted.
     fn quiet(&self) -> bool {
@@ -387,21 +397,11 @@ impl Machine for GateOwner {
                 self.granted(granted)
             }
             Msg::Release { op, left } => {
-                let held = self
-                    .gate
-                    .holders()
-                    .iter()
-                    .find(|l| l.op == op)
-                    .map(|l| l.mode);
+                let held = self.held_mode(&op);
                 self.released(op, held, left)
             }
             Msg::Settled { op, left } => {
-                let exclusive = self
-                    .gate
-                    .holders()
-                    .iter()
-                    .any(|l| l.op == op && l.mode == GateMode::Exclusive);
-                if exclusive {
+                if self.held_mode(&op) == Some(GateMode::Exclusive) {
                     self.know(Some(left));
                     self.settled = Some(op);
                 }
@@ -840,12 +840,19 @@ mod tests {
         })
     }
 
-    #[test]
-    fn while_the_lock_is_kept_the_view_a_holder_left_is_the_next_leases_without_a_read() {
+    /// An owner that keeps its lock 25 ticks, whose gate "a" holds, its
+    /// view (head c1) read.
+    fn held_by_a() -> GateOwner {
         let mut o = owner().with_linger(25);
         let (r, _) = only_io(&acquire(&mut o, "a"));
         let (r, _) = only_io(&o.on_io(0, r, IoOut::Locked(Ok(()))));
         o.on_io(0, r, IoOut::Head(Ok(head("c1", 1))));
+        o
+    }
+
+    #[test]
+    fn while_the_lock_is_kept_the_view_a_holder_left_is_the_next_leases_without_a_read() {
+        let mut o = held_by_a();
         // "a" published c2 and says so as it goes; the lock is kept.
         let left = Some(GateView::Branch(head("c2", 2)));
         let w = Addr::Writer(op("a"));
@@ -875,10 +882,7 @@ mod tests {
 
     #[test]
     fn a_view_known_under_the_lock_is_forgotten_when_the_lock_goes() {
-        let mut o = owner().with_linger(25);
-        let (r, _) = only_io(&acquire(&mut o, "a"));
-        let (r, _) = only_io(&o.on_io(0, r, IoOut::Locked(Ok(()))));
-        o.on_io(0, r, IoOut::Head(Ok(head("c1", 1))));
+        let mut o = held_by_a();
         let left = Some(GateView::Branch(head("c1", 1)));
         let w = Addr::Writer(op("a"));
         let fx = o.on_msg(0, w, Msg::Release { op: op("a"), left });

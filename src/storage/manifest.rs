@@ -407,13 +407,11 @@ impl Manifests {
     /// that knows one probes forward from it (one read when nothing is
     /// new); a fresh process starts from the hint.
     pub async fn refresh(&self) -> Result<Arc<Manifest>> {
-        match self.known() {
-            Some(_) => self.refresh_from(None).await,
-            None => {
-                let hint = self.read_hint().await?;
-                self.refresh_from(Some(&hint)).await
-            }
-        }
+        let hint = match self.known() {
+            Some(_) => None,
+            None => Some(self.read_hint().await?),
+        };
+        self.refresh_from(hint.as_ref()).await
     }
 
     /// `refresh`, for a fresh process from a hint it read already.

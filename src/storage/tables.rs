@@ -315,9 +315,6 @@ pub struct Tables {
     latest: Mutex<HashMap<Physical, Arc<Dataset>>>,
     /// Serialises forks of one physical table.
     fork_lock: tokio::sync::Mutex<()>,
-    /// The manifest size of each table version this process committed
-    /// lately (at most `OPEN_CACHE_LIMIT`).
-    sizes: Mutex<HashMap<Exact, u64>>,
 }
 
 /// Lance's marker of a primary-key column (merge-insert matches on it).
@@ -435,7 +432,6 @@ impl Tables {
             opened: Mutex::new(HashMap::new()),
             latest: Mutex::new(HashMap::new()),
             fork_lock: tokio::sync::Mutex::new(()),
-            sizes: Mutex::new(HashMap::new()),
         }
     }
 
@@ -462,8 +458,9 @@ impl Tables {
         Ok(version)
     }
 
-    /// The size of a table version's manifest, if this process committed
-    /// it lately (for the graph manifest's ref, `TableRef::manifest_size`).
+    /// The size of a table version's manifest, if this process has the
+    /// version open (every version it commits, it keeps open): for the
+    /// graph manifest's ref, `TableRef::manifest_size`.
     pub fn manifest_size(
         &self,
         dir: &str,
@@ -471,7 +468,7 @@ impl Tables {
         version: u64,
     ) -> Option<u64> {
         let key = (dir.to_string(), lance_branch.map(str::to_string), version);
-        self.sizes.lock().get(&key).copied()
+        self.opened.lock().get(&key)?.manifest_location().size
     }
 
     /// A table version this process has open already, without a request.
@@ -700,14 +697,6 @@ impl Tables {
             Ok(ds) => {
                 let version = ds.version().version;
                 let ds = Arc::new(ds);
-                if let Some(size) = ds.manifest_location().size {
-                    let key = (dir.to_string(), lance_branch.map(str::to_string), version);
-                    let mut sizes = self.sizes.lock();
-                    if sizes.len() >= OPEN_CACHE_LIMIT {
-                        sizes.clear();
-                    }
-                    sizes.insert(key, size);
-                }
                 self.remember_latest(dir, lance_branch.map(str::to_string), ds.clone());
                 // A read of the version this process just wrote opens it
                 // without a request.
