@@ -33,6 +33,7 @@ pub const NAMES: &[&str] = &[
     "linger-forever",
     "view-before-lock",
     "view-outlives-lock",
+    "known-table-ignores-line",
 ];
 
 #[cfg(feature = "planted-bugs")]
@@ -67,6 +68,7 @@ pub struct Bugs {
     linger_forever: bool,
     view_before_lock: bool,
     view_outlives_lock: bool,
+    known_table_ignores_line: bool,
 }
 
 #[cfg(feature = "planted-bugs")]
@@ -103,6 +105,7 @@ impl Bugs {
             "linger-forever" => b.linger_forever = true,
             "view-before-lock" => b.view_before_lock = true,
             "view-outlives-lock" => b.view_outlives_lock = true,
+            "known-table-ignores-line" => b.known_table_ignores_line = true,
             _ => return None,
         }
         Some(b)
@@ -214,6 +217,11 @@ impl Bugs {
     pub fn view_outlives_lock(&self) -> bool {
         self.view_outlives_lock
     }
+    /// A table gate's owner answers a grant from the view it knows whatever
+    /// line and version the writer's snapshot names.
+    pub fn known_table_ignores_line(&self) -> bool {
+        self.known_table_ignores_line
+    }
 }
 
 /// No bug can be planted: every switch below is a constant `false`. (A
@@ -315,6 +323,9 @@ impl Bugs {
         false
     }
     pub const fn view_outlives_lock(&self) -> bool {
+        false
+    }
+    pub const fn known_table_ignores_line(&self) -> bool {
         false
     }
 }

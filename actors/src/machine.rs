@@ -13,9 +13,13 @@ pub type TimerId = u64;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Msg {
     // Gates (schema, branch and table actors).
+    /// `expect`: for a table gate, the view the writer's snapshot implies
+    /// (see [`TableView::owned`]); the owner gives a view it knows instead
+    /// of reading only when it is that one.
     Acquire {
         op: OpId,
         mode: GateMode,
+        expect: Option<GateView>,
     },
     /// The lease holds the gate, in this process and across processes;
     /// its view is being read and follows as `Granted`. A writer asks for

@@ -405,7 +405,14 @@ impl Recovery {
             repoint: Vec::new(),
             verdict: None,
         });
-        let mut fx = vec![Effect::Send(gate, Msg::Acquire { op: rop, mode })];
+        let mut fx = vec![Effect::Send(
+            gate,
+            Msg::Acquire {
+                op: rop,
+                mode,
+                expect: None,
+            },
+        )];
         fx.extend(self.wake());
         fx
     }
@@ -705,7 +712,14 @@ impl Recovery {
                 if let Some((gate, mode)) = res.gates.get(res.views.len()).cloned() {
                     res.asked += 1;
                     let op = res.rop.clone();
-                    return vec![Effect::Send(gate, Msg::Acquire { op, mode })];
+                    return vec![Effect::Send(
+                        gate,
+                        Msg::Acquire {
+                            op,
+                            mode,
+                            expect: None,
+                        },
+                    )];
                 }
                 match res.intent.clone() {
                     Some(intent) => {

@@ -124,7 +124,7 @@ pub enum GateView {
 
 /// What a table gate's holder sees of its physical table, read under the
 /// gate (and so under the cross-process lock).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TableView {
     /// The latest committed version of the branch's own physical table
     /// (`None`: the table has no storage on this branch yet).
@@ -136,9 +136,27 @@ pub struct TableView {
     /// The manifest names the branch's own physical table (a fork nobody
     /// has published yet is not named).
     pub published: bool,
+    /// Names the line (the physical table's Lance branch) the graph
+    /// branch writes this table on, whose top `latest` is (`None`: the
+    /// branch is gone). A merge that takes another branch's version of the
+    /// table moves the graph branch to a fresh line under the branch gate
+    /// alone, so a view of one line says nothing of the next.
+    pub line: Option<String>,
 }
 
 impl TableView {
+    /// The view a write's snapshot implies where its branch owns the
+    /// table at `base` on `line`: what a known view must be to stand in
+    /// for a read.
+    pub fn owned(line: Option<String>, base: u64) -> Self {
+        Self {
+            latest: Some(base),
+            named: Some(base),
+            published: true,
+            line,
+        }
+    }
+
     /// A table version no published state accounts for. Under the gate no
     /// live writer is between its table commit and its publish, so such a
     /// version belongs to a dead writer (or to no intent at all).
@@ -170,6 +188,8 @@ pub struct TablePlan {
     /// The table version the transaction was staged against. The table must
     /// still be at exactly this version when its gate is held.
     pub base: u64,
+    /// The line the table commit lands on (see [`TableView::line`]).
+    pub line: Option<String>,
     pub staged: StagedRef,
     /// The transaction identity recorded in the table's history when it lands;
     /// recovery looks for it to decide whether the commit landed.
@@ -490,6 +510,7 @@ mod tests {
             latest,
             named,
             published,
+            line: None,
         };
         assert!(!v(Some(3), Some(3), true).orphaned());
         assert!(v(Some(4), Some(3), true).orphaned());

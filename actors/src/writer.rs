@@ -207,13 +207,18 @@ impl Writer {
                 .find(|v| matches!(v, GateView::Schema(_)))
                 .cloned(),
             Addr::Branch(_) => head.clone().map(|h| GateView::Branch(Some(h))),
-            Addr::Table(t) => self.landed.iter().find(|(k, _)| k == t).map(|(_, v)| {
-                GateView::Table(TableView {
-                    latest: Some(*v),
-                    named: Some(*v),
-                    published: true,
-                })
-            }),
+            Addr::Table(t) => {
+                let (_, v) = self.landed.iter().find(|(k, _)| k == t)?;
+                let line = self
+                    .plan
+                    .as_ref()?
+                    .tables
+                    .iter()
+                    .find(|p| &p.table == t)?
+                    .line
+                    .clone();
+                Some(GateView::Table(TableView::owned(line, *v)))
+            }
             _ => None,
         }
     }
@@ -311,13 +316,28 @@ impl Writer {
         self.next_gate += 1;
         debug!(op = %self.op, ?gate, ?mode, "acquire gate");
         self.asked.push(gate.clone());
+        let expect = self.expected_view(&gate);
         vec![Self::send(
             gate,
             Msg::Acquire {
                 op: self.op.clone(),
                 mode,
+                expect,
             },
         )]
+    }
+
+    /// What this write's snapshot implies a table gate's view is, once it
+    /// is prepared: the line it commits on, at the version it staged on.
+    fn expected_view(&self, gate: &Addr) -> Option<GateView> {
+        let Addr::Table(key) = gate else { return None };
+        let t = self
+            .plan
+            .as_ref()?
+            .tables
+            .iter()
+            .find(|t| &t.table == key)?;
+        Some(GateView::Table(TableView::owned(t.line.clone(), t.base)))
     }
 
     /// The outcome a gate view that cannot be used leads to, if any: the
@@ -1108,6 +1128,7 @@ mod tests {
                 base: 1,
                 staged: StagedRef("node:A".into()),
                 txn: "t".into(),
+                line: None,
             }],
             merge: None,
             schema_change: None,
@@ -1191,7 +1212,8 @@ mod tests {
                 Addr::Schema,
                 Msg::Acquire {
                     op: op(),
-                    mode: GateMode::Exclusive
+                    mode: GateMode::Exclusive,
+                    expect: None,
                 }
             )]
         );
@@ -1235,6 +1257,7 @@ mod tests {
             latest: Some(2),
             named: Some(1),
             published: true,
+            line: None,
         };
         let fx = grant(
             &mut w,
@@ -1273,11 +1296,15 @@ mod tests {
         let locked =
             |w: &mut Writer, gate: &Addr| w.on_msg(0, gate.clone(), Msg::Locked { op: op() });
         let acquire = |gate: &Addr| {
+            // A table gate's lease says what its snapshot implies.
+            let expect =
+                matches!(gate, Addr::Table(_)).then(|| GateView::Table(TableView::owned(None, 1)));
             Effect::Send(
                 gate.clone(),
                 Msg::Acquire {
                     op: op(),
                     mode: GateMode::Exclusive,
+                    expect,
                 },
             )
         };
@@ -1292,6 +1319,7 @@ mod tests {
                 latest: Some(v),
                 named: Some(v),
                 published: true,
+                line: None,
             })
         };
         let granted = |w: &mut Writer, gate: &Addr, view| {
@@ -1371,6 +1399,7 @@ mod tests {
             latest: Some(1),
             named: Some(1),
             published: true,
+            line: None,
         };
         grant(&mut w, table.clone(), GateView::Table(view));
         let ok = Msg::IntentsChecked {
@@ -1453,6 +1482,7 @@ mod tests {
             latest: Some(2),
             named: Some(2),
             published: true,
+            line: None,
         };
         assert_eq!(
             left(Addr::Table(TableKey::new("main", "node:A"))),

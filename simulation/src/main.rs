@@ -98,7 +98,7 @@ fn main() -> ExitCode {
     let mut digests = BTreeSet::new();
     let (mut runs, mut steps, mut checks, mut crashes, mut committed, mut merges) =
         (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
-    let mut applies = 0u64;
+    let (mut applies, mut adopting) = (0u64, 0u64);
     let (mut pauses, mut takeovers, mut fences, mut collections) = (0u64, 0u64, 0u64, 0u64);
     let mut cleanups = 0u64;
     let mut failures = Vec::new();
@@ -114,6 +114,7 @@ fn main() -> ExitCode {
         crashes += report.crashes as u64;
         committed += report.committed as u64;
         merges += report.merges as u64;
+        adopting += report.adopting_merges as u64;
         applies += report.schema_applies as u64;
         pauses += u64::from(report.pauses);
         takeovers += report.takeovers as u64;
@@ -139,7 +140,7 @@ fn main() -> ExitCode {
     }
     let secs = started.elapsed().as_secs_f64();
     println!(
-        "{runs} seeds in {secs:.2} s ({:.0} seeds/s): {steps} steps, {checks} invariant checks, {crashes} crashes, {pauses} pauses, {takeovers} lease takeovers ({fences} fences), {committed} writes committed ({merges} merges, {applies} schema applies), {collections} index-file collections, {cleanups} version cleanups, {} distinct trace digests",
+        "{runs} seeds in {secs:.2} s ({:.0} seeds/s): {steps} steps, {checks} invariant checks, {crashes} crashes, {pauses} pauses, {takeovers} lease takeovers ({fences} fences), {committed} writes committed ({merges} merges, {adopting} of them taking tables as the source had them, {applies} schema applies), {collections} index-file collections, {cleanups} version cleanups, {} distinct trace digests",
         runs as f64 / secs.max(1e-9),
         digests.len()
     );
@@ -150,6 +151,7 @@ fn main() -> ExitCode {
             ("pauses", pauses),
             ("lease takeovers", takeovers),
             ("merges", merges),
+            ("merges taking the source's tables", adopting),
             ("schema applies", applies),
             ("index-file collections", collections),
             ("version cleanups", cleanups),

@@ -16,6 +16,7 @@ use omnigraph_actors::host::{Host, Substrate};
 use omnigraph_actors::*;
 
 use crate::rng::{Digest, Rng};
+use crate::sim::WORKLOAD_STREAM;
 use crate::workload;
 use crate::world::{Fault, Proc, World};
 
@@ -121,7 +122,7 @@ async fn start(
 // order a reader follows.
 async fn run(seed: u64, bugs: Bugs) -> RactorReport {
     let mut rng = Rng::new(seed);
-    let planned = workload::generate(&mut rng).all();
+    let planned = workload::generate(&mut rng, &mut Rng::new(seed ^ WORKLOAD_STREAM)).all();
     let world = Arc::new(Mutex::new(World::new()));
     let epoch = Arc::new(Mutex::new(0u64));
     let found: Found = Arc::new(Mutex::new(None));

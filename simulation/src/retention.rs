@@ -9,7 +9,7 @@ use omnigraph_actors::cleaner::{
     BranchAt, GraphVersion, IntentBases, LineAt, LineVersions, Unreferenced,
 };
 
-use crate::world::{Proc, World, own_lance};
+use crate::world::{Proc, World};
 
 /// How the cleaner spells a physical table line.
 fn line(lance: &str, table: &str) -> String {
@@ -69,7 +69,7 @@ impl World {
                     .iter()
                     .filter_map(|t| {
                         let rec = self.latest().branches.get(&t.table.branch)?;
-                        let own = own_lance(&t.table.branch, rec.incarnation);
+                        let own = rec.line(&t.table.branch, &t.table.table);
                         Some(LineAt {
                             line: line(&own, &t.table.table),
                             version: t.base,
@@ -256,7 +256,7 @@ impl World {
                 let Some(rec) = latest.branches.get(&t.table.branch) else {
                     continue;
                 };
-                let own = own_lance(&t.table.branch, rec.incarnation);
+                let own = rec.line(&t.table.branch, &t.table.table);
                 if self.trimmed(&own, &t.table.table, t.base) && self.may_land(&own, t) {
                     return Some((
                         "an unresolved intent's base stays until it is resolved",

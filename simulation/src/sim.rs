@@ -54,6 +54,14 @@ pub const MAX_CONTENDERS: usize = 4;
 
 /// Mixed into the seed for the choice of the lock linger.
 const LINGER_STREAM: u64 = 0x11a6_e5c0_ffee_0001;
+/// Mixed into the seed for the workload's later choices.
+pub const WORKLOAD_STREAM: u64 = 0x11a6_e5c0_ffee_0003;
+/// Mixed into the seed for the choice of a long linger.
+const LONG_LINGER_STREAM: u64 = 0x11a6_e5c0_ffee_0002;
+/// A linger long enough that a lock kept since the early operations is
+/// still kept when the merges and the writes after them run: what a gate
+/// owner knows under it must survive, or be dropped, across them.
+pub const LONG_LINGER: u64 = 2_000;
 
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -88,6 +96,8 @@ pub struct RunReport {
     pub committed: usize,
     /// Merge commits published (recovered ones included).
     pub merges: usize,
+    /// Published merge commits that took tables as their source had them.
+    pub adopting_merges: usize,
     /// Graph versions that accepted a new schema.
     pub schema_applies: usize,
     pub crashes: u32,
@@ -139,7 +149,7 @@ struct GcJob {
 }
 
 enum JobKind {
-    Collect(Collector, GcIo),
+    Collect(Box<Collector>, GcIo),
     Clean(Box<Cleaner>, CleanIo),
 }
 
@@ -180,7 +190,9 @@ pub struct Sim {
     cfg: Config,
     rng: Rng,
     /// How long gate owners keep their cross-process lock after the last
-    /// local lease (0 on most seeds' halves: both are the product's).
+    /// local lease (0 on most seeds' halves: both are the product's). With
+    /// a long one, each phase starts once the one before is answered, not
+    /// once its lingers are over.
     linger: u64,
     pub world: World,
     /// The current incarnation of each process slot.
@@ -192,8 +204,11 @@ pub struct Sim {
     timers: Vec<Timer>,
     tick: u64,
     planned: VecDeque<Planned>,
-    /// Started once the early operations have settled.
-    late: VecDeque<Planned>,
+    /// The workload's later phases, each started once the one before is
+    /// over.
+    phases: VecDeque<Vec<Planned>>,
+    /// What each lease of a table gate said its snapshot implies.
+    expects: BTreeMap<(Slot, OpId, Addr), GateView>,
     clients: BTreeMap<OpId, Client>,
     gcs: Vec<GcJob>,
     gcs_started: usize,
@@ -231,13 +246,15 @@ fn gate_rank(a: &Addr) -> (u8, String) {
 impl Sim {
     pub fn new(cfg: Config) -> Self {
         let mut rng = Rng::new(cfg.seed);
-        let workload = workload::generate(&mut rng);
+        let workload = workload::generate(&mut rng, &mut Rng::new(cfg.seed ^ WORKLOAD_STREAM));
+        let mut phases: VecDeque<Vec<Planned>> = workload.phases.into();
         let n = cfg.procs.unwrap_or_else(|| 1 + rng.below(MAX_PROCS));
         let mut world = World::new();
         world.bugs = cfg.bugs;
         // From a stream of its own, so that every other choice of the seed
         // stays what it was.
         let linger = match Rng::new(cfg.seed ^ LINGER_STREAM).below(4) {
+            _ if Rng::new(cfg.seed ^ LONG_LINGER_STREAM).chance(1, 4) => LONG_LINGER,
             0 | 1 => 0,
             k => 8 * k as u64,
         };
@@ -253,8 +270,9 @@ impl Sim {
             ios: Vec::new(),
             timers: Vec::new(),
             tick: 0,
-            planned: workload.early.into(),
-            late: workload.late.into(),
+            planned: phases.pop_front().unwrap_or_default().into(),
+            phases,
+            expects: BTreeMap::new(),
             clients: BTreeMap::new(),
             gcs: Vec::new(),
             gcs_started: 0,
@@ -273,6 +291,7 @@ impl Sim {
             violation: None,
             checks: 0,
         };
+        sim.log(format!("{n} processes, gate locks kept {linger} ticks"));
         for slot in 0..n {
             sim.procs.push(0);
             sim.next_renewal.push(0);
@@ -415,7 +434,11 @@ impl Sim {
     /// Record protocol facts visible in a message, then queue it.
     fn observe_send(&mut self, slot: Slot, from: &Addr, to: &Addr, msg: &Msg) {
         match msg {
-            Msg::Acquire { op, .. } => {
+            Msg::Acquire { op, expect, .. } => {
+                if let Some(e) = expect {
+                    self.expects
+                        .insert((slot, op.clone(), to.clone()), e.clone());
+                }
                 let log = self.gate_log.entry((slot, op.clone())).or_default();
                 if let Some(last) = log.last()
                     && gate_rank(to) <= gate_rank(last)
@@ -461,16 +484,21 @@ impl Sim {
                         detail,
                     );
                 }
+                let expected = self.expects.get(&(slot, op.clone(), from.clone()));
                 if let Msg::Granted { view, .. } = msg
                     && locked
                     && self.world.taken_over.is_empty()
                     && let Some(truth) = self.world.view_of(from)
                     && *view != truth
+                    && !old_snapshot(expected, &truth)
                 {
                     // Under the lock only this process changes the state, so
                     // the view a lease gets, read or known, is the state.
                     // (Once a process was taken over, its late table commit
-                    // may land under another's lock.)
+                    // may land under another's lock. A table's view known
+                    // for a lease whose snapshot names another line or
+                    // version than the manifest now does is not the state:
+                    // that lease's recheck of the head refuses it.)
                     let detail =
                         format!("p{slot} {from:?} gave {op:?} {view:?}; storage holds {truth:?}");
                     self.fail("a granted view is the state under the lock", detail);
@@ -880,7 +908,7 @@ impl Sim {
         match collector.start() {
             GcStep::Io(io) => self.gcs.push(GcJob {
                 slot,
-                kind: JobKind::Collect(collector, io),
+                kind: JobKind::Collect(Box::new(collector), io),
             }),
             GcStep::Done(d) => self.log(format!("p{slot} collection done at once: {d:?}")),
         }
@@ -905,7 +933,7 @@ impl Sim {
     fn complete_gc(&mut self, i: usize) {
         let GcJob { slot, kind } = self.gcs.remove(i);
         match kind {
-            JobKind::Collect(collector, io) => self.complete_collect(slot, collector, io),
+            JobKind::Collect(collector, io) => self.complete_collect(slot, *collector, io),
             JobKind::Clean(cleaner, io) => self.complete_clean(slot, cleaner, io),
         }
     }
@@ -980,7 +1008,7 @@ impl Sim {
         match collector.on(out) {
             GcStep::Io(io) => self.gcs.push(GcJob {
                 slot,
-                kind: JobKind::Collect(collector, io),
+                kind: JobKind::Collect(Box::new(collector), io),
             }),
             GcStep::Done(d) => self.log(format!("p{slot} collection done: {d:?}")),
         }
@@ -1190,6 +1218,30 @@ impl Sim {
             .collect()
     }
 
+    /// Run a phase until it is over: until nothing can happen, or with a
+    /// long linger until every operation started is answered (the locks
+    /// kept meanwhile stay kept into the next phase).
+    fn phase_done(&mut self, limit: usize) -> bool {
+        if self.linger < LONG_LINGER {
+            return self.settle(limit);
+        }
+        while self.violation.is_none() {
+            if !self.planned.is_empty() || !self.unanswered().is_empty() {
+                if self.steps >= limit {
+                    return self.settle(limit);
+                }
+                if !self.step() {
+                    return self.settle(limit);
+                }
+                self.steps += 1;
+                self.check();
+                continue;
+            }
+            return true;
+        }
+        false
+    }
+
     /// Run until nothing can happen; a run that stops with clients waiting
     /// deadlocked.
     fn settle(&mut self, limit: usize) -> bool {
@@ -1232,8 +1284,14 @@ impl Sim {
     /// (idempotence) and that the graph still takes a write.
     pub fn run(mut self) -> RunReport {
         // Each phase gets its own step budget.
-        if self.settle(MAX_STEPS) && !self.late.is_empty() {
-            self.planned = std::mem::take(&mut self.late);
+        let mut settled = self.phase_done(MAX_STEPS);
+        while settled && let Some(next) = self.phases.pop_front() {
+            if !next.is_empty() {
+                self.planned = next.into();
+                settled = self.phase_done(self.steps + MAX_STEPS);
+            }
+        }
+        if settled {
             self.settle(self.steps + MAX_STEPS);
         }
         if self.violation.is_none() {
@@ -1277,6 +1335,12 @@ impl Sim {
             .values()
             .filter(|c| c.merged.is_some())
             .count();
+        let adopting_merges = self
+            .world
+            .adopted
+            .keys()
+            .filter(|c| self.world.commits.contains_key(c))
+            .count();
         let schema_applies = self
             .world
             .manifests
@@ -1291,6 +1355,7 @@ impl Sim {
             trace: self.trace,
             committed,
             merges,
+            adopting_merges,
             schema_applies,
             crashes: self.crashes,
             pauses: self.pauses,
@@ -1344,5 +1409,14 @@ impl Sim {
                 return;
             }
         }
+    }
+}
+
+/// Does a table lease's expectation name another line or version than the
+/// manifest now does (its snapshot is older than the head)?
+fn old_snapshot(expected: Option<&GateView>, truth: &GateView) -> bool {
+    match (expected, truth) {
+        (Some(GateView::Table(e)), GateView::Table(t)) => (&e.line, e.named) != (&t.line, t.named),
+        _ => false,
     }
 }

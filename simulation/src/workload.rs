@@ -23,26 +23,85 @@ fn pick<'a>(rng: &mut Rng, from: &[&'a str]) -> &'a str {
     from[rng.below(from.len())]
 }
 
-/// A run's operations: `early` start at once, `late` once the early ones
-/// have settled (the merges, and writes that race them on both sides).
+/// A run's operations in phases, each started once the one before is over.
+/// Mostly: the early operations; the merges, and writes that race them on
+/// both sides; a write of every table on each merge's target, which finds
+/// what the merge took from its source.
 pub struct Workload {
-    pub early: Vec<Planned>,
-    pub late: Vec<Planned>,
+    pub phases: Vec<Vec<Planned>>,
 }
 
 impl Workload {
-    /// Every operation, early then late.
+    /// Every operation, phase by phase.
     pub fn all(self) -> Vec<Planned> {
-        let mut v = self.early;
-        v.extend(self.late);
-        v
+        self.phases.into_iter().flatten().collect()
+    }
+}
+
+fn write(op: &str, branch: &str, stmts: Vec<Stmt>) -> Planned {
+    Planned {
+        op: OpId(op.to_string()),
+        kind: OpKind::Write {
+            branch: branch.to_string(),
+        },
+        stmts,
+    }
+}
+
+/// An upsert of row `id` into every table.
+fn every_table(id: &str, val: i64) -> Vec<Stmt> {
+    TABLES
+        .iter()
+        .map(|t| Stmt::Upsert {
+            table: t.to_string(),
+            id: id.to_string(),
+            val,
+        })
+        .collect()
+}
+
+/// One step at a time: main writes every table; a branch is made from it
+/// and writes one table; the merge into main takes that table as the
+/// branch has it; main writes every table again. With a long linger, main's
+/// table gates stay locked by the process that wrote them throughout.
+fn merge_takes_a_table(later: &mut Rng) -> Workload {
+    let table = pick(later, TABLES).to_string();
+    let create = Planned {
+        op: OpId("w-create".into()),
+        kind: OpKind::CreateBranch {
+            name: BRANCHES[0].to_string(),
+            from: MAIN.to_string(),
+        },
+        stmts: Vec::new(),
+    };
+    let source = vec![Stmt::Upsert {
+        table,
+        id: IDS[1].to_string(),
+        val: 1,
+    }];
+    let merge = vec![Stmt::Merge {
+        source: BRANCHES[0].to_string(),
+    }];
+    Workload {
+        phases: vec![
+            vec![write("w-pre", MAIN, every_table(IDS[0], 0))],
+            vec![create],
+            vec![write("w-source", BRANCHES[0], source)],
+            vec![write("w-merge0", MAIN, merge)],
+            vec![write("w-after0", MAIN, every_table(IDS[0], 2))],
+        ],
     }
 }
 
 // One roll per operation picks its kind by range (an optimize, data
 // writes, branch operations, schema applies; then the late merges): a
-// seed's mix reads off the ranges in this one place.
-pub fn generate(rng: &mut Rng) -> Workload {
+// seed's mix reads off the ranges in this one place. Choices added later
+// draw from `later`, a stream of their own, so that the seed's other
+// choices stay what they were.
+pub fn generate(rng: &mut Rng, later: &mut Rng) -> Workload {
+    if later.chance(1, 8) {
+        return merge_takes_a_table(later);
+    }
     let n = 4 + rng.below(9);
     let mut out = Vec::with_capacity(n);
     for i in 0..n {
@@ -128,8 +187,15 @@ pub fn generate(rng: &mut Rng) -> Workload {
     let mut late = Vec::new();
     if rng.chance(2, 3) {
         let source = pick(rng, BRANCHES);
+        // Usually first; else among the others, so that main's writes
+        // before it are part of the merge base.
+        let at = if later.chance(1, 2) {
+            0
+        } else {
+            later.below(out.len() + 1)
+        };
         out.insert(
-            0,
+            at,
             Planned {
                 op: OpId("w-create".into()),
                 kind: OpKind::CreateBranch {
@@ -169,5 +235,28 @@ pub fn generate(rng: &mut Rng) -> Workload {
             });
         }
     }
-    Workload { early: out, late }
+    // (No draws from the seed's stream: every other choice stays as it was.)
+    let mut targets: Vec<String> = late
+        .iter()
+        .filter(|p| matches!(p.stmts.as_slice(), [Stmt::Merge { .. }]))
+        .filter_map(|p| match &p.kind {
+            OpKind::Write { branch } => Some(branch.clone()),
+            _ => None,
+        })
+        .collect();
+    targets.dedup();
+    let after = targets
+        .into_iter()
+        .enumerate()
+        .map(|(k, branch)| {
+            write(
+                &format!("w-after{k}"),
+                &branch,
+                every_table(IDS[0], 2000 + k as i64),
+            )
+        })
+        .collect();
+    Workload {
+        phases: vec![out, late, after],
+    }
 }

@@ -47,6 +47,10 @@ pub struct BranchRec {
     pub updated_at: u64,
     pub incarnation: u64,
     pub tables: BTreeMap<String, TRef>,
+    /// Table -> the line this branch writes it on where that is not its
+    /// default line: a merge that took the source's version of a table in
+    /// place of the branch's own moves the branch to a fresh line for it.
+    pub lines: BTreeMap<String, String>,
 }
 
 impl BranchRec {
@@ -55,6 +59,21 @@ impl BranchRec {
             commit: self.head.clone(),
             version: self.updated_at,
         }
+    }
+
+    /// The line branch `name` writes `table` on.
+    pub fn line(&self, name: &str, table: &str) -> String {
+        match self.lines.get(table) {
+            Some(l) => l.clone(),
+            None => own_lance(name, self.incarnation),
+        }
+    }
+
+    /// Every line the branch wrote or may write on.
+    pub fn all_lines(&self, name: &str) -> Vec<String> {
+        let mut v = vec![own_lance(name, self.incarnation)];
+        v.extend(self.lines.values().cloned());
+        v
     }
 }
 
@@ -206,7 +225,8 @@ pub struct World {
     pub locks: BTreeMap<Addr, BTreeMap<Proc, GateMode>>,
     // Process memory.
     staged: BTreeMap<OpId, (Proc, BTreeMap<String, Staged>)>,
-    deleted: BTreeMap<String, (Proc, u64)>,
+    /// Each deleted branch's lines, with the process that deleted it.
+    deleted: BTreeMap<String, (Proc, Vec<String>)>,
     // Outside the process: what each client asked for.
     pub work: BTreeMap<OpId, Vec<Stmt>>,
     // The model the checks compare against: the logical effect of every
@@ -216,9 +236,12 @@ pub struct World {
     pub index_effects: BTreeMap<CommitId, Vec<String>>,
     /// Each merge's pinned source head (outside the process: the client
     /// named it when the merge started).
-    pins: BTreeMap<OpId, CommitId>,
+    pins: BTreeMap<OpId, Head>,
     /// Each prepared merge commit: (target head it merged into, source head).
     pub merges: BTreeMap<CommitId, (CommitId, CommitId)>,
+    /// Each prepared merge commit that takes tables as its source has them:
+    /// (the source head, those tables).
+    pub adopted: BTreeMap<CommitId, (CommitId, Vec<String>)>,
     pub violations: Vec<String>,
     // Time and leases.
     /// True time (the simulator's tick), set before every request.
@@ -303,6 +326,7 @@ impl World {
                     updated_at: 1,
                     incarnation: 0,
                     tables: refs,
+                    lines: BTreeMap::new(),
                 },
             )]),
             carries: Some(root),
@@ -482,14 +506,16 @@ impl World {
                 latest: None,
                 named: None,
                 published: false,
+                line: None,
             };
         };
-        let own = own_lance(&table.branch, rec.incarnation);
+        let own = rec.line(&table.branch, &table.table);
         let r = rec.tables.get(&table.table);
         TableView {
             latest: self.latest_version(&own, &table.table),
             named: r.map(|r| r.version),
             published: r.is_some_and(|r| r.lance == own),
+            line: Some(own),
         }
     }
 
@@ -506,11 +532,12 @@ impl World {
             .and_then(|h| h.keys().next_back().copied())
     }
 
-    fn own(&self, branch: &str) -> Option<String> {
+    /// The line a branch writes a table on, as the latest manifest says.
+    fn own(&self, table: &TableKey) -> Option<String> {
         self.latest()
             .branches
-            .get(branch)
-            .map(|r| own_lance(branch, r.incarnation))
+            .get(&table.branch)
+            .map(|r| r.line(&table.branch, &table.table))
     }
 
     /// The index record of a table version.
@@ -599,6 +626,16 @@ impl World {
             for (table, changes) in self.effects.get(c)? {
                 apply(rows.entry(table.clone()).or_default(), changes);
             }
+            if let Some((source, tables)) = self.adopted.get(c) {
+                // Taken with the source's version: its index too.
+                let theirs = self.expected_indexes(source)?;
+                for t in tables {
+                    match theirs.get(t) {
+                        Some(ix) => out.insert(t.clone(), ix.clone()),
+                        None => out.remove(t),
+                    };
+                }
+            }
             for table in self.index_effects.get(c).into_iter().flatten() {
                 out.insert(table.clone(), rows.get(table).cloned().unwrap_or_default());
             }
@@ -667,7 +704,7 @@ impl World {
                 }
                 let view = self.table_view(table);
                 if !view.published
-                    && let Some(own) = self.own(&table.branch)
+                    && let Some(own) = self.own(table)
                 {
                     self.drop_line(&own, Some(&table.table));
                 }
@@ -755,15 +792,16 @@ impl World {
                 if fault == Fault::FailClean {
                     return IoOut::Done(Err("injected failure".into()));
                 }
-                if let Some((_, inc)) = self.deleted.remove(branch) {
-                    let own = own_lance(branch, inc);
-                    let referenced = self
-                        .latest()
-                        .branches
-                        .values()
-                        .any(|r| r.tables.values().any(|t| t.lance == own));
-                    if !referenced {
-                        self.drop_line(&own, None);
+                if let Some((_, lines)) = self.deleted.remove(branch) {
+                    for own in lines {
+                        let referenced = self
+                            .latest()
+                            .branches
+                            .values()
+                            .any(|r| r.tables.values().any(|t| t.lance == own));
+                        if !referenced {
+                            self.drop_line(&own, None);
+                        }
                     }
                 }
                 IoOut::Done(fail_unless(fault))
@@ -811,9 +849,12 @@ impl World {
         let mut indexed: BTreeMap<String, Rows> = BTreeMap::new();
         let mut strict = false;
         let mut merge = None;
+        let mut adopted = BTreeMap::new();
         if let [Stmt::Merge { source }] = stmts.as_slice() {
             let (merged, note) = self.merge_changes(op, source, &rec)?;
-            changes = merged;
+            (adopted, changes) = merged
+                .into_iter()
+                .partition(|(t, _)| note.adopt.contains(t));
             merge = Some(note);
         }
         for s in stmts.iter().filter(|s| !matches!(s, Stmt::Merge { .. })) {
@@ -865,11 +906,11 @@ impl World {
             apply(rows, std::slice::from_ref(&change));
             changes.entry(t).or_default().push(change);
         }
-        let own = own_lance(branch, rec.incarnation);
         let commit = CommitId(format!("c-{}-{attempt}", op.0));
         let mut staged = BTreeMap::new();
         let mut tables = Vec::new();
         for (t, ch) in &changes {
+            let own = rec.line(branch, t);
             let base = self.base_on_own_line(&own, t, &rec.tables[t]);
             let txn = format!("{}-{attempt}-{t}", op.0);
             self.txn_commit.insert(txn.clone(), commit.clone());
@@ -895,6 +936,7 @@ impl World {
             tables.push(TablePlan {
                 table: TableKey::new(branch, t.clone()),
                 base,
+                line: Some(own),
                 staged: StagedRef(t.clone()),
                 txn,
             });
@@ -904,7 +946,12 @@ impl World {
         if let Some(m) = &merge {
             self.merges
                 .insert(commit.clone(), (rec.head.clone(), m.head.commit.clone()));
+            if !m.adopt.is_empty() {
+                self.adopted
+                    .insert(commit.clone(), (m.head.commit.clone(), m.adopt.clone()));
+            }
         }
+        changes.extend(adopted);
         self.effects.insert(commit.clone(), changes);
         self.index_effects
             .insert(commit.clone(), indexed.into_keys().collect());
@@ -963,8 +1010,8 @@ impl World {
         let mut staged = BTreeMap::new();
         let mut tables = Vec::new();
         for (branch, rec) in &m.branches {
-            let own = own_lance(branch, rec.incarnation);
             for (t, r) in &rec.tables {
+                let own = rec.line(branch, t);
                 let base = self.base_on_own_line(&own, t, r);
                 let txn = format!("{}-{attempt}-{branch}-{t}", op.0);
                 self.txn_commit.insert(txn.clone(), commit.clone());
@@ -985,6 +1032,7 @@ impl World {
                 tables.push(TablePlan {
                     table: TableKey::new(branch, t.clone()),
                     base,
+                    line: Some(own),
                     staged: StagedRef(name),
                     txn,
                 });
@@ -1011,22 +1059,26 @@ impl World {
     }
 
     /// A merge's changes to the target, and what it publishes beside them.
-    /// Every table the merge changes gets a table commit (the simulator
-    /// does not model taking another branch's table as it is).
+    /// As production does, a table the target has not changed since the
+    /// base and the source has is taken as the source has it (`adopt`: no
+    /// table commit, the publish points the target at the source's version
+    /// and moves it to a fresh line for that table); every other table the
+    /// merge changes gets a table commit.
     fn merge_changes(
         &mut self,
         op: &OpId,
         source: &str,
         target: &BranchRec,
     ) -> Result<(BTreeMap<String, Changes>, MergeOf), Option<String>> {
-        let pinned = match self.pins.get(op) {
-            Some(c) => c.clone(),
+        let pinned_head = match self.pins.get(op) {
+            Some(h) => h.clone(),
             None => {
-                let head = self.latest().branches.get(source).ok_or(None)?.head.clone();
+                let head = self.latest().branches.get(source).ok_or(None)?.head();
                 self.pins.insert(op.clone(), head.clone());
                 head
             }
         };
+        let pinned = pinned_head.commit.clone();
         let base = self
             .merge_base(&target.head, &pinned)
             .ok_or_else(|| Some("no common ancestor".to_string()))?;
@@ -1053,19 +1105,38 @@ impl World {
                 changes.insert(table.clone(), ch);
             }
         }
-        let version = self.commits.get(&pinned).ok_or_else(history)?.version;
+        let source_refs = self.refs_at(pinned_head.version, source, &pinned);
+        let base_refs = self.commits.get(&base).and_then(|c| {
+            let m = self.manifests.get(c.version as usize - 1)?;
+            m.branches.values().find(|r| r.head == base)
+        });
+        let adopt = match (source_refs, base_refs) {
+            (Some(s), Some(b)) => TABLES
+                .iter()
+                .map(|t| t.to_string())
+                .filter(|t| {
+                    let (b, s, t) = (b.tables.get(t), s.tables.get(t), target.tables.get(t));
+                    s != t && b == t
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
         Ok((
             changes,
             MergeOf {
                 source: source.to_string(),
-                head: Head {
-                    commit: pinned,
-                    version,
-                },
-                adopt: Vec::new(),
+                head: pinned_head,
+                adopt,
                 fast_forward: false,
             },
         ))
+    }
+
+    /// Branch `name`'s record in graph version `version`, if its head there
+    /// is `head`.
+    fn refs_at(&self, version: u64, name: &str, head: &CommitId) -> Option<&BranchRec> {
+        let m = self.manifests.get((version as usize).checked_sub(1)?)?;
+        m.branches.get(name).filter(|r| &r.head == head)
     }
 
     /// Every commit `c` descends from, itself included, by both parents.
@@ -1236,7 +1307,7 @@ impl World {
         if fault == Fault::FailClean {
             return Err("injected failure".into());
         }
-        let own = self.own(&table.branch).ok_or("branch gone")?;
+        let own = self.own(table).ok_or("branch gone")?;
         let key = (own.clone(), table.table.clone());
         let hist = self.tables.get_mut(&key).ok_or("table gone")?;
         let rows = hist.get(&to).ok_or("no such version")?.0.clone();
@@ -1266,7 +1337,7 @@ impl World {
         let mut latest = Vec::new();
         for t in &intent.tables {
             let hist = self
-                .own(&t.table.branch)
+                .own(&t.table)
                 .and_then(|o| self.tables.get(&(o, t.table.table.clone())));
             match hist {
                 Some(h) => {
@@ -1372,7 +1443,7 @@ impl World {
                     let Some(rec) = next.branches.get_mut(&k.branch) else {
                         return PublishResult::Refused(format!("no branch {}", k.branch));
                     };
-                    let own = own_lance(&k.branch, rec.incarnation);
+                    let own = rec.line(&k.branch, &k.table);
                     rec.tables.insert(
                         k.table.clone(),
                         TRef {
@@ -1399,7 +1470,26 @@ impl World {
                     }
                     next.schema = s.to.clone();
                 }
+                let source = merge.as_ref().map(|m| {
+                    self.refs_at(m.head.version, &m.source, &m.head.commit)
+                        .cloned()
+                });
                 let rec = next.branches.get_mut(&req.branch).expect("checked");
+                if let (Some(m), Some(src)) = (merge, source) {
+                    let Some(src) = src else {
+                        return PublishResult::Refused("the merge source is gone".into());
+                    };
+                    for t in &m.adopt {
+                        let Some(theirs) = src.tables.get(t).cloned() else {
+                            return PublishResult::Refused(format!("the source has no {t}"));
+                        };
+                        if theirs.lance != rec.line(&req.branch, t) {
+                            rec.lines
+                                .insert(t.clone(), format!("{}-v{version}", req.branch));
+                        }
+                        rec.tables.insert(t.clone(), theirs);
+                    }
+                }
                 let parent = rec.head.clone();
                 rec.head = commit.clone();
                 rec.updated_at = version;
@@ -1419,7 +1509,7 @@ impl World {
                     let Some(rec) = next.branches.get_mut(&k.branch) else {
                         continue;
                     };
-                    let own = own_lance(&k.branch, rec.incarnation);
+                    let own = rec.line(&k.branch, &k.table);
                     if let Some(r) = rec.tables.get_mut(&k.table)
                         && r.lance == own
                         && r.version != *v
@@ -1455,6 +1545,7 @@ impl World {
                         updated_at: version,
                         incarnation: version,
                         tables: src.tables,
+                        lines: BTreeMap::new(),
                     },
                 );
             }
@@ -1463,7 +1554,8 @@ impl World {
                     return PublishResult::Refused("main".into());
                 }
                 if let Some(r) = next.branches.remove(&req.branch) {
-                    self.deleted.insert(req.branch.clone(), (p, r.incarnation));
+                    self.deleted
+                        .insert(req.branch.clone(), (p, r.all_lines(&req.branch)));
                 }
             }
         }
@@ -1690,8 +1782,8 @@ impl World {
     /// step, not only once recovery has settled.
     pub fn unowned_effect_violation(&self) -> Option<(&'static str, String)> {
         for (name, rec) in &self.latest().branches {
-            let own = own_lance(name, rec.incarnation);
             for (table, r) in &rec.tables {
+                let own = rec.line(name, table);
                 let Some(top) = self.latest_version(&own, table) else {
                     continue;
                 };
@@ -1738,8 +1830,8 @@ impl World {
             ));
         }
         for (name, rec) in &self.latest().branches {
-            let own = own_lance(name, rec.incarnation);
             for (table, r) in &rec.tables {
+                let own = rec.line(name, table);
                 if r.lance != own {
                     continue;
                 }

@@ -291,6 +291,12 @@ fn adopt(
     Ok(())
 }
 
+/// A table line's identity in gate views: its folder (a table made again
+/// by a schema apply has a new one) and its Lance branch.
+fn line_id(dir: &str, lance_branch: Option<&str>) -> String {
+    format!("{dir}@{}", lance_branch.unwrap_or(""))
+}
+
 /// A commit record written beside its write's sidecar.
 struct EarlyRecord {
     commit: String,
@@ -539,20 +545,18 @@ impl LanceSubstrate {
             }
             None => (self.g.manifests.refresh().await?, None),
         };
+        let gone = TableView {
+            latest: None,
+            named: None,
+            published: false,
+            line: None,
+        };
         let Some(rec) = latest.branches.get(&table.branch) else {
-            return Ok(TableView {
-                latest: None,
-                named: None,
-                published: false,
-            });
+            return Ok(gone);
         };
         let own = rec.line(&table.branch, &table.table);
         let Some(r) = rec.tables.get(&table.table) else {
-            return Ok(TableView {
-                latest: None,
-                named: None,
-                published: false,
-            });
+            return Ok(gone);
         };
         let published = r.lance_branch == own;
         // An unpublished fork starts at the version the branch references,
@@ -573,6 +577,7 @@ impl LanceSubstrate {
             latest: top,
             named: Some(r.version),
             published,
+            line: Some(line_id(&r.dir, own.as_deref())),
         })
     }
 
@@ -645,6 +650,7 @@ impl LanceSubstrate {
                     .map(|(name, s)| TablePlan {
                         table: TableKey::new(s.branch.clone(), s.key.clone()),
                         base: s.base.version().version,
+                        line: Some(line_id(&s.dir, s.lance_branch.as_deref())),
                         staged: StagedRef(name.clone()),
                         txn: s.txns.last().expect("a change").uuid.clone(),
                     })
