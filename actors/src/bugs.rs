@@ -34,6 +34,8 @@ pub const NAMES: &[&str] = &[
     "view-before-lock",
     "view-outlives-lock",
     "known-table-ignores-line",
+    "abandon-beside-a-landing",
+    "stale-commit-failures",
 ];
 
 #[cfg(feature = "planted-bugs")]
@@ -69,6 +71,8 @@ pub struct Bugs {
     view_before_lock: bool,
     view_outlives_lock: bool,
     known_table_ignores_line: bool,
+    abandon_beside_a_landing: bool,
+    stale_commit_failures: bool,
 }
 
 #[cfg(feature = "planted-bugs")]
@@ -106,6 +110,8 @@ impl Bugs {
             "view-before-lock" => b.view_before_lock = true,
             "view-outlives-lock" => b.view_outlives_lock = true,
             "known-table-ignores-line" => b.known_table_ignores_line = true,
+            "abandon-beside-a-landing" => b.abandon_beside_a_landing = true,
+            "stale-commit-failures" => b.stale_commit_failures = true,
             _ => return None,
         }
         Some(b)
@@ -222,6 +228,16 @@ impl Bugs {
     pub fn known_table_ignores_line(&self) -> bool {
         self.known_table_ignores_line
     }
+    /// A write whose table commits answered with a conflict drops its
+    /// intent even though another of its table commits landed.
+    pub fn abandon_beside_a_landing(&self) -> bool {
+        self.abandon_beside_a_landing
+    }
+    /// A write retried after its table commits refused keeps those
+    /// refusals, and its next attempt, all landed, goes to recovery.
+    pub fn stale_commit_failures(&self) -> bool {
+        self.stale_commit_failures
+    }
 }
 
 /// No bug can be planted: every switch below is a constant `false`. (A
@@ -326,6 +342,12 @@ impl Bugs {
         false
     }
     pub const fn known_table_ignores_line(&self) -> bool {
+        false
+    }
+    pub const fn abandon_beside_a_landing(&self) -> bool {
+        false
+    }
+    pub const fn stale_commit_failures(&self) -> bool {
         false
     }
 }

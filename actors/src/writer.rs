@@ -49,7 +49,9 @@ enum State {
     Acquiring,
     Checking,
     Recording,
-    Committing(usize),
+    /// The table commits are out, all at once; `unanswered` are those
+    /// still to answer.
+    Committing,
     Publishing,
     /// Waiting for the sidecar delete after a successful publish.
     Finalizing,
@@ -83,7 +85,12 @@ pub struct Writer {
     arriving: std::collections::BTreeMap<usize, GateView>,
     /// Gates asked for (held or queued), so that release reaches all of them.
     asked: Vec<Addr>,
+    /// The table commits that landed, in the order they answered.
     landed: Vec<(TableKey, u64)>,
+    /// The table commits still to answer.
+    unanswered: Vec<TableKey>,
+    /// The table commits that failed.
+    failed: Vec<CommitResult>,
     published: Option<(u64, Option<Head>)>,
     /// The outcome to send once the current cleanup step is done.
     after_cleanup: Option<Outcome>,
@@ -113,6 +120,8 @@ impl Writer {
             arriving: std::collections::BTreeMap::new(),
             asked: Vec::new(),
             landed: Vec::new(),
+            unanswered: Vec::new(),
+            failed: Vec::new(),
             published: None,
             after_cleanup: None,
             early_gates: false,
@@ -565,10 +574,10 @@ impl Writer {
                 .next_gate
                 .checked_sub(1)
                 .map(|i| self.gates[i].0.clone()),
-            (State::Committing(idx), Msg::TableCommitted { .. }) => self
-                .sorted_tables()
-                .get(*idx)
-                .map(|t| Addr::Table(t.table.clone())),
+            (State::Committing, Msg::TableCommitted { table, .. }) => self
+                .unanswered
+                .contains(table)
+                .then(|| Addr::Table(table.clone())),
             (State::Capturing, Msg::HeadReply { .. }) => Some(Addr::Branch(match &self.kind {
                 OpKind::CreateBranch { from, .. } => from.clone(),
                 _ => self.branch().to_string(),
@@ -626,7 +635,7 @@ impl Writer {
 
     fn record_intent(&mut self) -> Vec<Effect> {
         if self.bugs.skip_sidecar() {
-            return self.commit_next(0);
+            return self.commit_tables();
         }
         self.state = State::Recording;
         debug!(op = %self.op, "record sidecar");
@@ -644,27 +653,61 @@ impl Writer {
         tables
     }
 
-    fn commit_next(&mut self, idx: usize) -> Vec<Effect> {
+    /// Every table commit goes out at once, once the sidecar is durable:
+    /// each table's gate is held, and recovery resolves any subset of them
+    /// landed (all landed and on top: forward; else every landed one is
+    /// restored), so their order is nobody's concern.
+    fn commit_tables(&mut self) -> Vec<Effect> {
+        if self.bugs.publish_before_commit() && self.published.is_none() {
+            return self.publish_commit();
+        }
+        // (An attempt before this one may have failed cleanly.)
+        if !self.bugs.stale_commit_failures() {
+            self.failed.clear();
+        }
         let tables = self.sorted_tables();
-        if idx == 0 && self.bugs.publish_before_commit() && self.published.is_none() {
-            return self.publish_commit();
+        if tables.is_empty() {
+            return self.all_committed();
         }
-        if idx >= tables.len() {
-            if self.published.is_some() {
-                return self.after_publish();
+        self.state = State::Committing;
+        self.unanswered = tables.iter().map(|t| t.table.clone()).collect();
+        tables
+            .into_iter()
+            .map(|t| {
+                debug!(op = %self.op, table = ?t.table, "commit table");
+                Self::send(
+                    Addr::Table(t.table),
+                    Msg::CommitTable {
+                        op: self.op.clone(),
+                        staged: t.staged,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// Every table commit has answered: publish when all landed; drop the
+    /// write when none did and each refused cleanly (nothing changed);
+    /// else the intent goes to recovery.
+    fn all_committed(&mut self) -> Vec<Effect> {
+        let clean = self.landed.is_empty() || self.bugs.abandon_beside_a_landing();
+        match self.failed.first().cloned() {
+            None if self.published.is_some() => self.after_publish(),
+            None => self.publish_commit(),
+            Some(_)
+                if clean
+                    && self.published.is_none()
+                    && self
+                        .failed
+                        .iter()
+                        .all(|f| matches!(f, CommitResult::Conflict(_))) =>
+            {
+                debug!(op = %self.op, failed = ?self.failed, "conflict before any effect");
+                self.abandon()
             }
-            return self.publish_commit();
+            Some(CommitResult::Conflict(e) | CommitResult::Unknown(e)) => self.stuck(&e),
+            Some(CommitResult::Committed { .. }) => unreachable!("only failures are kept"),
         }
-        let t = &tables[idx];
-        self.state = State::Committing(idx);
-        debug!(op = %self.op, table = ?t.table, "commit table");
-        vec![Self::send(
-            Addr::Table(t.table.clone()),
-            Msg::CommitTable {
-                op: self.op.clone(),
-                staged: t.staged.clone(),
-            },
-        )]
     }
 
     fn publish_commit(&mut self) -> Vec<Effect> {
@@ -676,7 +719,9 @@ impl Writer {
                 .map(|t| (t.table, t.base + 1))
                 .collect()
         } else {
-            self.landed.clone()
+            let mut landed = self.landed.clone();
+            landed.sort();
+            landed
         };
         let change = Change::Commit {
             commit: plan.commit.clone(),
@@ -901,7 +946,7 @@ impl Machine for Writer {
                 }
             }
             (State::Recording, Msg::IntentRecorded { result, .. }) => match result {
-                Ok(()) => self.commit_next(0),
+                Ok(()) => self.commit_tables(),
                 Err(e) => {
                     // The sidecar may exist: let recovery resolve it.
                     let mut fx = self.stuck(&e);
@@ -910,30 +955,31 @@ impl Machine for Writer {
                     fx
                 }
             },
-            (State::Committing(idx), Msg::TableCommitted { table, result, .. }) => match result {
-                CommitResult::Committed { version } => {
-                    self.landed.push((table, version));
-                    let mut fx = Vec::new();
-                    if self.bugs.ack_before_publish() && self.landed.len() == 1 {
-                        // The planted bug: the client hears "committed" now.
-                        let commit = self.plan.as_ref().map(|p| p.commit.clone());
-                        fx.push(Self::send(
-                            Addr::Client(self.op.clone()),
-                            Msg::Finished {
-                                op: self.op.clone(),
-                                outcome: Outcome::Committed { commit, version },
-                            },
-                        ));
+            (State::Committing, Msg::TableCommitted { table, result, .. }) => {
+                self.unanswered.retain(|t| *t != table);
+                let mut fx = Vec::new();
+                match result {
+                    CommitResult::Committed { version } => {
+                        self.landed.push((table, version));
+                        if self.bugs.ack_before_publish() && self.landed.len() == 1 {
+                            // The planted bug: the client hears "committed" now.
+                            let commit = self.plan.as_ref().map(|p| p.commit.clone());
+                            fx.push(Self::send(
+                                Addr::Client(self.op.clone()),
+                                Msg::Finished {
+                                    op: self.op.clone(),
+                                    outcome: Outcome::Committed { commit, version },
+                                },
+                            ));
+                        }
                     }
-                    fx.extend(self.commit_next(idx + 1));
-                    fx
+                    failed => self.failed.push(failed),
                 }
-                CommitResult::Conflict(e) if self.landed.is_empty() && self.published.is_none() => {
-                    debug!(op = %self.op, e, "conflict before any effect");
-                    self.abandon()
+                if self.unanswered.is_empty() {
+                    fx.extend(self.all_committed());
                 }
-                CommitResult::Conflict(e) | CommitResult::Unknown(e) => self.stuck(&e),
-            },
+                fx
+            }
             (State::Publishing, Msg::PublishReply { result, .. }) => {
                 match (self.kind.clone(), result) {
                     (
@@ -942,7 +988,7 @@ impl Machine for Writer {
                     ) => {
                         self.published = Some((version, head));
                         if self.bugs.publish_before_commit() && self.landed.is_empty() {
-                            return self.commit_next(0);
+                            return self.commit_tables();
                         }
                         self.after_publish()
                     }

@@ -109,6 +109,14 @@ pub const PLANTED: &[(&str, &str)] = &[
         "known-table-ignores-line",
         "a granted view is the state under the lock",
     ),
+    (
+        "abandon-beside-a-landing",
+        "no table commit without an owning intent or a published version",
+    ),
+    (
+        "stale-commit-failures",
+        "a write goes to recovery only after an effect it cannot account for",
+    ),
 ];
 
 /// The invariant meant to catch a planted bug.

@@ -207,6 +207,9 @@ pub struct Sim {
     /// The workload's later phases, each started once the one before is
     /// over.
     phases: VecDeque<Vec<Planned>>,
+    /// The table commit answers each writer got in its current attempt, and
+    /// whether it has asked for its publish since.
+    commit_answers: BTreeMap<(Slot, OpId), (Vec<CommitResult>, bool)>,
     /// What each lease of a table gate said its snapshot implies.
     expects: BTreeMap<(Slot, OpId, Addr), GateView>,
     clients: BTreeMap<OpId, Client>,
@@ -273,6 +276,7 @@ impl Sim {
             planned: phases.pop_front().unwrap_or_default().into(),
             phases,
             expects: BTreeMap::new(),
+            commit_answers: BTreeMap::new(),
             clients: BTreeMap::new(),
             gcs: Vec::new(),
             gcs_started: 0,
@@ -461,6 +465,36 @@ impl Sim {
             }
             Msg::IntentStuck { op } => {
                 self.effect_gates.remove(&(slot, op.clone()));
+                if let Some((answers, false)) = self.commit_answers.get(&(slot, op.clone()))
+                    && !answers.is_empty()
+                    && (answers
+                        .iter()
+                        .all(|r| matches!(r, CommitResult::Conflict(_)))
+                        || answers
+                            .iter()
+                            .all(|r| matches!(r, CommitResult::Committed { .. })))
+                {
+                    // Every table refused before changing anything (the
+                    // write is dropped, and retried), or every one landed
+                    // and nothing was published yet (the write publishes):
+                    // neither is left to recovery.
+                    let detail = format!(
+                        "p{slot} {op:?} handed its intent to recovery, unpublished, after its table commits answered {answers:?}"
+                    );
+                    self.fail(
+                        "a write goes to recovery only after an effect it cannot account for",
+                        detail,
+                    );
+                }
+            }
+            Msg::Publish { req } if matches!(from, Addr::Writer(_)) => {
+                if let Some(a) = self.commit_answers.get_mut(&(slot, req.op.clone())) {
+                    a.1 = true;
+                }
+            }
+            Msg::RecordIntent { intent } => {
+                // An attempt's table commits start after its sidecar.
+                self.commit_answers.remove(&(slot, intent.op.clone()));
             }
             // A writer asks for its next gate, and gets a view, on these:
             // both say the process holds the gate's cross-process lock.
@@ -545,12 +579,19 @@ impl Sim {
                     ..
                 } if !self.effect_gates.contains_key(&key) => {
                     let gates = self.gate_log.get(&key).cloned().unwrap_or_default();
-                    self.effect_gates.insert(key, gates);
+                    self.effect_gates.insert(key.clone(), gates);
                 }
                 Msg::PublishReply { .. } => {
                     self.effect_gates.remove(&key);
                 }
                 _ => {}
+            }
+            if let Msg::TableCommitted { result, .. } = &msg {
+                self.commit_answers
+                    .entry(key)
+                    .or_default()
+                    .0
+                    .push(result.clone());
             }
         }
         if !self.node_for(slot, &to) {

@@ -228,7 +228,10 @@ pub enum CrashPoint {
     /// made during prepare exists, nothing else does.
     BeforeSidecarWrite,
     AfterSidecarWrite,
-    /// After the n-th table commit (1-based) of the process.
+    /// After the n-th table commit (1-based) of the process has landed,
+    /// and before any later one does: a write's table commits go out
+    /// together, so the later ones wait for the n-th and then find the
+    /// process halted.
     AfterTableCommit(u32),
     AfterPublish,
     /// After recovery restored a table, before it re-points the branch.
@@ -1311,9 +1314,21 @@ impl LanceSubstrate {
         let point = match &io {
             Io::WriteSidecar { .. } => Some(CrashPoint::AfterSidecarWrite),
             Io::CommitTable { .. } => {
-                let mut f = self.faults.lock();
-                f.commits += 1;
-                Some(CrashPoint::AfterTableCommit(f.commits))
+                let n = {
+                    let mut f = self.faults.lock();
+                    f.commits += 1;
+                    f.commits
+                };
+                let crash_at = self.faults.lock().crash_at;
+                if let Some(CrashPoint::AfterTableCommit(at)) = crash_at
+                    && n > at
+                {
+                    while !self.faults.lock().halted {
+                        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                    }
+                    return Self::halted_answer(&io);
+                }
+                Some(CrashPoint::AfterTableCommit(n))
             }
             Io::Publish { .. } => Some(CrashPoint::AfterPublish),
             Io::RestoreTable { .. } => Some(CrashPoint::AfterRestore),
