@@ -185,7 +185,8 @@ impl Store {
     /// A local path has no entity-tag conditions, so there this replaces
     /// unconditionally: on local disk the gate and liveness locks are OS
     /// locks, exact and process-bound, so no second writer of such an
-    /// object can exist at the same time.
+    /// object can exist at the same time. The tag it returns is the one a
+    /// later read finds, so that a caller may replace the object again.
     pub async fn put_if_match(
         &self,
         rel: &str,
@@ -194,7 +195,10 @@ impl Store {
     ) -> Result<Option<String>> {
         if !self.uri.contains("://") {
             self.put(rel, &bytes).await?;
-            return Ok(Some(String::new()));
+            let meta = self.os.inner.head(&self.path(rel)).await;
+            return Ok(Some(
+                meta.map_err(OmniError::storage)?.e_tag.unwrap_or_default(),
+            ));
         }
         let version = UpdateVersion {
             e_tag: Some(tag.to_string()),
@@ -332,5 +336,29 @@ impl Store {
             Err(e) if lance_not_found(&e) => Ok(()),
             Err(e) => Err(e.into()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A commit record is replaced by its tag, and replaced again by the
+    /// tag that replacement returned (a publish that lost its
+    /// compare-and-swap twice): on local disk too.
+    #[tokio::test]
+    async fn a_replaced_object_can_be_replaced_again_by_the_tag_it_got() {
+        let dir = tempfile::tempdir().unwrap();
+        let uri = dir.path().to_string_lossy().to_string();
+        let store = Store::open(&StorageSession::default(), &uri).await.unwrap();
+        let first = store.create_tagged("r.json", b"1".to_vec()).await.unwrap();
+        let first = first.expect("created");
+        let second = store.put_if_match("r.json", b"2".to_vec(), &first).await;
+        let second = second.unwrap().expect("replaced");
+        let (_, seen) = store.read_tagged("r.json").await.unwrap().expect("there");
+        assert_eq!(
+            seen, second,
+            "the tag a replacement returns is the one a read finds"
+        );
     }
 }

@@ -27,6 +27,7 @@ use omnigraph::{LoadMode, Omnigraph};
 
 mod blob;
 mod delta;
+mod fleet;
 mod hops;
 mod merge;
 mod retention;
@@ -727,6 +728,34 @@ fn main() {
             );
             rt.block_on(hops::run(uri, d as u64, c, n));
         }
+        Some("fleet") => {
+            let uri = args.get(2).expect(
+                "usage: omnigraph-bench fleet GRAPH --branches N --writers-per-branch M --processes P --seconds S",
+            );
+            rt.block_on(fleet::run(fleet::Fleet {
+                uri: uri.clone(),
+                branches: flag("--branches", 4),
+                writers: flag("--writers-per-branch", 1),
+                processes: flag("--processes", 1),
+                seconds: flag("--seconds", 10) as u64,
+            }));
+        }
+        Some("fleet-worker") => {
+            let arg = |i: usize| {
+                args.get(i)
+                    .cloned()
+                    .expect("fleet-worker URI RUN N M P S ID")
+            };
+            let num = |i: usize| arg(i).parse::<usize>().expect("a number");
+            let f = fleet::Fleet {
+                uri: arg(2),
+                branches: num(4),
+                writers: num(5),
+                processes: num(6),
+                seconds: num(7) as u64,
+            };
+            rt.block_on(fleet::worker(f, &arg(3), num(8)));
+        }
         Some("append-worker") => {
             let uri = args.get(2).expect("usage: append-worker URI ID WRITES");
             let id = args.get(3).and_then(|v| v.parse().ok()).expect("ID");
@@ -811,7 +840,7 @@ fn main() {
         }
         _ => {
             eprintln!(
-                "usage: omnigraph-bench (load DIR [--repeats N] | append [--n N] | processes [--writes N] | locks [--n N] | object-store URI [--n N] | hops URI [--delay-ms D] [--max-concurrent C] [--n N] | queries DIR --graph URI [--repeats N] [--reference FILE] [--json FILE] | merge DIR --graph URI [--sizes N,..] | search DIR --graph URI [--repeats N] | blob DIR [--mib N] [--repeats N] | schema DIR [--repeats N] | delta DIR --graph URI [--repeats N] | server DIR --graph URI [--n N] [--seconds N] | retention DIR [--marks N,..])"
+                "usage: omnigraph-bench (load DIR [--repeats N] | append [--n N] | processes [--writes N] | locks [--n N] | object-store URI [--n N] | hops URI [--delay-ms D] [--max-concurrent C] [--n N] | fleet GRAPH [--branches N] [--writers-per-branch M] [--processes P] [--seconds S] | queries DIR --graph URI [--repeats N] [--reference FILE] [--json FILE] | merge DIR --graph URI [--sizes N,..] | search DIR --graph URI [--repeats N] | blob DIR [--mib N] [--repeats N] | schema DIR [--repeats N] | delta DIR --graph URI [--repeats N] | server DIR --graph URI [--n N] [--seconds N] | retention DIR [--marks N,..])"
             );
             std::process::exit(2);
         }
