@@ -960,6 +960,15 @@ impl Sim {
     /// write of its own is running.
     fn writer_alive(&mut self, slot: Slot, w: &str) -> bool {
         let w: Proc = w.parse().expect("the world names writers by incarnation");
+        // Judged first: a lapsed lease is taken over and fenced either way.
+        let judged = self.judge_writer(slot, w);
+        // An intent of the writer's is unresolved: recovery may roll it
+        // forward, and its versions record the writer's files.
+        let unresolved = self.world.sidecars.values().any(|(_, p)| *p == w);
+        judged || unresolved
+    }
+
+    fn judge_writer(&mut self, slot: Slot, w: Proc) -> bool {
         match w == self.procs[slot] {
             true => self
                 .clients

@@ -5,9 +5,12 @@
 //!
 //! A file's name carries its writer's incarnation, so collection can ask
 //! whether the writer may still record it: another process while it lives,
-//! this one while a write of its own is in flight. Recovery never records
-//! a file: it publishes versions already committed or restores older
-//! content, whose records are read too.
+//! this one while a write of its own is in flight, and any process while
+//! an intent it wrote is unresolved (a write whose table commits landed,
+//! one of them late after its process was taken over, is rolled forward
+//! by recovery, and its versions record the files it wrote). Recovery
+//! never records a file of its own: it publishes versions already
+//! committed or restores older content, whose records are read too.
 
 use std::collections::BTreeSet;
 
@@ -165,9 +168,11 @@ async fn answer(s: &LanceSubstrate, io: GcIo) -> Result<GcOut> {
             )
         }
         GcIo::WritersAlive(writers) => {
+            let intents = super::sidecar::list(&g.store).await?;
             let mut alive = Vec::with_capacity(writers.len());
             for w in &writers {
-                alive.push(writer_alive(s, w).await);
+                let unresolved = intents.iter().any(|(_, owner)| owner == w);
+                alive.push(unresolved || writer_alive(s, w).await);
             }
             // A writer judged dead here was taken over: fenced before gc acts.
             s.fence_takeovers().await?;

@@ -213,6 +213,40 @@ async fn files_without_a_writer_go_only_when_old_and_others_stay() {
     g.close().await;
 }
 
+/// A writer whose process is gone but whose intent is unresolved may still
+/// have its files recorded: recovery rolls the intent forward when its
+/// table commits landed (one of them late, after the process was taken
+/// over). Collection keeps its files until the intent is resolved.
+#[tokio::test]
+async fn a_dead_writer_s_files_stay_while_its_intent_is_unresolved() {
+    let place = Place::local();
+    let uri = place.uri("g.omni");
+    let g = Omnigraph::init(&uri, SCHEMA).await.unwrap();
+    let dead = "01m97zzzzzzzzzzzzzzzzzzzzz";
+    let now = omnigraph::util::ulid::new_ulid();
+    let file = format!("_indexes/graph/edge-Cites-{now}.{dead}.adj");
+    let dir = std::path::Path::new(&uri);
+    let p = dir.join(&file);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(&p, b"x").unwrap();
+    let sidecar = dir.join("_graph/recovery/01M97ZZZZZZZZZZZZZZZZZZZZZ.json");
+    let intent = json!({
+        "op": "01M97ZZZZZZZZZZZZZZZZZZZZZ", "owner": dead, "kind": "optimize",
+        "branch": "main", "expected_commit": "c", "expected_version": 1,
+        "commit": "c2", "tables": []
+    });
+    std::fs::create_dir_all(sidecar.parent().unwrap()).unwrap();
+    std::fs::write(&sidecar, serde_json::to_vec(&intent).unwrap()).unwrap();
+    let r = g.gc(false).await.unwrap();
+    assert!(removed(&r).is_empty(), "{r:?}");
+    assert_eq!(r.kept.writer_alive, 1, "{r:?}");
+    // Resolved (here: gone), the writer's file is no one's.
+    std::fs::remove_file(&sidecar).unwrap();
+    let r = g.gc(false).await.unwrap();
+    assert_eq!(removed(&r), BTreeSet::from([file]), "{r:?}");
+    g.close().await;
+}
+
 #[tokio::test]
 async fn the_cli_collects_with_a_dry_run_and_json() {
     let place = Place::local();
