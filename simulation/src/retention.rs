@@ -189,6 +189,12 @@ impl World {
                 started.push(self.started.get(&q).copied().unwrap_or(0));
             }
         }
+        // A process whose intent is unresolved may still have its staged
+        // files referenced: recovery rolls the intent forward when its
+        // table commits landed (one of them late, after a takeover).
+        for (_, q) in self.sidecars.values() {
+            started.push(self.started.get(q).copied().unwrap_or(0));
+        }
         started
     }
 

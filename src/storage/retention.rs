@@ -389,9 +389,20 @@ async fn live_writers(s: &LanceSubstrate, dry_run: bool) -> Result<Vec<u64>> {
         }
     }
     owners.insert(me.clone());
+    // A process whose intent is unresolved holds its files as a live one
+    // does: recovery rolls the intent forward when its table commits
+    // landed (one of them late, after the process was taken over), and
+    // the versions it publishes reference the files the write staged.
+    let intents: BTreeSet<String> = super::sidecar::list(&s.graph().store)
+        .await?
+        .into_iter()
+        .map(|(_, owner)| owner)
+        .collect();
+    owners.extend(intents.iter().cloned());
     let mut started = Vec::new();
     for inc in owners {
-        let alive = inc == me || dry_run || s.locks().owner_alive(&inc).await;
+        let alive =
+            inc == me || dry_run || intents.contains(&inc) || s.locks().owner_alive(&inc).await;
         if alive {
             // A name that is not a ULID gives no start: it may have written
             // anything, so it holds every file.

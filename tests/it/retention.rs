@@ -234,7 +234,9 @@ async fn cleanup_in(place: Place) {
 }
 
 /// A crashed write's staged files are kept while its process lives (it
-/// may still commit them) and go once it is gone.
+/// may still commit them), and while an intent of that process is
+/// unresolved (recovery may roll it forward, and the versions it
+/// publishes reference them); they go once neither holds.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_crashed_writes_files_go_once_its_process_is_gone() {
     let place = Place::local();
@@ -268,7 +270,26 @@ async fn a_crashed_writes_files_go_once_its_process_is_gone() {
         staged.iter().all(|f| left.contains_key(f)),
         "a live writer's files went"
     );
+    let gone = g.substrate().locks().incarnation().to_string();
     g.close().await;
+    // An intent of the gone process, as one whose late table commit
+    // landed after a takeover would leave it, still unresolved.
+    let sidecar =
+        std::path::Path::new(&uri).join("_graph/recovery/01M98ZZZZZZZZZZZZZZZZZZZZZ.json");
+    let intent = json!({
+        "op": "01M98ZZZZZZZZZZZZZZZZZZZZZ", "owner": gone, "kind": "load",
+        "branch": "main", "expected_commit": "c", "expected_version": 1,
+        "commit": "c2", "tables": []
+    });
+    std::fs::create_dir_all(sidecar.parent().unwrap()).unwrap();
+    std::fs::write(&sidecar, serde_json::to_vec(&intent).unwrap()).unwrap();
+    other.cleanup(now(None)).await.unwrap();
+    let left = objects(&uri).await;
+    assert!(
+        staged.iter().all(|f| left.contains_key(f)),
+        "the files of a writer whose intent is unresolved went"
+    );
+    std::fs::remove_file(&sidecar).unwrap();
     let r = other.cleanup(now(None)).await.unwrap();
     let left = objects(&uri).await;
     assert!(staged.iter().all(|f| !left.contains_key(f)), "{r:?}");
