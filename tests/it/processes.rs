@@ -281,3 +281,42 @@ pub async fn one_key_conflict_across_processes_in(place: Place) {
     let g = Omnigraph::open_read_only(&uri).await.unwrap();
     assert_eq!(count(&g, "main", "Person").await, 4);
 }
+
+/// Writers in two processes on four branches for two seconds, then every
+/// branch merged into main (the fleet bench, small): no write fails (a
+/// publish that loses its compare-and-swap to another process's, on
+/// another branch, tries again), no merge fails, and every acknowledged
+/// write is on main.
+#[test]
+fn writers_in_two_processes_on_four_branches_all_commit_and_merge() {
+    let dir = tempfile::tempdir().unwrap();
+    let uri = dir.path().join("g.omni").to_string_lossy().to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_omnigraph-bench"))
+        .args([
+            "fleet",
+            &uri,
+            "--branches",
+            "4",
+            "--writers-per-branch",
+            "1",
+        ])
+        .args(["--processes", "2", "--seconds", "2"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{text}\n{err}");
+    // | branches | writers/branch | processes | commits | commits/s | p50 |
+    // p99 | failed | merges/s | merge failures | missing | floor |
+    let row: Vec<&str> = text
+        .lines()
+        .last()
+        .unwrap()
+        .split('|')
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect();
+    let n = |i: usize| row[i].parse::<u64>().unwrap();
+    assert!(n(3) > 0, "nothing committed: {text}");
+    assert_eq!((n(7), n(9), n(10)), (0, 0, 0), "{text}\n{err}");
+}
