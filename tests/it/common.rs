@@ -389,3 +389,19 @@ pub fn cli_ok_with(env: &[(&str, &str)], args: &[&str]) -> String {
     );
     String::from_utf8(out.stdout).unwrap()
 }
+
+/// Leave a sidecar of process `owner` in the local graph at `uri`, as an
+/// intent still unresolved (one whose late table commit landed after a
+/// takeover, before recovery ran); returns its path.
+pub fn unresolved_intent_of(uri: &str, owner: &str) -> std::path::PathBuf {
+    let op = "01M98ZZZZZZZZZZZZZZZZZZZZZ";
+    let sidecar = std::path::Path::new(uri).join(format!("_graph/recovery/{op}.json"));
+    let intent = serde_json::json!({
+        "op": op, "owner": owner, "kind": "load",
+        "branch": "main", "expected_commit": "c", "expected_version": 1,
+        "commit": "c2", "tables": []
+    });
+    std::fs::create_dir_all(sidecar.parent().unwrap()).unwrap();
+    std::fs::write(&sidecar, serde_json::to_vec(&intent).unwrap()).unwrap();
+    sidecar
+}

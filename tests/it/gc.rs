@@ -229,14 +229,7 @@ async fn a_dead_writer_s_files_stay_while_its_intent_is_unresolved() {
     let p = dir.join(&file);
     std::fs::create_dir_all(p.parent().unwrap()).unwrap();
     std::fs::write(&p, b"x").unwrap();
-    let sidecar = dir.join("_graph/recovery/01M97ZZZZZZZZZZZZZZZZZZZZZ.json");
-    let intent = json!({
-        "op": "01M97ZZZZZZZZZZZZZZZZZZZZZ", "owner": dead, "kind": "optimize",
-        "branch": "main", "expected_commit": "c", "expected_version": 1,
-        "commit": "c2", "tables": []
-    });
-    std::fs::create_dir_all(sidecar.parent().unwrap()).unwrap();
-    std::fs::write(&sidecar, serde_json::to_vec(&intent).unwrap()).unwrap();
+    let sidecar = crate::common::unresolved_intent_of(&uri, dead);
     let r = g.gc(false).await.unwrap();
     assert!(removed(&r).is_empty(), "{r:?}");
     assert_eq!(r.kept.writer_alive, 1, "{r:?}");

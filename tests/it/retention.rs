@@ -274,15 +274,7 @@ async fn a_crashed_writes_files_go_once_its_process_is_gone() {
     g.close().await;
     // An intent of the gone process, as one whose late table commit
     // landed after a takeover would leave it, still unresolved.
-    let sidecar =
-        std::path::Path::new(&uri).join("_graph/recovery/01M98ZZZZZZZZZZZZZZZZZZZZZ.json");
-    let intent = json!({
-        "op": "01M98ZZZZZZZZZZZZZZZZZZZZZ", "owner": gone, "kind": "load",
-        "branch": "main", "expected_commit": "c", "expected_version": 1,
-        "commit": "c2", "tables": []
-    });
-    std::fs::create_dir_all(sidecar.parent().unwrap()).unwrap();
-    std::fs::write(&sidecar, serde_json::to_vec(&intent).unwrap()).unwrap();
+    let sidecar = crate::common::unresolved_intent_of(&uri, &gone);
     other.cleanup(now(None)).await.unwrap();
     let left = objects(&uri).await;
     assert!(
