@@ -280,13 +280,13 @@ impl GateOwner {
             .iter()
             .map(|l| Effect::Send(l.who.clone(), Msg::Locked { op: l.op.clone() }))
             .collect();
-        let (answered, unread): (Vec<Lease>, Vec<Lease>) = leases
-            .into_iter()
-            .partition(|l| self.known_for(&l.op).is_some());
-        fx.extend(answered.into_iter().map(|l| {
-            let view = self.known_for(&l.op).cloned().expect("partitioned");
-            Effect::Send(l.who, Msg::Granted { op: l.op, view })
-        }));
+        let mut unread = Vec::new();
+        for l in leases {
+            match self.known_for(&l.op).cloned() {
+                Some(view) => fx.push(Effect::Send(l.who, Msg::Granted { op: l.op, view })),
+                None => unread.push(l),
+            }
+        }
         if !unread.is_empty() {
             let io = self.view_io();
             fx.push(self.io(io, Pending::View(unread, self.known_epoch)));

@@ -218,14 +218,7 @@ impl Writer {
             Addr::Branch(_) => head.clone().map(|h| GateView::Branch(Some(h))),
             Addr::Table(t) => {
                 let (_, v) = self.landed.iter().find(|(k, _)| k == t)?;
-                let line = self
-                    .plan
-                    .as_ref()?
-                    .tables
-                    .iter()
-                    .find(|p| &p.table == t)?
-                    .line
-                    .clone();
+                let line = self.plan_table(t)?.line.clone();
                 Some(GateView::Table(TableView::owned(line, *v)))
             }
             _ => None,
@@ -340,13 +333,13 @@ impl Writer {
     /// is prepared: the line it commits on, at the version it staged on.
     fn expected_view(&self, gate: &Addr) -> Option<GateView> {
         let Addr::Table(key) = gate else { return None };
-        let t = self
-            .plan
-            .as_ref()?
-            .tables
-            .iter()
-            .find(|t| &t.table == key)?;
+        let t = self.plan_table(key)?;
         Some(GateView::Table(TableView::owned(t.line.clone(), t.base)))
+    }
+
+    /// The prepared plan's entry for table `key`.
+    fn plan_table(&self, key: &TableKey) -> Option<&TablePlan> {
+        self.plan.as_ref()?.tables.iter().find(|t| &t.table == key)
     }
 
     /// The outcome a gate view that cannot be used leads to, if any: the
