@@ -31,6 +31,14 @@ impl Phys {
             version: t.version,
         }
     }
+
+    /// The table line this version is on: every version of it, any version.
+    pub fn line(&self) -> Phys {
+        Phys {
+            version: 0,
+            ..self.clone()
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -69,6 +77,17 @@ pub enum Key {
     Partitions(Phys, String),
     /// How many queries read a table version cold (`residency`).
     ColdReads(Phys),
+    /// Where this process last held a node table's ids or one column
+    /// whole (`carry`): the line ([`Phys::line`]) or, with `any_line`, the
+    /// table on any branch; and the column.
+    NodeBase {
+        line: Phys,
+        column: String,
+        any_line: bool,
+    },
+    /// A node table version as a base version (this one's number) with
+    /// the rows changed since (`carry`).
+    NodeDelta(Phys, u64),
 }
 
 struct Entry {
@@ -103,6 +122,8 @@ pub struct CacheStats {
     pub evictions: AtomicU64,
     /// Point reads that found their row through a persisted id order.
     pub id_order_reads: AtomicU64,
+    /// Node table versions carried from a base (`carry`).
+    pub node_carries: AtomicU64,
 }
 
 impl CacheStats {
@@ -123,6 +144,7 @@ impl CacheStats {
             "text_builds": g(&self.text_builds),
             "evictions": g(&self.evictions),
             "id_order_reads": g(&self.id_order_reads),
+            "node_carries": g(&self.node_carries),
         })
     }
 }

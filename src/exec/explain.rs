@@ -211,7 +211,7 @@ impl Ctx<'_> {
                 let t = self.def(type_name);
                 let table = self.g.read_table(self.snap, t).await?;
                 let btrees = stage::btree_columns(&table).await?;
-                let warm = self.ids_cached(t)?;
+                let warm = self.ids_warm(t).await?;
                 let active: Vec<&Pred> = filters.iter().filter(|p| self.active(p)).collect();
                 let mut uses = Vec::new();
                 let mut detail = format!("{}: {type_name}", var(plan, *v));

@@ -6,6 +6,7 @@ mod aggregate;
 mod antijoin;
 pub mod blob;
 pub mod cache;
+mod carry;
 pub mod embed;
 pub mod explain;
 pub mod export;

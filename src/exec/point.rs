@@ -163,7 +163,7 @@ pub(super) async fn view(ctx: &Ctx<'_>, plan: &Plan) -> Result<Option<PointView>
     };
     // A version this process holds, or read cold before, is read (or
     // loaded) whole instead: the workload repeats.
-    if ctx.reach(type_name, ID, ctx.ids_cached(t)?, 1)?.reach != Reach::Rows {
+    if ctx.reach(type_name, ID, ctx.ids_warm(t).await?, 1)?.reach != Reach::Rows {
         return Ok(None);
     }
     let mut cols = vec![ID];

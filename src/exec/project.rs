@@ -78,6 +78,12 @@ impl Ctx<'_> {
             let arr: ArrayRef = Arc::new(self.node_ids(type_name).await?.ids.clone());
             return take_at(&arr, rows);
         }
+        if !t.is_edge()
+            && let Some((d, base)) = self.carried_ids(t).await?
+        {
+            self.log_carried(type_name, ID, &d);
+            return d.take(ID, &super::carry::ids_column(&base), rows);
+        }
         self.column_at(type_name, ID, rows).await
     }
 
@@ -97,6 +103,14 @@ impl Ctx<'_> {
         // A point read's view holds its columns: its ids' decision was the
         // read's.
         let held = self.cache.get::<ArrayRef>(&key).is_some();
+        if !point
+            && !held
+            && !t.is_edge()
+            && let Some((d, base)) = self.carried_column(t, column).await?
+        {
+            self.log_carried(type_name, column, &d);
+            return d.take(column, &base, rows);
+        }
         if point || self.reach(type_name, column, held, rows.len())?.reach != Reach::Rows {
             return take_at(&self.column(type_name, column).await?, rows);
         }

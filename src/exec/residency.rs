@@ -44,6 +44,9 @@ pub enum Why {
     ReadBefore(u32),
     /// The query needs this many rows.
     ManyRows(usize),
+    /// Held: an earlier version's, with this many rows changed since
+    /// (`carry`).
+    Carried(usize),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,6 +74,10 @@ impl Decision {
     /// What it reads and why, as `--explain` and `--profile` print it.
     pub fn text(&self) -> String {
         match (self.reach, self.why) {
+            (Reach::Held, Why::Carried(n)) => format!(
+                "held in memory: an earlier version's, with the {n} {} changed since",
+                if n == 1 { "row" } else { "rows" }
+            ),
             (Reach::Held, _) => "held in memory".into(),
             (Reach::Rows, _) => {
                 "only the rows needed, from storage (first read of this table version in this process)"

@@ -150,8 +150,16 @@ impl Ctx<'_> {
         if let Some(v) = self.cache.get::<IdIndex>(&key) {
             return Ok(v);
         }
-        let v = Arc::new(IdIndex::from_parts(&self.scan_strings(t, ID).await?)?);
+        let ids = match self.carried_ids(t).await? {
+            Some((d, base)) => {
+                let whole = d.whole(ID, &super::carry::ids_column(&base))?;
+                whole.as_string::<i32>().clone()
+            }
+            None => IdIndex::concat(&self.scan_strings(t, ID).await?)?,
+        };
+        let v = Arc::new(IdIndex::new(ids));
         self.cache.put(key, v.clone(), v.bytes());
+        self.remember_node_base(t, ID).await?;
         Ok(v)
     }
 
@@ -190,6 +198,9 @@ impl Ctx<'_> {
         if let Some(v) = self.cache.get::<IdIndex>(&Key::Ids(self.phys(t)?)) {
             return Ok(v.len());
         }
+        if let Some((d, _)) = self.carried_ids(t).await? {
+            return Ok(d.rows());
+        }
         Ok(crate::index::coverage::rows(&self.layout(type_name).await?))
     }
 
@@ -211,6 +222,10 @@ impl Ctx<'_> {
         };
         if let Some(v) = known {
             return Ok(ids.iter().map(|id| v.get(id)).collect());
+        }
+        if let Some((d, base)) = self.carried_ids(t).await? {
+            self.log_carried(type_name, ID, &d);
+            return Ok(ids.iter().map(|id| d.position(&base, id)).collect());
         }
         if self.reach(type_name, ID, false, ids.len())?.reach == Reach::Whole {
             let v = self.node_ids(type_name).await?;
@@ -256,14 +271,23 @@ impl Ctx<'_> {
         if let Some(v) = self.cache.get::<ArrayRef>(&key) {
             return Ok((*v).clone());
         }
-        let ds = self.g.read_table(self.snap, t).await?;
-        let arr = scan::column(&ds, column).await?;
-        self.cache
-            .stats
-            .column_loads
-            .fetch_add(1, AtomicOrdering::Relaxed);
+        let arr = match self.carried_column(t, column).await? {
+            Some((d, base)) => d.whole(column, &base)?,
+            None => {
+                let ds = self.g.read_table(self.snap, t).await?;
+                let arr = scan::column(&ds, column).await?;
+                self.cache
+                    .stats
+                    .column_loads
+                    .fetch_add(1, AtomicOrdering::Relaxed);
+                arr
+            }
+        };
         let bytes = arr.get_array_memory_size();
         self.cache.put(key, Arc::new(arr.clone()), bytes);
+        if !t.is_edge() {
+            self.remember_node_base(t, column).await?;
+        }
         Ok(arr)
     }
 
@@ -330,6 +354,12 @@ impl Ctx<'_> {
             let mut frame = frame;
             for op in ops {
                 if frame.rows == 0 {
+                    // Nothing left to match: the variables later operators
+                    // would bind are bound to no rows, so the returns
+                    // project an empty answer.
+                    for c in frame.cols.iter_mut() {
+                        c.get_or_insert_with(Vec::new);
+                    }
                     break;
                 }
                 let started = std::time::Instant::now();

@@ -10,7 +10,6 @@ use futures::TryStreamExt;
 use super::run::{Ctx, Frame, var_type};
 use std::borrow::Cow;
 
-use super::cache::Key;
 use crate::compiler::catalog::{ID, PropType};
 use crate::compiler::query::ast::CmpOp;
 use crate::compiler::query::ir::{Op, Plan, Pred, ValExpr};
@@ -34,10 +33,7 @@ impl Ctx<'_> {
         // The first scan of a table version pushes its filters to storage;
         // once the version is warm (its ids cached), filters read cached
         // columns, which is cheaper than another storage scan.
-        let warm = self
-            .cache
-            .get::<crate::util::idindex::IdIndex>(&Key::Ids(self.phys(t)?))
-            .is_some();
+        let warm = self.ids_warm(t).await?;
         let active: Vec<&Pred> = filters.iter().filter(|p| self.active(p)).collect();
         // A key (or id) equality is a lookup, not a scan.
         let key_eq = super::point::key_lookup(self, t, &active);

@@ -35,3 +35,4 @@ mod s3;
 mod schema;
 mod search;
 mod server;
+mod warm;

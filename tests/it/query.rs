@@ -99,6 +99,30 @@ async fn traversal_semantics() {
     assert_eq!(col(&r, "p.name"), vec![json!("d")]);
 }
 
+/// A pattern whose first binding matches nothing answers no rows, whatever
+/// follows it (a traversal, a multi-hop, an edge binding, a node return).
+#[tokio::test]
+async fn a_traversal_from_a_key_no_node_has_answers_no_rows() {
+    let t = graph().await;
+    let m = Target::main();
+    for q in [
+        "query q() { match { $p: Person { name: \"zz\" }\n $p knows $f } return { $f.name } }",
+        "query q() { match { $p: Person { name: \"zz\" }\n $f knows $p } return { $f.name, $p.age } }",
+        "query q() { match { $p: Person { name: \"zz\" }\n $p knows{1,3} $x } return { $x } }",
+        "query q() { match { $p: Person { name: \"zz\" }\n $p $w:knows $f } return { $w.since, $f.name } }",
+    ] {
+        assert_eq!(rows(&t.g, &m, q, Value::Null).await, Vec::new(), "{q}");
+    }
+    let r = rows(
+        &t.g,
+        &m,
+        "query q() { match { $p: Person { name: \"zz\" }\n $p knows $f } return { count($f) } }",
+        Value::Null,
+    )
+    .await;
+    assert_eq!(col(&r, "count(f)"), vec![json!(0)]);
+}
+
 #[tokio::test]
 async fn aggregates_order_nulls_and_limit() {
     let t = graph().await;
