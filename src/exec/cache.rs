@@ -85,9 +85,12 @@ pub enum Key {
         column: String,
         any_line: bool,
     },
-    /// A node table version as a base version (this one's number) with
-    /// the rows changed since (`carry`).
-    NodeDelta(Phys, u64),
+    /// A node table version as a base version (the second) with the rows
+    /// changed since (`carry`).
+    NodeDelta(Phys, Phys),
+    /// The latest version of a node table line ([`Phys::line`]) carried
+    /// from a base version (the second): what the next carries from.
+    NodeTip(Phys, Phys),
 }
 
 struct Entry {
@@ -124,6 +127,8 @@ pub struct CacheStats {
     pub id_order_reads: AtomicU64,
     /// Node table versions carried from a base (`carry`).
     pub node_carries: AtomicU64,
+    /// Of those, carried from the version carried before them.
+    pub node_carries_chained: AtomicU64,
 }
 
 impl CacheStats {
@@ -145,6 +150,7 @@ impl CacheStats {
             "evictions": g(&self.evictions),
             "id_order_reads": g(&self.id_order_reads),
             "node_carries": g(&self.node_carries),
+            "node_carries_chained": g(&self.node_carries_chained),
         })
     }
 }
@@ -179,6 +185,18 @@ impl RuntimeCache {
     pub fn put<T: Any + Send + Sync>(&self, key: Key, value: Arc<T>, bytes: usize) {
         let mut inner = self.inner.lock();
         inner.clock += 1;
+        self.insert(&mut inner, key, value, bytes);
+    }
+
+    /// Put under the lock held: evict least recently used entries until
+    /// `bytes` fit.
+    fn insert<T: Any + Send + Sync>(
+        &self,
+        inner: &mut Inner,
+        key: Key,
+        value: Arc<T>,
+        bytes: usize,
+    ) {
         let now = inner.clock;
         if let Some(old) = inner.map.remove(&key) {
             inner.used -= old.bytes;
@@ -205,6 +223,29 @@ impl RuntimeCache {
         );
     }
 
+    /// The entry at `key`, made by `make` and put (with `bytes`) when
+    /// there is none, in one step under the lock: callers racing for it
+    /// share one. `make` must be cheap (an empty cell to fill).
+    pub fn get_or_put<T: Any + Send + Sync>(
+        &self,
+        key: Key,
+        make: impl FnOnce() -> Arc<T>,
+        bytes: usize,
+    ) -> Arc<T> {
+        let mut inner = self.inner.lock();
+        inner.clock += 1;
+        let now = inner.clock;
+        if let Some(e) = inner.map.get_mut(&key)
+            && let Ok(v) = e.value.clone().downcast::<T>()
+        {
+            e.last_used = now;
+            return v;
+        }
+        let v = make();
+        self.insert(&mut inner, key, v.clone(), bytes);
+        v
+    }
+
     pub fn used_bytes(&self) -> usize {
         self.inner.lock().used
     }
@@ -222,6 +263,16 @@ pub(super) mod tests {
             lance_branch: None,
             version: v,
         }
+    }
+
+    #[test]
+    fn callers_racing_for_an_entry_share_the_first_one_made() {
+        let c = RuntimeCache::new(100);
+        let a = c.get_or_put(Key::Ids(phys(1)), || Arc::new(1u32), 10);
+        let b = c.get_or_put(Key::Ids(phys(1)), || Arc::new(2u32), 10);
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!(*b, 1);
+        assert_eq!(c.used_bytes(), 10);
     }
 
     #[test]

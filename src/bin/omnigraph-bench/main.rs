@@ -20,6 +20,9 @@
 //! omnigraph-bench server DIR --graph URI [--n 2000] [--seconds 10]
 //!                                             # the HTTP server against the embedded handle, see server.rs
 //! ```
+// Spawning tasks that run queries asks the compiler to prove a deep
+// future `Send`; the default limit is too shallow for it.
+#![recursion_limit = "256"]
 
 use std::time::Instant;
 

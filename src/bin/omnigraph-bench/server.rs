@@ -1,8 +1,9 @@
 //! `omnigraph-bench server DIR --graph URI`: what the HTTP server adds to
 //! the embedded handle, and what it sustains. The same warm point query
 //! (q1) and 1-row mutation, embedded and over loopback (JSON and Arrow);
-//! reads per second with 16 clients on q1 and q2; p50 / p99 under 16
-//! readers and 4 writers at once. The server is the `omnigraph` binary
+//! reads per second with 16 clients on q1 and q2; p50 / p99 of 16 readers
+//! (q1 and q2 by halves) alone, 4 writers alone and both at once, embedded
+//! and over loopback. The server is the `omnigraph` binary
 //! beside this one, on the same graph.
 
 use std::io::{BufRead, BufReader};
@@ -158,35 +159,87 @@ pub async fn run(dir: &str, uri: &str, n: usize, seconds: u64) {
 
     // Throughput: 16 clients, each its own connection, for `seconds`.
     println!();
-    println!("| 16 clients, {seconds} s | requests/s | p50 ms | p99 ms |");
+    println!("| 16 clients, {seconds} s, over loopback | requests/s | p50 ms | p99 ms |");
     println!("|---|---|---|---|");
+    let http = Via::Http(s.base.clone());
     for q in ["q1", "q2"] {
-        let (rps, p50, p99) = load_run(&s.base, q, persons, 16, 0, seconds).await.0;
+        let (rps, p50, p99) = load_run(&http, q, persons, 16, 0, seconds).await.0;
         println!("| {q} (random person) | {rps:.0} | {p50:.2} | {p99:.2} |");
     }
-    let (_, alone) = load_run(&s.base, "q2", persons, 0, 4, seconds).await;
-    println!(
-        "| 4 writing 1-row inserts, no readers | {:.0} | {:.2} | {:.2} |",
-        alone.0, alone.1, alone.2
-    );
-    let (reads, writes) = load_run(&s.base, "q2", persons, 16, 4, seconds).await;
-    println!(
-        "| mixed: 16 reading q1/q2 | {:.0} | {:.2} | {:.2} |",
-        reads.0, reads.1, reads.2
-    );
-    println!(
-        "| mixed: 4 writing 1-row inserts | {:.0} | {:.2} | {:.2} |",
-        writes.0, writes.1, writes.2
-    );
+    let g = std::sync::Arc::new(g);
+    for via in [Via::Embedded(g.clone()), http] {
+        let name = match via {
+            Via::Embedded(_) => "embedded",
+            Via::Http(_) => "over loopback",
+        };
+        let (alone, _) = load_run(&via, MIX, persons, 16, 0, seconds).await;
+        let (_, w_alone) = load_run(&via, MIX, persons, 0, 4, seconds).await;
+        let (reads, writes) = load_run(&via, MIX, persons, 16, 4, seconds).await;
+        let row = |what: &str, (n, p50, p99): (f64, f64, f64)| {
+            println!("| {name}: {what} | {n:.0} | {p50:.2} | {p99:.2} |");
+        };
+        row("16 reading q1/q2, no writers", alone);
+        row("4 writing 1-row inserts, no readers", w_alone);
+        row("mixed: the 16 reading q1/q2", reads);
+        row("mixed: the 4 writing beside them", writes);
+        println!(
+            "| {name}: mixed against alone | reads {:.0} % | writes {:.0} % | |",
+            100.0 * reads.0 / alone.0,
+            100.0 * writes.0 / w_alone.0
+        );
+    }
+    let g = std::sync::Arc::into_inner(g).expect("the runs are over");
     drop(s);
     g.close().await;
 }
 
-/// `readers` clients querying (`q`, or q1 and q2 alternately when there
-/// are writers) and `writers` clients inserting, for `seconds`: per side,
-/// (requests/s, p50 ms, p99 ms).
+/// Readers take q1 and q2 by halves.
+const MIX: &str = "mix";
+
+/// How the clients reach the graph.
+#[derive(Clone)]
+enum Via {
+    Embedded(std::sync::Arc<omnigraph::Omnigraph>),
+    Http(String),
+}
+
+impl Via {
+    async fn read(&self, c: &reqwest::Client, q: &str, h: String) {
+        let params = json!({ "h": h });
+        match self {
+            Via::Embedded(g) => {
+                std::hint::black_box(
+                    g.query(&Target::main(), QUERIES, q, &params)
+                        .await
+                        .expect(q),
+                );
+            }
+            Via::Http(base) => {
+                let b = json!({"query": QUERIES, "name": q, "params": params});
+                post(c, &format!("{base}/graphs/g/query"), &b, false).await;
+            }
+        }
+    }
+
+    async fn write(&self, c: &reqwest::Client, h: String) {
+        let params = json!({ "h": h });
+        match self {
+            Via::Embedded(g) => {
+                g.mutate("main", ADD, "add", &params).await.expect("mutate");
+            }
+            Via::Http(base) => {
+                let b = json!({"query": ADD, "params": params});
+                post(c, &format!("{base}/graphs/g/mutate"), &b, false).await;
+            }
+        }
+    }
+}
+
+/// `readers` clients querying (`q`; [`MIX`]: q1 and q2 by halves) and
+/// `writers` clients inserting, for `seconds`: per side, (requests/s, p50
+/// ms, p99 ms).
 async fn load_run(
-    base: &str,
+    via: &Via,
     q: &str,
     persons: usize,
     readers: usize,
@@ -198,8 +251,13 @@ async fn load_run(
     let mut tasks = Vec::new();
     for w in 0..readers + writers {
         let reading = w < readers;
-        let base = base.to_string();
-        let q = if writers > 0 && w % 2 == 0 { "q1" } else { q }.to_string();
+        let via = via.clone();
+        let q = match q {
+            MIX if w % 2 == 0 => "q1",
+            MIX => "q2",
+            q => q,
+        }
+        .to_string();
         let run_id = run_id.clone();
         tasks.push(tokio::spawn(async move {
             let c = reqwest::Client::new();
@@ -208,13 +266,9 @@ async fn load_run(
             while Instant::now() < until {
                 k += 1;
                 let t0 = Instant::now();
-                if reading {
-                    let b =
-                        json!({"query": QUERIES, "name": q, "params": {"h": person(k, persons)}});
-                    post(&c, &format!("{base}/graphs/g/query"), &b, false).await;
-                } else {
-                    let b = json!({"query": ADD, "params": {"h": format!("{run_id}-{w}-{k}")}});
-                    post(&c, &format!("{base}/graphs/g/mutate"), &b, false).await;
+                match reading {
+                    true => via.read(&c, &q, person(k, persons)).await,
+                    false => via.write(&c, format!("{run_id}-{w}-{k}")).await,
                 }
                 ms.push(t0.elapsed().as_secs_f64() * 1e3);
             }
