@@ -88,6 +88,9 @@ pub enum Key {
     /// A node table version as a base version (the second) with the rows
     /// changed since (`carry`).
     NodeDelta(Phys, Phys),
+    /// The gate of the entry at this key while one reader makes it
+    /// (`RuntimeCache::making`).
+    Making(Box<Key>),
     /// The latest version of a node table line ([`Phys::line`]) carried
     /// from a base version (the second): what the next carries from.
     NodeTip(Phys, Phys),
@@ -244,6 +247,19 @@ impl RuntimeCache {
         let v = make();
         self.insert(&mut inner, key, v.clone(), bytes);
         v
+    }
+
+    /// Wait for the gate of `key`'s entry: readers that miss the same
+    /// entry at once (a thundering herd on a new table version, or a
+    /// server's first queries) take turns, so the first makes it and the
+    /// others, looking again once they hold the gate, find it made.
+    pub async fn making(&self, key: &Key) -> tokio::sync::OwnedMutexGuard<()> {
+        let gate = self.get_or_put(
+            Key::Making(Box::new(key.clone())),
+            || Arc::new(tokio::sync::Mutex::new(())),
+            0,
+        );
+        gate.lock_owned().await
     }
 
     pub fn used_bytes(&self) -> usize {

@@ -318,6 +318,7 @@ impl Ctx<'_> {
             base = base.phys.version,
             from_tip = tip.as_ref().map(|t| t.phys.version),
             now = now.version,
+            rows = d.rows(),
             changed = d.changed(),
             us = t0.elapsed().as_micros() as u64,
             "node table carried from a base"

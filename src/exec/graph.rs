@@ -119,8 +119,14 @@ impl Ctx<'_> {
         if let Some(g) = self.cached_graph(edge, &key).await? {
             return Ok(g);
         }
-        if let Some(g) = self.carried(edge, &key).await? {
-            return Ok(g);
+        {
+            let _making = self.cache.making(&key).await;
+            if let Some(g) = self.made_meanwhile(edge, &key) {
+                return Ok(g);
+            }
+            if let Some(g) = self.carried(edge, &key).await? {
+                return Ok(g);
+            }
         }
         let probe = Key::Probed(self.phys(self.def(edge))?);
         let mut distinct = sources.to_vec();
@@ -228,10 +234,22 @@ impl Ctx<'_> {
         if let Some(g) = self.cached_graph(edge, &key).await? {
             return Ok(g);
         }
+        let _making = self.cache.making(&key).await;
+        if let Some(g) = self.made_meanwhile(edge, &key) {
+            return Ok(g);
+        }
         if let Some(g) = self.carried(edge, &key).await? {
             return Ok(g);
         }
         self.build(edge, key).await
+    }
+
+    /// The adjacency another reader made while this one waited for its
+    /// gate.
+    fn made_meanwhile(&self, edge: &str, key: &Key) -> Option<Arc<Graph>> {
+        let g = self.cache.get::<Graph>(key)?;
+        self.note(edge, Source::Cached);
+        Some(g)
     }
 
     /// The adjacency for an edge binding, which reads edge rows: a file's

@@ -150,6 +150,10 @@ impl Ctx<'_> {
         if let Some(v) = self.cache.get::<IdIndex>(&key) {
             return Ok(v);
         }
+        let _making = self.cache.making(&key).await;
+        if let Some(v) = self.cache.get::<IdIndex>(&key) {
+            return Ok(v);
+        }
         let ids = match self.carried_ids(t).await? {
             Some((d, base)) => {
                 let whole = d.whole(ID, &super::carry::ids_column(&base))?;
@@ -198,9 +202,8 @@ impl Ctx<'_> {
         if let Some(v) = self.cache.get::<IdIndex>(&Key::Ids(self.phys(t)?)) {
             return Ok(v.len());
         }
-        if let Some((d, _)) = self.carried_ids(t).await? {
-            return Ok(d.rows());
-        }
+        // The layout counts the rows without reading any (a carry would
+        // read the appended ones).
         Ok(crate::index::coverage::rows(&self.layout(type_name).await?))
     }
 
@@ -268,6 +271,10 @@ impl Ctx<'_> {
         }
         let t = self.def(type_name);
         let key = Key::Column(self.phys(t)?, column.to_string());
+        if let Some(v) = self.cache.get::<ArrayRef>(&key) {
+            return Ok((*v).clone());
+        }
+        let _making = self.cache.making(&key).await;
         if let Some(v) = self.cache.get::<ArrayRef>(&key) {
             return Ok((*v).clone());
         }

@@ -30,10 +30,6 @@ impl Ctx<'_> {
         filters: &[Pred],
     ) -> Result<Vec<u32>> {
         let t = self.def(type_name);
-        // The first scan of a table version pushes its filters to storage;
-        // once the version is warm (its ids cached), filters read cached
-        // columns, which is cheaper than another storage scan.
-        let warm = self.ids_warm(t).await?;
         let active: Vec<&Pred> = filters.iter().filter(|p| self.active(p)).collect();
         // A key (or id) equality is a lookup, not a scan.
         let key_eq = super::point::key_lookup(self, t, &active);
@@ -52,6 +48,11 @@ impl Ctx<'_> {
                 .collect();
             (found, rest)
         } else {
+            // The first scan of a table version pushes its filters to
+            // storage; once the version is warm (its ids held or carried),
+            // filters read cached columns, which is cheaper than another
+            // storage scan.
+            let warm = !active.is_empty() && self.ids_warm(t).await?;
             let stored = |p: &&Pred| !(warm && in_memory(p)) && pushdown(self, p).is_some();
             let pushed: Vec<Filter> = active
                 .iter()

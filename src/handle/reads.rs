@@ -124,6 +124,11 @@ impl Omnigraph {
         name: &str,
         params: &serde_json::Value,
     ) -> Result<QueryResult> {
+        // A warm query needs nothing the runtime schedules, so a task that
+        // runs queries back to back would never yield and starve the
+        // writers on its threads: each query spends a unit of the task's
+        // budget, and yields once it is spent.
+        tokio::task::coop::consume_budget().await;
         let parsed = self.inner.plans.parsed(source, name)?;
         let known = self.as_opened(target);
         if known == *target {
