@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """The read-path regression guard: q1..q6 warm (one process) and cold (one
-CLI process per query) on s100k, on a freshly loaded graph and again after
-`omnigraph optimize`, each beside the last recorded figure
+CLI process per query) on s100k, and the first run of q1..q5 right after a
+1-row write in a warm process (`omnigraph-bench delta`: an edge insert, a
+person update, insert and delete, a 1,000-edge append), on a freshly
+loaded graph and again after `omnigraph optimize`, each beside the last
+recorded figure
 (bench/guard_figures.json) with the ratio now / recorded. Run it before
 pushing a change to a read or write path. Once new figures are in
 docs/benchmarks.md, `--record` makes them the ones compared against.
@@ -71,8 +74,19 @@ def main():
                  graph, os.path.join(data, "meta.json"), "--repeats", cold_repeats, "--json", cold],
                 check=True, stdout=subprocess.DEVNULL,
             )
+            # On a branch of its own: main, which the next state reads,
+            # stays as it was.
+            after = os.path.join(tmp, f"after_write_{state}.json")
+            subprocess.run(
+                [os.path.join(bin_dir, "omnigraph-bench"), "delta", data, "--graph", graph,
+                 "--repeats", "5", "--json", after],
+                check=True, stdout=subprocess.DEVNULL,
+            )
             for variant, f in json.load(open(warm)).items():
                 now[f"{state} warm {variant}"] = f["warm_ms"]
+            for variant, f in json.load(open(after)).items():
+                if not variant.startswith("no_write:"):
+                    now[f"{state} first_after_write {variant}"] = f["first_ms"]
             for variant, ms in json.load(open(cold)).items():
                 now[f"{state} cold {variant}"] = ms
     recorded = json.load(open(FIGURES)) if os.path.exists(FIGURES) else {}

@@ -56,7 +56,7 @@ async fn phase(
 /// One small write of a kind, the `i`-th of its phase.
 type Write<'a> = dyn Fn(usize) -> futures::future::BoxFuture<'a, ()> + 'a;
 
-pub async fn run(dir: &str, uri: &str, repeats: usize) {
+pub async fn run(dir: &str, uri: &str, repeats: usize, json_out: Option<&str>) {
     let meta: Value = serde_json::from_str(
         &std::fs::read_to_string(format!("{dir}/meta.json")).expect("meta.json"),
     )
@@ -193,6 +193,21 @@ pub async fn run(dir: &str, uri: &str, repeats: usize) {
             print!(" {:.3} / {:.3} |", rows[i].0, rows[i].1);
         }
         println!();
+    }
+    if let Some(path) = json_out {
+        // `<write>:<query>` -> the first run after the write and the warm
+        // median (bench/guard.py keeps the first runs).
+        let mut out = serde_json::Map::new();
+        for (name, rows) in &phases {
+            let write = name.replace(' ', "_").replace(',', "");
+            for (v, (first, warm)) in variants.iter().zip(rows) {
+                out.insert(
+                    format!("{write}:{}", v.name),
+                    json!({ "first_ms": first, "warm_ms": warm }),
+                );
+            }
+        }
+        std::fs::write(path, serde_json::to_string_pretty(&out).expect("json")).expect("write");
     }
     let s = g.cache_stats();
     println!(

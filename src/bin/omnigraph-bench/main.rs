@@ -807,9 +807,14 @@ fn main() {
         Some("delta") => {
             let dir = args
                 .get(2)
-                .expect("usage: omnigraph-bench delta DIR --graph URI [--repeats N]");
+                .expect("usage: omnigraph-bench delta DIR --graph URI [--repeats N] [--json FILE]");
             let uri = opt("--graph").expect("--graph URI (an optimized graph)");
-            rt.block_on(delta::run(dir, &uri, flag("--repeats", 5)));
+            rt.block_on(delta::run(
+                dir,
+                &uri,
+                flag("--repeats", 5),
+                opt("--json").as_deref(),
+            ));
         }
         Some("server") => {
             let dir = args
@@ -843,7 +848,7 @@ fn main() {
         }
         _ => {
             eprintln!(
-                "usage: omnigraph-bench (load DIR [--repeats N] | append [--n N] | processes [--writes N] | locks [--n N] | object-store URI [--n N] | hops URI [--delay-ms D] [--max-concurrent C] [--n N] | fleet GRAPH [--branches N] [--writers-per-branch M] [--processes P] [--seconds S] | queries DIR --graph URI [--repeats N] [--reference FILE] [--json FILE] | merge DIR --graph URI [--sizes N,..] | search DIR --graph URI [--repeats N] | blob DIR [--mib N] [--repeats N] | schema DIR [--repeats N] | delta DIR --graph URI [--repeats N] | server DIR --graph URI [--n N] [--seconds N] | retention DIR [--marks N,..])"
+                "usage: omnigraph-bench (load DIR [--repeats N] | append [--n N] | processes [--writes N] | locks [--n N] | object-store URI [--n N] | hops URI [--delay-ms D] [--max-concurrent C] [--n N] | fleet GRAPH [--branches N] [--writers-per-branch M] [--processes P] [--seconds S] | queries DIR --graph URI [--repeats N] [--reference FILE] [--json FILE] | merge DIR --graph URI [--sizes N,..] | search DIR --graph URI [--repeats N] | blob DIR [--mib N] [--repeats N] | schema DIR [--repeats N] | delta DIR --graph URI [--repeats N] [--json FILE] | server DIR --graph URI [--n N] [--seconds N] | retention DIR [--marks N,..])"
             );
             std::process::exit(2);
         }
