@@ -279,6 +279,19 @@ impl TypeDef {
         matches!(self.kind, TypeKind::Edge { .. })
     }
 
+    /// The id and every property a row read returns (blobs are read
+    /// through the blob reader, not with rows).
+    pub fn row_columns(&self) -> Vec<&str> {
+        let mut cols = vec![ID];
+        cols.extend(
+            self.properties
+                .iter()
+                .filter(|p| p.ty != PropType::Blob)
+                .map(|p| p.name.as_str()),
+        );
+        cols
+    }
+
     /// The stable key that names the type's table and orders table gates.
     pub fn table_key(&self) -> String {
         match self.kind {

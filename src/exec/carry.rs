@@ -20,7 +20,7 @@ use arrow_array::{Array, ArrayRef, BooleanArray, RecordBatch, StringArray};
 use super::cache::{Key, Phys};
 use super::residency::{Decision, Reach, Why};
 use super::run::Ctx;
-use crate::compiler::catalog::{ID, PropType, TypeDef};
+use crate::compiler::catalog::{ID, TypeDef};
 use crate::error::{OmniError, Result};
 use crate::index::coverage::{self, Change, Layout};
 use crate::storage::{scan, stage};
@@ -47,9 +47,8 @@ struct Tip {
     delta: Arc<NodeDelta>,
 }
 
-/// A version's delta from one base, made once by whichever reader meets
-/// the version first (`None`: not a carry).
-type DeltaCell = tokio::sync::OnceCell<Option<Arc<NodeDelta>>>;
+/// A version's delta from one base (`None`: not a carry).
+type Made = Option<Arc<NodeDelta>>;
 
 /// A table version seen as its base with rows deleted and rows appended at
 /// the end of the scan order. Positions below [`NodeDelta::kept`] are the
@@ -259,26 +258,25 @@ impl Ctx<'_> {
         if base.phys == now {
             return Ok(None);
         }
-        // Readers that meet a new version together make its delta once.
+        // Readers that meet a new version together make its delta once;
+        // a version that is no carry is remembered as such.
         let key = Key::NodeDelta(now.clone(), base.phys.clone());
-        let cell = self
-            .cache
-            .get_or_put(key.clone(), || Arc::new(DeltaCell::new()), 0);
-        let made = match cell.get() {
-            Some(made) => made.clone(),
+        let made = match self.cache.get::<Made>(&key) {
+            Some(made) => made,
             None => {
-                let made = cell
-                    .get_or_try_init(|| self.make_node_delta(t, &base, &now))
-                    .await?
-                    .clone();
-                if let Some(d) = &made {
-                    // Its bytes, now that they are known (the same entry).
-                    self.cache.put(key, cell.clone(), d.bytes());
+                let _making = self.cache.making(&key).await;
+                match self.cache.get::<Made>(&key) {
+                    Some(made) => made,
+                    None => {
+                        let made = Arc::new(self.make_node_delta(t, &base, &now).await?);
+                        let bytes = made.as_ref().as_ref().map_or(0, |d| d.bytes());
+                        self.cache.put(key, made.clone(), bytes);
+                        made
+                    }
                 }
-                made
             }
         };
-        Ok(made.map(|d| (d, base.phys.clone())))
+        Ok(made.as_ref().clone().map(|d| (d, base.phys.clone())))
     }
 
     /// The delta of this version from `base`, read: `None` when the
@@ -362,13 +360,7 @@ impl Ctx<'_> {
         if gone.len() + added > room {
             return Ok(None);
         }
-        let mut cols = vec![ID];
-        cols.extend(
-            t.properties
-                .iter()
-                .filter(|p| p.ty != PropType::Blob)
-                .map(|p| p.name.as_str()),
-        );
+        let cols = t.row_columns();
         let table = self.g.read_table(self.snap, t).await?;
         let kept = (coverage::rows(then) - gone.len()) as u32;
         let appended = match added {

@@ -14,7 +14,7 @@ use arrow_array::RecordBatch;
 
 use super::residency::Reach;
 use super::run::Ctx;
-use crate::compiler::catalog::{ID, PropType, TypeDef};
+use crate::compiler::catalog::{ID, TypeDef};
 use crate::compiler::query::ast::CmpOp;
 use crate::compiler::query::ir::{Op, Plan, Pred, RetExpr, ValExpr};
 use crate::error::Result;
@@ -166,13 +166,7 @@ pub(super) async fn view(ctx: &Ctx<'_>, plan: &Plan) -> Result<Option<PointView>
     if ctx.reach(type_name, ID, ctx.ids_warm(t).await?, 1)?.reach != Reach::Rows {
         return Ok(None);
     }
-    let mut cols = vec![ID];
-    cols.extend(
-        t.properties
-            .iter()
-            .filter(|p| p.ty != PropType::Blob)
-            .map(|p| p.name.as_str()),
-    );
+    let cols = t.row_columns();
     let table = ctx.g.read_table(ctx.snap, t).await?;
     let batches = match id {
         Some(id) => match by_id_order(ctx, &table, &id, &cols).await? {
