@@ -55,10 +55,27 @@ struct Finder<'a> {
     ids: &'a NodeIds,
     cov: Option<&'a Coverage>,
     fresh: HashMap<String, u32>,
+    /// Today's ids, when this process holds them (or carries them): every
+    /// id's position today, with no row read.
+    today: Option<Today>,
+}
+
+/// A node table's ids at this snapshot, in memory.
+enum Today {
+    Held(Arc<crate::util::idindex::IdIndex>),
+    Carried(
+        Arc<super::carry::NodeDelta>,
+        Arc<crate::util::idindex::IdIndex>,
+    ),
 }
 
 impl Finder<'_> {
     fn find(&self, id: &str) -> u32 {
+        match &self.today {
+            Some(Today::Held(v)) => return v.get(id).unwrap_or(ABSENT),
+            Some(Today::Carried(d, base)) => return d.position(base, id).unwrap_or(ABSENT),
+            None => {}
+        }
         if let Some(&p) = self.fresh.get(id) {
             return p;
         }
@@ -633,6 +650,28 @@ impl Ctx<'_> {
             );
             return Ok(None);
         }
+        // Today's ids in memory find every node without reading the rows
+        // added since the base (one per write since, on a graph written
+        // to while it is read).
+        let t = self.def(type_name);
+        let today = match self
+            .cache
+            .get::<crate::util::idindex::IdIndex>(&Key::Ids(self.phys(t)?))
+        {
+            Some(v) => Some(Today::Held(v)),
+            None => self
+                .carried_ids(t)
+                .await?
+                .map(|(d, b)| Today::Carried(d, b)),
+        };
+        if today.is_some() {
+            return Ok(Some(Finder {
+                ids,
+                cov,
+                fresh: HashMap::new(),
+                today,
+            }));
+        }
         let then = &base.basis.layouts[i];
         let now = self.layout(type_name).await?;
         let (first, rows_now) = (coverage::rows(then) as u32, coverage::rows(&now) as u32);
@@ -659,7 +698,12 @@ impl Ctx<'_> {
                 fresh.entry(id.to_string()).or_insert(row);
             }
         }
-        Ok(Some(Finder { ids, cov, fresh }))
+        Ok(Some(Finder {
+            ids,
+            cov,
+            fresh,
+            today: None,
+        }))
     }
 
     /// The dense `(source, destination)` of each edge (`ABSENT` where an
