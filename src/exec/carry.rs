@@ -50,6 +50,23 @@ struct Tip {
 /// A version's delta from one base (`None`: not a carry).
 type Made = Option<Arc<NodeDelta>>;
 
+/// A node table's ids at one snapshot, in memory: held whole, or carried
+/// from a base's.
+pub enum WarmIds {
+    Held(Arc<IdIndex>),
+    Carried(Arc<NodeDelta>, Arc<IdIndex>),
+}
+
+impl WarmIds {
+    /// Today's position of `id`.
+    pub fn position(&self, id: &str) -> Option<u32> {
+        match self {
+            WarmIds::Held(v) => v.get(id),
+            WarmIds::Carried(d, base) => d.position(base, id),
+        }
+    }
+}
+
 /// A table version seen as its base with rows deleted and rows appended at
 /// the end of the scan order. Positions below [`NodeDelta::kept`] are the
 /// base's live rows in order; the rest are the appended rows.
@@ -347,19 +364,17 @@ impl Ctx<'_> {
         now: &Layout,
         room: usize,
     ) -> Result<Option<(Vec<u32>, RecordBatch)>> {
-        let (gone, added) = match Change::of_rows(then, now) {
-            Change::Appended { added, .. } => (Vec::new(), added),
+        let (gone, count, added) = match Change::of_rows(then, now) {
+            Change::Appended { added, .. } => (Vec::new(), 0, added),
             Change::Deleted {
                 gone, count, added, ..
-            } if count + added <= room => {
-                let at = (0..gone.len() * 64).filter(|&d| gone[d / 64] >> (d % 64) & 1 == 1);
-                (at.map(|d| d as u32).collect(), added)
-            }
-            Change::Deleted { .. } | Change::Mapped(_) => return Ok(None),
+            } => (gone, count, added),
+            Change::Mapped(_) => return Ok(None),
         };
-        if gone.len() + added > room {
+        if count + added > room {
             return Ok(None);
         }
+        let gone: Vec<u32> = coverage::set_rows(&gone).collect();
         let cols = t.row_columns();
         let table = self.g.read_table(self.snap, t).await?;
         let kept = (coverage::rows(then) - gone.len()) as u32;
@@ -439,10 +454,22 @@ impl Ctx<'_> {
             .map(|c| (d, c)))
     }
 
+    /// `t`'s ids at this snapshot when this process holds them, or can
+    /// carry them from a base.
+    pub(super) async fn warm_ids(&self, t: &TypeDef) -> Result<Option<WarmIds>> {
+        if let Some(v) = self.cache.get::<IdIndex>(&Key::Ids(self.phys(t)?)) {
+            return Ok(Some(WarmIds::Held(v)));
+        }
+        Ok(self
+            .carried_ids(t)
+            .await?
+            .map(|(d, base)| WarmIds::Carried(d, base)))
+    }
+
     /// Does this process hold `t`'s ids at this version, or can it carry
     /// them from a base (the type is warm)?
     pub(super) async fn ids_warm(&self, t: &TypeDef) -> Result<bool> {
-        Ok(self.ids_cached(t)? || self.carried_ids(t).await?.is_some())
+        Ok(self.warm_ids(t).await?.is_some())
     }
 
     /// Log a read answered by a carry (`--profile`).

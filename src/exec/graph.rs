@@ -16,6 +16,7 @@ use std::time::Instant;
 use arrow_array::{Array, StringArray};
 
 use super::cache::Key;
+use super::carry::WarmIds;
 use super::residency::ROWS_MAX;
 use super::run::Ctx;
 use crate::compiler::catalog::ID;
@@ -57,24 +58,13 @@ struct Finder<'a> {
     fresh: HashMap<String, u32>,
     /// Today's ids, when this process holds them (or carries them): every
     /// id's position today, with no row read.
-    today: Option<Today>,
-}
-
-/// A node table's ids at this snapshot, in memory.
-enum Today {
-    Held(Arc<crate::util::idindex::IdIndex>),
-    Carried(
-        Arc<super::carry::NodeDelta>,
-        Arc<crate::util::idindex::IdIndex>,
-    ),
+    today: Option<WarmIds>,
 }
 
 impl Finder<'_> {
     fn find(&self, id: &str) -> u32 {
-        match &self.today {
-            Some(Today::Held(v)) => return v.get(id).unwrap_or(ABSENT),
-            Some(Today::Carried(d, base)) => return d.position(base, id).unwrap_or(ABSENT),
-            None => {}
+        if let Some(w) = &self.today {
+            return w.position(id).unwrap_or(ABSENT);
         }
         if let Some(&p) = self.fresh.get(id) {
             return p;
@@ -653,17 +643,7 @@ impl Ctx<'_> {
         // Today's ids in memory find every node without reading the rows
         // added since the base (one per write since, on a graph written
         // to while it is read).
-        let t = self.def(type_name);
-        let today = match self
-            .cache
-            .get::<crate::util::idindex::IdIndex>(&Key::Ids(self.phys(t)?))
-        {
-            Some(v) => Some(Today::Held(v)),
-            None => self
-                .carried_ids(t)
-                .await?
-                .map(|(d, b)| Today::Carried(d, b)),
-        };
+        let today = self.warm_ids(self.def(type_name)).await?;
         if today.is_some() {
             return Ok(Some(Finder {
                 ids,

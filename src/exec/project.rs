@@ -9,6 +9,7 @@ use arrow_array::{Array, ArrayRef, UInt32Array};
 use arrow_schema::{DataType, Field};
 
 use super::cache::Key;
+use super::carry::{WarmIds, ids_column};
 use super::residency::Reach;
 use super::run::{Ctx, Frame, var_type};
 use crate::compiler::catalog::{ID, PropType};
@@ -74,17 +75,21 @@ impl Ctx<'_> {
     async fn ids_at(&self, type_name: &str, rows: &[u32]) -> Result<ArrayRef> {
         let t = self.def(type_name);
         let point = self.point.get().is_some_and(|p| p.type_name == type_name);
-        if !t.is_edge() && (point || self.ids_cached(t)?) {
-            let arr: ArrayRef = Arc::new(self.node_ids(type_name).await?.ids.clone());
-            return take_at(&arr, rows);
+        if t.is_edge() {
+            return self.column_at(type_name, ID, rows).await;
         }
-        if !t.is_edge()
-            && let Some((d, base)) = self.carried_ids(t).await?
-        {
-            self.log_carried(type_name, ID, &d);
-            return d.take(ID, &super::carry::ids_column(&base), rows);
+        if point {
+            let ids = self.node_ids(type_name).await?;
+            return take_at(&ids_column(&ids), rows);
         }
-        self.column_at(type_name, ID, rows).await
+        match self.warm_ids(t).await? {
+            Some(WarmIds::Held(v)) => take_at(&ids_column(&v), rows),
+            Some(WarmIds::Carried(d, base)) => {
+                self.log_carried(type_name, ID, &d);
+                d.take(ID, &ids_column(&base), rows)
+            }
+            None => self.column_at(type_name, ID, rows).await,
+        }
     }
 
     /// A column's values at `rows` (positions in scan order). From the

@@ -18,6 +18,7 @@ use arrow_schema::{Field, Schema};
 use super::aggregate::aggregate;
 use super::antijoin::anti_degree_test;
 use super::cache::{Key, Phys, RuntimeCache};
+use super::carry::WarmIds;
 use super::order::order_and_limit;
 use super::project::repeat;
 use super::residency::{self, Decision, Reach};
@@ -133,14 +134,6 @@ impl Ctx<'_> {
         Ok(residency::decide(held, earlier, rows))
     }
 
-    /// Does this process hold the type's ids already (the type is warm)?
-    pub(super) fn ids_cached(&self, t: &TypeDef) -> Result<bool> {
-        Ok(self
-            .cache
-            .get::<IdIndex>(&Key::Ids(self.phys(t)?))
-            .is_some())
-    }
-
     pub async fn node_ids(&self, type_name: &str) -> Result<Arc<IdIndex>> {
         if let Some(p) = self.point.get().filter(|p| p.type_name == type_name) {
             return Ok(p.ids.clone());
@@ -218,17 +211,14 @@ impl Ctx<'_> {
         ids: &[&str],
     ) -> Result<Vec<Option<u32>>> {
         let t = self.def(type_name);
-        let point = self.point.get().filter(|p| p.type_name == type_name);
-        let known = match point {
-            Some(p) => Some(p.ids.clone()),
-            None => self.cache.get::<IdIndex>(&Key::Ids(self.phys(t)?)),
-        };
-        if let Some(v) = known {
-            return Ok(ids.iter().map(|id| v.get(id)).collect());
+        if let Some(p) = self.point.get().filter(|p| p.type_name == type_name) {
+            return Ok(ids.iter().map(|id| p.ids.get(id)).collect());
         }
-        if let Some((d, base)) = self.carried_ids(t).await? {
-            self.log_carried(type_name, ID, &d);
-            return Ok(ids.iter().map(|id| d.position(&base, id)).collect());
+        if let Some(w) = self.warm_ids(t).await? {
+            if let WarmIds::Carried(d, _) = &w {
+                self.log_carried(type_name, ID, d);
+            }
+            return Ok(ids.iter().map(|id| w.position(id)).collect());
         }
         if self.reach(type_name, ID, false, ids.len())?.reach == Reach::Whole {
             let v = self.node_ids(type_name).await?;

@@ -415,11 +415,7 @@ impl RowRank {
 
     /// The base rows that left their place, ascending.
     fn left(&self) -> impl Iterator<Item = u32> + '_ {
-        self.gone.iter().enumerate().flat_map(|(w, &word)| {
-            (0..64u32)
-                .filter(move |b| word >> b & 1 == 1)
-                .map(move |b| w as u32 * 64 + b)
-        })
+        super::coverage::set_rows(&self.gone)
     }
 
     /// Base row `r`'s row today ([`ABSENT`]: deleted).

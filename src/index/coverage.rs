@@ -247,6 +247,16 @@ pub fn appended(built: &[FragmentRows], now: &[FragmentRows]) -> Option<usize> {
         .then(|| now[built.len()..].iter().map(FragmentRows::live).sum())
 }
 
+/// The rows whose bit is set in a bit-per-row set (as [`deleted`] and
+/// [`Change::Deleted`] hold the rows gone), ascending.
+pub fn set_rows(bits: &[u64]) -> impl Iterator<Item = u32> + '_ {
+    bits.iter().enumerate().flat_map(|(w, &word)| {
+        (0..64u32)
+            .filter(move |b| word >> b & 1 == 1)
+            .map(move |b| w as u32 * 64 + b)
+    })
+}
+
 /// The documents gone from `now` when it is `built` with rows deleted and
 /// fragments appended: each of `built`'s fragments dropped, or as it was
 /// but for more deleted offsets, in the same order, every other fragment
