@@ -158,6 +158,32 @@ impl CacheStats {
     }
 }
 
+/// A held gate of [`RuntimeCache::making`].
+pub struct Making<'a> {
+    cache: &'a RuntimeCache,
+    key: Key,
+    gate: Arc<tokio::sync::Mutex<()>>,
+    _held: tokio::sync::OwnedMutexGuard<()>,
+}
+
+impl Drop for Making<'_> {
+    fn drop(&mut self) {
+        let mut inner = self.cache.inner.lock();
+        // Only this gate, and only when no other reader waits on it (one
+        // reference here, one held by the lock guard, one in the cache).
+        let ours = inner.map.get(&self.key).is_some_and(|e| {
+            e.value
+                .clone()
+                .downcast::<tokio::sync::Mutex<()>>()
+                .is_ok_and(|g| Arc::ptr_eq(&g, &self.gate))
+        });
+        if ours && Arc::strong_count(&self.gate) <= 3 {
+            let e = inner.map.remove(&self.key).expect("present");
+            inner.used -= e.bytes;
+        }
+    }
+}
+
 pub struct RuntimeCache {
     limit: usize,
     inner: Mutex<Inner>,
@@ -252,14 +278,19 @@ impl RuntimeCache {
     /// Wait for the gate of `key`'s entry: readers that miss the same
     /// entry at once (a thundering herd on a new table version, or a
     /// server's first queries) take turns, so the first makes it and the
-    /// others, looking again once they hold the gate, find it made.
-    pub async fn making(&self, key: &Key) -> tokio::sync::OwnedMutexGuard<()> {
-        let gate = self.get_or_put(
-            Key::Making(Box::new(key.clone())),
-            || Arc::new(tokio::sync::Mutex::new(())),
-            0,
-        );
-        gate.lock_owned().await
+    /// others, looking again once they hold the gate, find it made. The
+    /// gate goes from the cache when its last holder is done, so a
+    /// long-lived process writing new versions keeps none.
+    pub async fn making(&self, key: &Key) -> Making<'_> {
+        let key = Key::Making(Box::new(key.clone()));
+        let gate = self.get_or_put(key.clone(), || Arc::new(tokio::sync::Mutex::new(())), 0);
+        let held = gate.clone().lock_owned().await;
+        Making {
+            cache: self,
+            key,
+            gate,
+            _held: held,
+        }
     }
 
     pub fn used_bytes(&self) -> usize {
@@ -289,6 +320,31 @@ pub(super) mod tests {
         assert!(Arc::ptr_eq(&a, &b));
         assert_eq!(*b, 1);
         assert_eq!(c.used_bytes(), 10);
+    }
+
+    #[tokio::test]
+    async fn a_gate_goes_from_the_cache_when_its_last_holder_is_done() {
+        let c = Arc::new(RuntimeCache::new(100));
+        let key = Key::Ids(phys(1));
+        let gate = Key::Making(Box::new(key.clone()));
+        let first = c.making(&key).await;
+        // A second reader waits on the same gate.
+        let waiter = {
+            let (c, key) = (c.clone(), key.clone());
+            tokio::spawn(async move {
+                let _second = c.making(&key).await;
+            })
+        };
+        while Arc::strong_count(&c.get::<tokio::sync::Mutex<()>>(&gate).unwrap()) < 6 {
+            tokio::task::yield_now().await;
+        }
+        drop(first);
+        assert!(
+            c.get::<tokio::sync::Mutex<()>>(&gate).is_some(),
+            "a reader still waits on it"
+        );
+        waiter.await.unwrap();
+        assert!(c.get::<tokio::sync::Mutex<()>>(&gate).is_none());
     }
 
     #[test]

@@ -286,7 +286,9 @@ impl Ctx<'_> {
                     Some(made) => made,
                     None => {
                         let made = Arc::new(self.make_node_delta(t, &base, &now).await?);
-                        let bytes = made.as_ref().as_ref().map_or(0, |d| d.bytes());
+                        // A version that is no carry takes a nominal
+                        // share, so its entry can go too.
+                        let bytes = made.as_ref().as_ref().map_or(64, |d| d.bytes());
                         self.cache.put(key, made.clone(), bytes);
                         made
                     }
