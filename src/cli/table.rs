@@ -206,11 +206,25 @@ pub fn print_commit(c: &CommitRecord) {
 }
 
 pub fn print_changes(list: &[EntityChange]) {
+    // A commit several mutations shared names who wrote each row.
+    let shared = list.iter().any(|c| c.member.is_some());
     let rows: Vec<Vec<String>> = list
         .iter()
-        .map(|c| vec![c.change.to_string(), c.type_name.clone(), c.id.clone()])
+        .map(|c| {
+            let mut row = vec![c.change.to_string(), c.type_name.clone(), c.id.clone()];
+            if shared {
+                row.push(match (&c.member, &c.mutation) {
+                    (Some(m), Some(name)) => format!("{m} ({name})"),
+                    _ => String::new(),
+                });
+            }
+            row
+        })
         .collect();
-    table(&["change", "type", "id"], &rows);
+    match shared {
+        true => table(&["change", "type", "id", "member"], &rows),
+        false => table(&["change", "type", "id"], &rows),
+    }
 }
 
 pub fn print_conflicts(list: &[MergeConflict]) {

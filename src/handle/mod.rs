@@ -42,6 +42,7 @@ use omnigraph_actors::{Bugs, OpId, OpKind, Outcome, RecoveryReport};
 
 mod branches;
 mod evolution;
+mod group;
 mod reads;
 mod upkeep;
 mod writes;
@@ -113,6 +114,7 @@ struct Writes {
     host: Host,
 }
 
+
 struct Inner {
     graph: Arc<GraphStorage>,
     /// The object-store requests of this handle's own session.
@@ -123,6 +125,8 @@ struct Inner {
     embed: EmbedConfig,
     writes: Option<Writes>,
     recovery: RecoveryReport,
+    /// Mutations waiting to commit together.
+    groups: group::Groups,
 }
 
 impl Drop for Inner {
@@ -215,6 +219,7 @@ impl Omnigraph {
                 embed: opts.embed,
                 writes: None,
                 recovery: RecoveryReport::default(),
+                groups: Default::default(),
             }),
             actor: None,
         })
@@ -284,6 +289,7 @@ impl Omnigraph {
                 embed: opts.embed,
                 writes: Some(Writes { substrate, host }),
                 recovery,
+                groups: Default::default(),
             }),
             actor: None,
         })

@@ -2,6 +2,7 @@
 //! and mutations, each one commit through the protocol.
 
 use super::*;
+use crate::write::group::Member;
 
 /// What a load did.
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -139,7 +140,7 @@ impl Omnigraph {
     /// Compact the branch's own tables that have grown many small fragments.
     /// The write that called this is already durable, so a failure here is
     /// only logged.
-    async fn compact_if_fragmented(&self, branch: &str, version: u64) {
+    pub(super) async fn compact_if_fragmented(&self, branch: &str, version: u64) {
         let types = match self.fragmented_tables(branch, version).await {
             Ok(t) => t,
             Err(e) => {
@@ -219,7 +220,7 @@ impl Omnigraph {
         // A schema apply between the check and the prepare: check again
         // against the schema it made (once; the text is still at hand).
         let mut attempt = 0;
-        let (commit, version, summary) = loop {
+        let done = loop {
             attempt += 1;
             let schema = match attempt {
                 1 => self.inner.graph.known_schema().await?,
@@ -238,28 +239,32 @@ impl Omnigraph {
                 Err(e) => return Err(e),
             };
             let values = params::bind(&plan.name, &plan.params, params)?;
-            let work = Arc::new(Pinned {
+            let work = Arc::new(MutationWork::new(
+                plan,
+                values,
+                expected_head.map(str::to_string),
+            ));
+            let member = Member {
                 schema: schema.id.clone(),
-                work: Arc::new(MutationWork::new(
-                    plan,
-                    values,
-                    expected_head.map(str::to_string),
-                )),
-            });
-            let kind = OpKind::Write {
-                branch: branch.to_string(),
+                work,
             };
-            match self.run(kind, "mutation", Some(work)).await {
+            // A conditional mutation names the head it must land on: it
+            // commits alone, and is never tried again.
+            let done = match expected_head {
+                None => self.commit_grouped(branch, member).await,
+                Some(_) => self.commit_conditional(branch, member).await,
+            };
+            match done {
                 Err(OmniError::SchemaChanged { .. }) if attempt < MUTATION_COMPILES => continue,
                 other => break other?,
             }
         };
-        let (nodes, edges) = mutate::counts(&summary);
-        self.compact_if_fragmented(branch, version).await;
+        let (nodes, edges) = mutate::counts(&done.summary);
         Ok(MutationResult {
             branch: branch.to_string(),
-            commit: commit.unwrap_or_default(),
-            manifest_version: version,
+            commit: done.commit.unwrap_or_default(),
+            manifest_version: done.version,
+            member: done.member,
             nodes,
             edges,
         })

@@ -5,6 +5,7 @@ pub mod arrow_input;
 mod card;
 pub mod columns;
 pub mod compact;
+pub mod group;
 pub mod ids;
 pub mod jsonl;
 mod jsonl_fast;

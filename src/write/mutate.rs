@@ -35,6 +35,11 @@ pub struct MutationResult {
     pub branch: String,
     pub commit: String,
     pub manifest_version: u64,
+    /// The mutation's place among the `members` of its commit record when
+    /// it shared its commit with others queued on the branch beside it
+    /// (group commit); absent when the commit is its own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub member: Option<u32>,
     /// Rows inserted, updated or deleted, per type.
     pub nodes: BTreeMap<String, usize>,
     pub edges: BTreeMap<String, usize>,
@@ -61,8 +66,8 @@ struct Row {
 }
 
 /// The pending changes to one type.
-#[derive(Default)]
-struct TypeChanges {
+#[derive(Clone, Default)]
+pub(super) struct TypeChanges {
     /// Rows written (inserted or updated), by id.
     upserts: BTreeMap<String, Row>,
     /// Ids inserted strictly (must not exist).
@@ -142,13 +147,42 @@ fn row_matches(rules: &TypeRules, row: &Row, f: &Pred, v: &Value) -> bool {
 }
 
 /// The change set being built, with what it has read of the snapshot.
-struct Staging<'c> {
+pub(super) struct Staging<'c> {
     cx: &'c PrepareCx,
-    changes: BTreeMap<String, TypeChanges>,
+    pub(super) changes: BTreeMap<String, TypeChanges>,
     rules: BTreeMap<String, Arc<TypeRules>>,
+    /// The ids each type's statements wrote since [`Self::take_touched`]:
+    /// a group commit attributes them to the mutation that ran them.
+    touched: BTreeMap<String, BTreeSet<String>>,
 }
 
 impl<'c> Staging<'c> {
+    pub(super) fn new(cx: &'c PrepareCx) -> Self {
+        Staging {
+            cx,
+            changes: BTreeMap::new(),
+            rules: BTreeMap::new(),
+            touched: BTreeMap::new(),
+        }
+    }
+
+    fn touch(&mut self, ty: &str, id: &str) {
+        self.touched
+            .entry(ty.to_string())
+            .or_default()
+            .insert(id.to_string());
+    }
+
+    /// The change set and the rules it was checked by.
+    pub(super) fn into_parts(self) -> (BTreeMap<String, TypeChanges>, BTreeMap<String, Arc<TypeRules>>) {
+        (self.changes, self.rules)
+    }
+
+    /// The ids written since the last call, by type.
+    pub(super) fn take_touched(&mut self) -> BTreeMap<String, BTreeSet<String>> {
+        std::mem::take(&mut self.touched)
+    }
+
     fn rules(&mut self, ty: &str) -> Result<Arc<TypeRules>> {
         if let Some(r) = self.rules.get(ty) {
             return Ok(r.clone());
@@ -335,12 +369,13 @@ impl MutationWork {
         c.upserts.insert(
             id.clone(),
             Row {
-                id,
+                id: id.clone(),
                 ends,
                 vals,
                 kept: Vec::new(),
             },
         );
+        s.touch(ty, &id);
         s.budget(ty)
     }
 
@@ -370,13 +405,13 @@ impl MutationWork {
                 .map_err(|(m, value)| OmniError::invalid(loc(ty, Some(prop), value), m))?;
             new_vals.push((i, val.into_owned()));
         }
-        let c = s.pending(ty);
         for mut row in matches {
             for (i, v) in &new_vals {
                 row.vals[*i] = v.clone();
                 row.kept.retain(|k| k != i);
             }
-            c.upserts.insert(row.id.clone(), row);
+            s.touch(ty, &row.id);
+            s.pending(ty).upserts.insert(row.id.clone(), row);
         }
         Ok(())
     }
@@ -392,10 +427,11 @@ impl MutationWork {
         if ids.is_empty() {
             return Ok(());
         }
-        let c = s.pending(ty);
         for id in &ids {
+            let c = s.pending(ty);
             c.upserts.remove(id);
             c.deleted.insert(id.clone());
+            s.touch(ty, id);
         }
         s.budget(ty)?;
         // Deleting a node deletes its incident edges in the same commit.
@@ -421,217 +457,215 @@ impl MutationWork {
                 })
                 .map(|r| r.id)
                 .collect();
-            let c = s.pending(&e);
             for id in incident {
-                c.deleted.insert(id);
+                s.touch(&e, &id);
+                s.pending(&e).deleted.insert(id);
             }
             s.budget(&e)?;
         }
         Ok(())
     }
+}
 
-    /// Validate the whole change set against committed + pending state.
-    async fn validate(&self, s: &mut Staging<'_>) -> Result<()> {
-        let types: Vec<String> = s.changes.keys().cloned().collect();
-        for ty in &types {
-            let def = s.def(ty);
-            // Strict inserts must not find their id committed.
-            let strict: Vec<String> = s.changes[ty].strict.iter().cloned().collect();
-            if !strict.is_empty() {
-                let ds = s.cx.read(def).await?;
-                let probe: Vec<&str> = strict.iter().map(String::as_str).collect();
-                let found = stage::existing_ids(&ds, &probe).await?;
-                if let Some(id) = strict.iter().find(|id| found.contains(*id)) {
-                    return Err(OmniError::KeyConflict {
-                        type_name: ty.clone(),
-                        id: id.clone(),
-                    });
+/// Validate the whole change set against committed + pending state.
+pub(super) async fn validate(s: &mut Staging<'_>) -> Result<()> {
+    let types: Vec<String> = s.changes.keys().cloned().collect();
+    for ty in &types {
+        let def = s.def(ty);
+        // Strict inserts must not find their id committed.
+        let strict: Vec<String> = s.changes[ty].strict.iter().cloned().collect();
+        if !strict.is_empty() {
+            let ds = s.cx.read(def).await?;
+            let probe: Vec<&str> = strict.iter().map(String::as_str).collect();
+            let found = stage::existing_ids(&ds, &probe).await?;
+            if let Some(id) = strict.iter().find(|id| found.contains(*id)) {
+                return Err(OmniError::KeyConflict {
+                    type_name: ty.clone(),
+                    id: id.clone(),
+                });
+            }
+        }
+        // Edge endpoints exist (committed and not deleted, or pending).
+        if let TypeKind::Edge { from, to, .. } = &def.kind {
+            let rows: Vec<Row> = s.changes[ty].upserts.values().cloned().collect();
+            for (end, node) in [(0, from), (1, to)] {
+                let wanted: BTreeSet<String> = rows
+                    .iter()
+                    .filter_map(|r| {
+                        r.ends
+                            .as_ref()
+                            .map(|e| if end == 0 { e.0.clone() } else { e.1.clone() })
+                    })
+                    .collect();
+                let missing = missing_nodes(s, node, &wanted).await?;
+                if let Some(m) = missing.first() {
+                    let which = if end == 0 { "from" } else { "to" };
+                    return Err(OmniError::invalid(
+                        loc(ty, Some(which), Some(format!("{m:?}"))),
+                        format!("edge endpoint: no {node} with this id exists"),
+                    ));
                 }
             }
-            // Edge endpoints exist (committed and not deleted, or pending).
-            if let TypeKind::Edge { from, to, .. } = &def.kind {
-                let rows: Vec<Row> = s.changes[ty].upserts.values().cloned().collect();
-                for (end, node) in [(0, from), (1, to)] {
-                    let wanted: BTreeSet<String> = rows
-                        .iter()
-                        .filter_map(|r| {
-                            r.ends
-                                .as_ref()
-                                .map(|e| if end == 0 { e.0.clone() } else { e.1.clone() })
-                        })
-                        .collect();
-                    let missing = self.missing_nodes(s, node, &wanted).await?;
-                    if let Some(m) = missing.first() {
-                        let which = if end == 0 { "from" } else { "to" };
-                        return Err(OmniError::invalid(
-                            loc(ty, Some(which), Some(format!("{m:?}"))),
-                            format!("edge endpoint: no {node} with this id exists"),
-                        ));
-                    }
-                }
-            }
-            // @unique over committed + pending.
-            for cols in &def.uniques {
-                self.check_unique(s, ty, cols).await?;
-            }
         }
-        // @card for every edge type whose counts the change set may move:
-        // it writes edges of it, or (under a minimum) nodes of its source.
-        let cx = s.cx;
-        for edge in cx.catalog().edges() {
-            let TypeKind::Edge { from, card, .. } = &edge.kind else {
-                continue;
-            };
-            let new_sources =
-                card.min > 0 && s.changes.get(from).is_some_and(|c| !c.upserts.is_empty());
-            if card.constrains() && (s.changes.contains_key(&edge.name) || new_sources) {
-                self.check_card(s, &edge.name, *card).await?;
-            }
+        // @unique over committed + pending.
+        for cols in &def.uniques {
+            check_unique(s, ty, cols).await?;
         }
-        Ok(())
     }
-
-    async fn missing_nodes(
-        &self,
-        s: &mut Staging<'_>,
-        node: &str,
-        wanted: &BTreeSet<String>,
-    ) -> Result<Vec<String>> {
-        let pending = s.changes.get(node);
-        let mut unresolved: Vec<String> = wanted
-            .iter()
-            .filter(|id| !pending.is_some_and(|c| c.upserts.contains_key(*id)))
-            .cloned()
-            .collect();
-        if unresolved.is_empty() {
-            return Ok(unresolved);
+    // @card for every edge type whose counts the change set may move:
+    // it writes edges of it, or (under a minimum) nodes of its source.
+    let cx = s.cx;
+    for edge in cx.catalog().edges() {
+        let TypeKind::Edge { from, card, .. } = &edge.kind else {
+            continue;
+        };
+        let new_sources =
+            card.min > 0 && s.changes.get(from).is_some_and(|c| !c.upserts.is_empty());
+        if card.constrains() && (s.changes.contains_key(&edge.name) || new_sources) {
+            check_card(s, &edge.name, *card).await?;
         }
-        let ds = s.cx.read(s.def(node)).await?;
-        let probe: Vec<&str> = unresolved.iter().map(String::as_str).collect();
-        let found = stage::existing_ids(&ds, &probe).await?;
-        let deleted = s
-            .changes
-            .get(node)
-            .map(|c| c.deleted.clone())
-            .unwrap_or_default();
-        unresolved.retain(|id| !found.contains(id) || deleted.contains(id));
-        Ok(unresolved)
     }
+    Ok(())
+}
 
-    /// The `@card` rule (src/write/card.rs) on the change set: the sources
-    /// of the edges it writes, of the committed edges it replaces or
-    /// deletes, and (under a minimum) the source nodes it writes, counted
-    /// on the edges the mutation leaves; a source it deletes needs none.
-    async fn check_card(&self, s: &mut Staging<'_>, ty: &str, card: Cardinality) -> Result<()> {
-        let from = s.def(ty).endpoints().expect("edge").0.to_string();
-        let mut tally = Tally::new(card);
-        let mut touched: BTreeSet<String> = BTreeSet::new();
-        if let Some(c) = s.changes.get(ty) {
-            for r in c.upserts.values() {
+async fn missing_nodes(s: &mut Staging<'_>,
+    node: &str,
+    wanted: &BTreeSet<String>,
+) -> Result<Vec<String>> {
+    let pending = s.changes.get(node);
+    let mut unresolved: Vec<String> = wanted
+        .iter()
+        .filter(|id| !pending.is_some_and(|c| c.upserts.contains_key(*id)))
+        .cloned()
+        .collect();
+    if unresolved.is_empty() {
+        return Ok(unresolved);
+    }
+    let ds = s.cx.read(s.def(node)).await?;
+    let probe: Vec<&str> = unresolved.iter().map(String::as_str).collect();
+    let found = stage::existing_ids(&ds, &probe).await?;
+    let deleted = s
+        .changes
+        .get(node)
+        .map(|c| c.deleted.clone())
+        .unwrap_or_default();
+    unresolved.retain(|id| !found.contains(id) || deleted.contains(id));
+    Ok(unresolved)
+}
+
+/// The `@card` rule (src/write/card.rs) on the change set: the sources
+/// of the edges it writes, of the committed edges it replaces or
+/// deletes, and (under a minimum) the source nodes it writes, counted
+/// on the edges the mutation leaves; a source it deletes needs none.
+async fn check_card(s: &mut Staging<'_>, ty: &str, card: Cardinality) -> Result<()> {
+    let from = s.def(ty).endpoints().expect("edge").0.to_string();
+    let mut tally = Tally::new(card);
+    let mut touched: BTreeSet<String> = BTreeSet::new();
+    if let Some(c) = s.changes.get(ty) {
+        for r in c.upserts.values() {
+            tally.watch(&r.ends.as_ref().expect("edge").0, None);
+        }
+        touched.extend(c.upserts.keys().chain(&c.deleted).cloned());
+    }
+    if !touched.is_empty() {
+        for r in &s.committed(ty, None).await? {
+            if touched.contains(&r.id) {
                 tally.watch(&r.ends.as_ref().expect("edge").0, None);
             }
-            touched.extend(c.upserts.keys().chain(&c.deleted).cloned());
-        }
-        if !touched.is_empty() {
-            for r in &s.committed(ty, None).await? {
-                if touched.contains(&r.id) {
-                    tally.watch(&r.ends.as_ref().expect("edge").0, None);
-                }
-            }
-        }
-        if let Some(c) = s.changes.get(&from) {
-            if card.min > 0 {
-                for id in c.upserts.keys() {
-                    tally.watch(id, None);
-                }
-            }
-            for id in &c.deleted {
-                tally.forget(id);
-            }
-        }
-        if tally.is_empty() {
-            return Ok(());
-        }
-        for r in s.visible(ty, None).await? {
-            tally.edge(&r.ends.as_ref().expect("edge").0, None);
-        }
-        match tally.broken().into_iter().next() {
-            Some((src, n, _)) => Err(card::violation(ty, card, &src, n, None)),
-            None => Ok(()),
         }
     }
-
-    /// `@unique` over committed + pending. The committed rows already hold
-    /// it, so only the keys this mutation writes can clash: few written
-    /// rows probe storage for their exact keys; many read the type whole.
-    async fn check_unique(&self, s: &mut Staging<'_>, ty: &str, cols: &[String]) -> Result<()> {
-        let rules = s.rules(ty)?;
-        let idx: Vec<usize> = cols.iter().filter_map(|c| rules.prop_index(c)).collect();
-        let key = |r: &Row| unique_key(idx.iter().map(|&i| &r.vals[i]));
-        let clash = |a: &str, r: &Row| {
-            let shown: Vec<String> = idx.iter().map(|&i| format!("{:?}", r.vals[i])).collect();
-            OmniError::invalid(
-                loc(ty, Some(&cols.join(", ")), Some(shown.join(", "))),
-                format!("violates @unique: rows {a:?} and {:?} share it", r.id),
-            )
-        };
-        let written: Vec<Row> = s.changes[ty].upserts.values().cloned().collect();
-        if written.is_empty() {
-            return Ok(());
-        }
-        // Exact probes, one per written key, when storage can evaluate them.
-        let probes: Option<Vec<(Row, Filter)>> = (written.len() <= UNIQUE_PROBES)
-            .then(|| {
-                written
-                    .iter()
-                    .filter(|r| key(r).is_some())
-                    .map(|r| {
-                        let parts: Option<Vec<Filter>> = idx
-                            .iter()
-                            .map(|&i| {
-                                let p = &rules.props[i].def;
-                                Filter::compare(&p.name, &p.ty, CmpOp::Eq, &r.vals[i])
-                            })
-                            .collect();
-                        parts.and_then(Filter::all).map(|f| (r.clone(), f))
-                    })
-                    .collect()
-            })
-            .flatten();
-        let mut seen: BTreeMap<String, String> = BTreeMap::new();
-        let Some(probes) = probes else {
-            for r in s.visible(ty, None).await? {
-                if let Some(k) = key(&r)
-                    && let Some(other) = seen.insert(k, r.id.clone())
-                {
-                    return Err(clash(&other, &r));
-                }
+    if let Some(c) = s.changes.get(&from) {
+        if card.min > 0 {
+            for id in c.upserts.keys() {
+                tally.watch(id, None);
             }
-            return Ok(());
-        };
-        for r in &written {
-            if let Some(k) = key(r)
+        }
+        for id in &c.deleted {
+            tally.forget(id);
+        }
+    }
+    if tally.is_empty() {
+        return Ok(());
+    }
+    for r in s.visible(ty, None).await? {
+        tally.edge(&r.ends.as_ref().expect("edge").0, None);
+    }
+    match tally.broken().into_iter().next() {
+        Some((src, n, _)) => Err(card::violation(ty, card, &src, n, None)),
+        None => Ok(()),
+    }
+}
+
+/// `@unique` over committed + pending. The committed rows already hold
+/// it, so only the keys this mutation writes can clash: few written
+/// rows probe storage for their exact keys; many read the type whole.
+async fn check_unique(s: &mut Staging<'_>, ty: &str, cols: &[String]) -> Result<()> {
+    let rules = s.rules(ty)?;
+    let idx: Vec<usize> = cols.iter().filter_map(|c| rules.prop_index(c)).collect();
+    let key = |r: &Row| unique_key(idx.iter().map(|&i| &r.vals[i]));
+    let clash = |a: &str, r: &Row| {
+        let shown: Vec<String> = idx.iter().map(|&i| format!("{:?}", r.vals[i])).collect();
+        OmniError::invalid(
+            loc(ty, Some(&cols.join(", ")), Some(shown.join(", "))),
+            format!("violates @unique: rows {a:?} and {:?} share it", r.id),
+        )
+    };
+    let written: Vec<Row> = s.changes[ty].upserts.values().cloned().collect();
+    if written.is_empty() {
+        return Ok(());
+    }
+    // Exact probes, one per written key, when storage can evaluate them.
+    let probes: Option<Vec<(Row, Filter)>> = (written.len() <= UNIQUE_PROBES)
+        .then(|| {
+            written
+                .iter()
+                .filter(|r| key(r).is_some())
+                .map(|r| {
+                    let parts: Option<Vec<Filter>> = idx
+                        .iter()
+                        .map(|&i| {
+                            let p = &rules.props[i].def;
+                            Filter::compare(&p.name, &p.ty, CmpOp::Eq, &r.vals[i])
+                        })
+                        .collect();
+                    parts.and_then(Filter::all).map(|f| (r.clone(), f))
+                })
+                .collect()
+        })
+        .flatten();
+    let mut seen: BTreeMap<String, String> = BTreeMap::new();
+    let Some(probes) = probes else {
+        for r in s.visible(ty, None).await? {
+            if let Some(k) = key(&r)
                 && let Some(other) = seen.insert(k, r.id.clone())
             {
-                return Err(clash(&other, r));
+                return Err(clash(&other, &r));
             }
         }
-        let gone = |id: &str| {
-            let c = &s.changes[ty];
-            c.upserts.contains_key(id) || c.deleted.contains(id)
-        };
-        for (r, filter) in &probes {
-            let def = s.def(ty);
-            let ds = s.cx.read(def).await?;
-            for b in scan::scan(&ds, &[ID], Some(filter)).await? {
-                let ids = stage::string_column(&b, ID)?;
-                if let Some(other) = (0..b.num_rows()).map(|i| ids.value(i)).find(|id| !gone(id)) {
-                    return Err(clash(other, r));
-                }
-            }
+        return Ok(());
+    };
+    for r in &written {
+        if let Some(k) = key(r)
+            && let Some(other) = seen.insert(k, r.id.clone())
+        {
+            return Err(clash(&other, r));
         }
-        Ok(())
     }
+    let gone = |id: &str| {
+        let c = &s.changes[ty];
+        c.upserts.contains_key(id) || c.deleted.contains(id)
+    };
+    for (r, filter) in &probes {
+        let def = s.def(ty);
+        let ds = s.cx.read(def).await?;
+        for b in scan::scan(&ds, &[ID], Some(filter)).await? {
+            let ids = stage::string_column(&b, ID)?;
+            if let Some(other) = (0..b.num_rows()).map(|i| ids.value(i)).find(|id| !gone(id)) {
+                return Err(clash(other, r));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// What one table gets: upserted rows, or deleted ids (a mutation never
@@ -726,6 +760,123 @@ fn rows_batch<'r>(
     Ok(batch)
 }
 
+impl MutationWork {
+    /// The mutation's name, as its commit records it.
+    pub fn name(&self) -> &str {
+        &self.plan.name
+    }
+
+    /// Does the mutation delete (it then deletes only)?
+    pub fn deletes(&self) -> bool {
+        self.plan
+            .stmts
+            .iter()
+            .any(|s| matches!(s, MutStmt::Delete { .. }))
+    }
+
+    /// Is it a strict write (its reads must still hold when it commits)?
+    pub fn strict(&self) -> bool {
+        self.plan.strict || self.if_commit.is_some()
+    }
+
+    /// Run the statements into the change set (validated later).
+    pub(super) async fn run_stmts(&self, s: &mut Staging<'_>) -> Result<()> {
+        for stmt in &self.plan.stmts {
+            match stmt {
+                MutStmt::Insert { ty, values } => self.insert(s, ty, values).await?,
+                MutStmt::Update { ty, set, filter } => {
+                    self.update(s, ty, set, filter.as_ref()).await?
+                }
+                MutStmt::Delete { ty, filter } => self.delete(s, ty, filter).await?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Rows written per type, split into node and edge types.
+pub(super) type Counts = (BTreeMap<String, usize>, BTreeMap<String, usize>);
+
+/// Stage one transaction per table the change set touches; the rows it
+/// writes per type.
+pub(super) async fn stage_changes(
+    cx: &mut PrepareCx,
+    changes: &BTreeMap<String, TypeChanges>,
+    rules: &BTreeMap<String, Arc<TypeRules>>,
+) -> Result<Counts> {
+    let mut nodes = BTreeMap::new();
+    let mut edges = BTreeMap::new();
+    let mut staged = Vec::new();
+    for (ty, c) in changes {
+        if c.upserts.is_empty() && c.deleted.is_empty() {
+            continue;
+        }
+        let def = cx.catalog().get(ty).expect("checked type").clone();
+        let count = c.upserts.len() + c.deleted.len();
+        if def.is_edge() {
+            edges.insert(ty.clone(), count);
+        } else {
+            nodes.insert(ty.clone(), count);
+        }
+        let input = if c.upserts.is_empty() {
+            Staged::Deletes(c.deleted.iter().cloned().collect())
+        } else {
+            let blobs = blob_props(&def);
+            let rows: Vec<&Row> = c.upserts.values().collect();
+            let batch = match blob_plan(&blobs, &rows) {
+                BlobPlan::WholeRows => rows_batch(rules[ty].clone(), ty, c.upserts.values())?,
+                BlobPlan::Patch => {
+                    let batch = rows_batch(rules[ty].clone(), ty, c.upserts.values())?;
+                    let keep: Vec<usize> = (0..batch.num_columns())
+                        .filter(|&i| {
+                            def.property(batch.schema().field(i).name())
+                                .is_none_or(|p| p.ty != PropType::Blob)
+                        })
+                        .collect();
+                    batch.project(&keep)?
+                }
+                BlobPlan::CarryKept => {
+                    let rows = carry_kept(cx, &def, &blobs, c).await?;
+                    rows_batch(rules[ty].clone(), ty, rows.iter())?
+                }
+            };
+            // External references are copied in (within the
+            // per-table limit) before any table is staged.
+            let batches = vec![batch];
+            let copy = External::Copy {
+                budget: MAX_KEYED_BYTES,
+            };
+            let resolved = external::resolve(&cx.graph, &def, &batches, &[], copy).await?;
+            Staged::Rows(resolved.unwrap_or(batches))
+        };
+        staged.push((def, input));
+    }
+    // The tables are staged side by side: on object storage each
+    // is several round trips.
+    let cx_ref = &*cx;
+    let txns = futures::future::try_join_all(staged.into_iter().map(|(def, input)| async move {
+        let target = cx_ref.target(&def).await?;
+        let txn = match input {
+            Staged::Rows(batches) => stage::upsert(target.clone(), batches).await?,
+            Staged::Deletes(ids) => stage::delete_ids(target.clone(), &ids).await?,
+        };
+        Ok::<_, OmniError>((def, target, txn))
+    }))
+    .await?;
+    for (def, target, txn) in txns {
+        cx.stage(&def, target, txn)?;
+    }
+    Ok((nodes, edges))
+}
+
+/// The class of a write made of mutations: strict if any is.
+pub(super) fn class_of(strict: bool) -> WriteClass {
+    match strict {
+        true => WriteClass::Strict,
+        false => WriteClass::Retryable,
+    }
+}
+
 impl PrepareWork for MutationWork {
     fn prepare<'a>(&'a self, cx: &'a mut PrepareCx) -> BoxFut<'a, Result<Prepared>> {
         Box::pin(async move {
@@ -737,94 +888,13 @@ impl PrepareWork for MutationWork {
                     actual: cx.snapshot.record.head.clone(),
                 });
             }
-            let mut s = Staging {
-                cx,
-                changes: BTreeMap::new(),
-                rules: BTreeMap::new(),
-            };
-            for stmt in &self.plan.stmts {
-                match stmt {
-                    MutStmt::Insert { ty, values } => self.insert(&mut s, ty, values).await?,
-                    MutStmt::Update { ty, set, filter } => {
-                        self.update(&mut s, ty, set, filter.as_ref()).await?
-                    }
-                    MutStmt::Delete { ty, filter } => self.delete(&mut s, ty, filter).await?,
-                }
-            }
-            self.validate(&mut s).await?;
-            // One staged transaction per touched table.
-            let mut nodes = BTreeMap::new();
-            let mut edges = BTreeMap::new();
-            let mut staged = Vec::new();
-            for (ty, c) in &s.changes {
-                if c.upserts.is_empty() && c.deleted.is_empty() {
-                    continue;
-                }
-                let def = s.def(ty);
-                let count = c.upserts.len() + c.deleted.len();
-                if def.is_edge() {
-                    edges.insert(ty.clone(), count);
-                } else {
-                    nodes.insert(ty.clone(), count);
-                }
-                let input = if c.upserts.is_empty() {
-                    Staged::Deletes(c.deleted.iter().cloned().collect())
-                } else {
-                    let blobs = blob_props(def);
-                    let rows: Vec<&Row> = c.upserts.values().collect();
-                    let batch = match blob_plan(&blobs, &rows) {
-                        BlobPlan::WholeRows => {
-                            rows_batch(s.rules[ty].clone(), ty, c.upserts.values())?
-                        }
-                        BlobPlan::Patch => {
-                            let batch = rows_batch(s.rules[ty].clone(), ty, c.upserts.values())?;
-                            let keep: Vec<usize> = (0..batch.num_columns())
-                                .filter(|&i| {
-                                    def.property(batch.schema().field(i).name())
-                                        .is_none_or(|p| p.ty != PropType::Blob)
-                                })
-                                .collect();
-                            batch.project(&keep)?
-                        }
-                        BlobPlan::CarryKept => {
-                            let rows = carry_kept(s.cx, def, &blobs, c).await?;
-                            rows_batch(s.rules[ty].clone(), ty, rows.iter())?
-                        }
-                    };
-                    // External references are copied in (within the
-                    // per-table limit) before any table is staged.
-                    let batches = vec![batch];
-                    let copy = External::Copy {
-                        budget: MAX_KEYED_BYTES,
-                    };
-                    let resolved = external::resolve(&s.cx.graph, def, &batches, &[], copy).await?;
-                    Staged::Rows(resolved.unwrap_or(batches))
-                };
-                staged.push((def.clone(), input));
-            }
-            // The tables are staged side by side: on object storage each
-            // is several round trips.
-            let cx_ref = &*cx;
-            let txns =
-                futures::future::try_join_all(staged.into_iter().map(|(def, input)| async move {
-                    let target = cx_ref.target(&def).await?;
-                    let txn = match input {
-                        Staged::Rows(batches) => stage::upsert(target.clone(), batches).await?,
-                        Staged::Deletes(ids) => stage::delete_ids(target.clone(), &ids).await?,
-                    };
-                    Ok::<_, OmniError>((def, target, txn))
-                }))
-                .await?;
-            for (def, target, txn) in txns {
-                cx.stage(&def, target, txn)?;
-            }
-            let class = if self.plan.strict || self.if_commit.is_some() {
-                WriteClass::Strict
-            } else {
-                WriteClass::Retryable
-            };
+            let mut s = Staging::new(cx);
+            self.run_stmts(&mut s).await?;
+            validate(&mut s).await?;
+            let (changes, rules) = s.into_parts();
+            let (nodes, edges) = stage_changes(cx, &changes, &rules).await?;
             Ok(Prepared {
-                class,
+                class: class_of(self.strict()),
                 summary: serde_json::json!({ "mutation": self.plan.name, "nodes": nodes, "edges": edges }),
                 merge: None,
                 schema_change: None,

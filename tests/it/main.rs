@@ -21,6 +21,7 @@ mod concurrency;
 mod differential;
 mod export;
 mod gc;
+mod group_commit;
 mod indexes;
 mod load;
 mod merge;

@@ -112,6 +112,37 @@ pub struct EntityChange {
     #[serde(rename = "type")]
     pub type_name: String,
     pub id: String,
+    /// In a commit that several mutations shared (group commit): the
+    /// place among the record's `members` of the mutation that wrote the
+    /// row last, and that mutation's name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub member: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mutation: Option<String>,
+}
+
+/// Who wrote each (type, id) of a shared commit: the last member whose
+/// ids name it.
+fn writers(rec: &CommitRecord) -> HashMap<(String, String), (u32, String)> {
+    let mut out = HashMap::new();
+    let Some(members) = rec.summary["members"].as_array() else {
+        return out;
+    };
+    for (place, m) in members.iter().enumerate() {
+        let name = m["mutation"].as_str().unwrap_or_default();
+        let Some(ids) = m["ids"].as_object() else {
+            continue;
+        };
+        for (ty, list) in ids {
+            for id in list.as_array().into_iter().flatten().filter_map(|v| v.as_str()) {
+                out.insert(
+                    (ty.clone(), id.to_string()),
+                    (place as u32, name.to_string()),
+                );
+            }
+        }
+    }
+    out
 }
 
 /// What commit `rec` changed on its branch, against its first parent (for
@@ -143,6 +174,7 @@ pub async fn commit_changes(
         // entities there are or what they say.
         return Ok(Vec::new());
     }
+    let writers = writers(rec);
     let mut out = Vec::new();
     for def in &catalog.types {
         if only.is_some_and(|t| t != def.name) || before.table(def)? == after.table(def)? {
@@ -156,10 +188,15 @@ pub async fn commit_changes(
         out.extend(
             s.entity_changes()
                 .into_iter()
-                .map(|(id, change)| EntityChange {
-                    change,
-                    type_name: def.name.clone(),
-                    id,
+                .map(|(id, change)| {
+                    let by = writers.get(&(def.name.clone(), id.clone()));
+                    EntityChange {
+                        change,
+                        type_name: def.name.clone(),
+                        member: by.map(|b| b.0),
+                        mutation: by.map(|b| b.1.clone()),
+                        id,
+                    }
                 }),
         );
     }
