@@ -36,6 +36,8 @@ pub const NAMES: &[&str] = &[
     "known-table-ignores-line",
     "abandon-beside-a-landing",
     "stale-commit-failures",
+    "group-keeps-a-refused-member",
+    "group-acks-a-refused-member",
 ];
 
 #[cfg(feature = "planted-bugs")]
@@ -73,6 +75,8 @@ pub struct Bugs {
     known_table_ignores_line: bool,
     abandon_beside_a_landing: bool,
     stale_commit_failures: bool,
+    group_keeps_a_refused_member: bool,
+    group_acks_a_refused_member: bool,
 }
 
 #[cfg(feature = "planted-bugs")]
@@ -112,6 +116,8 @@ impl Bugs {
             "known-table-ignores-line" => b.known_table_ignores_line = true,
             "abandon-beside-a-landing" => b.abandon_beside_a_landing = true,
             "stale-commit-failures" => b.stale_commit_failures = true,
+            "group-keeps-a-refused-member" => b.group_keeps_a_refused_member = true,
+            "group-acks-a-refused-member" => b.group_acks_a_refused_member = true,
             _ => return None,
         }
         Some(b)
@@ -238,6 +244,15 @@ impl Bugs {
     pub fn stale_commit_failures(&self) -> bool {
         self.stale_commit_failures
     }
+    /// A group commit stages what a member it refused had written before
+    /// its failing statement.
+    pub fn group_keeps_a_refused_member(&self) -> bool {
+        self.group_keeps_a_refused_member
+    }
+    /// A group commit tells every member it committed, refused ones too.
+    pub fn group_acks_a_refused_member(&self) -> bool {
+        self.group_acks_a_refused_member
+    }
 }
 
 /// No bug can be planted: every switch below is a constant `false`. (A
@@ -348,6 +363,12 @@ impl Bugs {
         false
     }
     pub const fn stale_commit_failures(&self) -> bool {
+        false
+    }
+    pub const fn group_keeps_a_refused_member(&self) -> bool {
+        false
+    }
+    pub const fn group_acks_a_refused_member(&self) -> bool {
         false
     }
 }

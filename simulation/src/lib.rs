@@ -117,6 +117,14 @@ pub const PLANTED: &[(&str, &str)] = &[
         "stale-commit-failures",
         "a write goes to recovery only after an effect it cannot account for",
     ),
+    (
+        "group-keeps-a-refused-member",
+        "a group commit holds exactly the members it acknowledged",
+    ),
+    (
+        "group-acks-a-refused-member",
+        "a group commit holds exactly the members it acknowledged",
+    ),
 ];
 
 /// The invariant meant to catch a planted bug.
@@ -233,10 +241,11 @@ mod tests {
 
     /// The clean sweep drives every kind of fault it is meant to.
     #[test]
-    fn the_sweep_drives_crashes_pauses_takeovers_merges_schema_applies_collections_and_cleanups() {
+    fn the_sweep_drives_crashes_pauses_takeovers_merges_schema_applies_collections_cleanups_and_groups()
+     {
         let (mut crashes, mut pauses, mut takeovers, mut merges, mut applies, mut gcs) =
             (0, 0, 0, 0, 0, 0);
-        let (mut cleanups, mut adopting) = (0, 0);
+        let (mut cleanups, mut adopting, mut groups, mut refusals) = (0, 0, 0, 0);
         for seed in 0..CLEAN_SEEDS {
             let r = run_seed(seed, Bugs::default(), false);
             crashes += r.crashes;
@@ -247,6 +256,8 @@ mod tests {
             applies += r.schema_applies;
             gcs += r.collections;
             cleanups += r.cleanups;
+            groups += r.group_commits;
+            refusals += r.group_refusals;
         }
         for (what, n) in [
             ("crashes", crashes as usize),
@@ -257,6 +268,8 @@ mod tests {
             ("schema applies", applies),
             ("index-file collections", gcs),
             ("version cleanups", cleanups),
+            ("group commits", groups),
+            ("group commits leaving a member out", refusals),
         ] {
             assert!(n > 0, "{CLEAN_SEEDS} seeds drove no {what}");
         }

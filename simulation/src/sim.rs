@@ -108,6 +108,9 @@ pub struct RunReport {
     /// Index-file collections started.
     pub collections: usize,
     pub cleanups: usize,
+    /// Published group commits, and the members they left out.
+    pub group_commits: usize,
+    pub group_refusals: usize,
     pub checks: u64,
     pub procs: usize,
 }
@@ -539,6 +542,7 @@ impl Sim {
                 }
             }
             Msg::Finished { op, outcome } => {
+                let mut group = None;
                 if let Some(c) = self.clients.get_mut(op) {
                     if let (
                         OpKind::Write { branch },
@@ -556,8 +560,21 @@ impl Sim {
                             .map(|r| r.incarnation)
                             .unwrap_or(0);
                         self.acked.push((branch.clone(), inc, commit.clone()));
+                        // A group's caller splits the answer: the members
+                        // its prepare kept are told they committed.
+                        if let Some(g) = self.world.groups.get(commit) {
+                            let acked: Vec<usize> =
+                                match self.world.bugs.group_acks_a_refused_member() {
+                                    true => (0..g.members.len()).collect(),
+                                    false => g.kept.clone(),
+                                };
+                            group = self.world.group_violation(commit, &acked);
+                        }
                     }
                     c.state = ClientState::Answered(outcome.clone());
+                }
+                if let Some((inv, detail)) = group {
+                    self.fail(inv, detail);
                 }
                 return;
             }
@@ -1397,6 +1414,16 @@ impl Sim {
             .windows(2)
             .filter(|w| w[0].schema != w[1].schema)
             .count();
+        let published_groups = || {
+            self.world
+                .groups
+                .iter()
+                .filter(|(c, _)| self.world.commits.contains_key(*c))
+        };
+        let group_commits = published_groups().count();
+        let group_refusals = published_groups()
+            .map(|(_, g)| g.members.len() - g.kept.len())
+            .sum();
         RunReport {
             seed: self.cfg.seed,
             steps: self.steps,
@@ -1413,6 +1440,8 @@ impl Sim {
             fences: self.world.fences,
             collections: self.gcs_started,
             cleanups: self.cleanups_started,
+            group_commits,
+            group_refusals,
             checks: self.checks,
             procs: self.procs.len(),
         }

@@ -60,6 +60,32 @@ fn every_table(id: &str, val: i64) -> Vec<Stmt> {
         .collect()
 }
 
+/// A group commit (see [`Stmt::Member`]) of `first` and one to three more
+/// members, each an upsert then a statement that may fail (a strict insert,
+/// update or delete over the small id pool): a member refused at its
+/// second statement has written something the group must leave out.
+fn group(later: &mut Rng, i: usize, first: Vec<Stmt>) -> Vec<Stmt> {
+    let mut out = vec![Stmt::Member];
+    out.extend(first);
+    for m in 0..1 + later.below(3) {
+        let val = (i * 10 + 5 + m) as i64;
+        out.push(Stmt::Member);
+        out.push(Stmt::Upsert {
+            table: pick(later, TABLES).to_string(),
+            id: pick(later, IDS).to_string(),
+            val,
+        });
+        let table = pick(later, TABLES).to_string();
+        let id = pick(later, IDS).to_string();
+        out.push(match later.below(3) {
+            0 => Stmt::Insert { table, id, val },
+            1 => Stmt::Update { table, id, val },
+            _ => Stmt::Delete { table, id },
+        });
+    }
+    out
+}
+
 /// One step at a time: main writes every table; a branch is made from it
 /// and writes one table; the merge into main takes that table as the
 /// branch has it; main writes every table again. With a long linger, main's
@@ -142,6 +168,11 @@ pub fn generate(rng: &mut Rng, later: &mut Rng) -> Workload {
                     14..=16 => Stmt::Update { table, id, val },
                     _ => Stmt::Delete { table, id },
                 });
+            }
+            // Some writes are a group commit: these statements are its
+            // first member, and more callers queued beside it.
+            if later.chance(1, 3) {
+                stmts = group(later, i, stmts);
             }
             Planned {
                 op,

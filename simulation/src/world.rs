@@ -119,6 +119,11 @@ pub enum Stmt {
         id: String,
         val: i64,
     },
+    /// Starts the next mutation of a group commit: the statements up to
+    /// the next `Member` are one caller's, judged after the ones before
+    /// it; a member whose statement fails is left out and the others
+    /// commit.
+    Member,
     /// Strict write: the id must exist; reads it.
     Update {
         table: String,
@@ -155,7 +160,7 @@ impl Stmt {
             | Stmt::Update { table, .. }
             | Stmt::Delete { table, .. }
             | Stmt::Index { table } => table,
-            Stmt::Merge { .. } | Stmt::Schema { .. } => "",
+            Stmt::Merge { .. } | Stmt::Schema { .. } | Stmt::Member => "",
         }
     }
     pub fn strict(&self) -> bool {
@@ -164,6 +169,54 @@ impl Stmt {
 }
 
 pub type Changes = Vec<(String, Option<i64>)>;
+
+/// A write's statements in progress: the rows it sees (its snapshot plus
+/// its own changes) and what it will stage.
+#[derive(Clone, Default)]
+struct Pending {
+    view: BTreeMap<String, Rows>,
+    changes: BTreeMap<String, Changes>,
+    inserts: BTreeMap<String, Vec<String>>,
+    indexed: BTreeMap<String, Rows>,
+    strict: bool,
+}
+
+impl Pending {
+    fn over(view: BTreeMap<String, Rows>) -> Self {
+        Pending {
+            view,
+            ..Default::default()
+        }
+    }
+}
+
+/// A prepared group commit (see [`Stmt::Member`]).
+#[derive(Clone, Debug)]
+pub struct Group {
+    pub members: Vec<Vec<Stmt>>,
+    /// The members in the commit, in order.
+    pub kept: Vec<usize>,
+    /// Every table's rows in the snapshot it was prepared on.
+    pub base: BTreeMap<String, Rows>,
+}
+
+/// A group's members, when `stmts` is one.
+pub fn members(stmts: &[Stmt]) -> Option<Vec<Vec<Stmt>>> {
+    if !stmts.contains(&Stmt::Member) {
+        return None;
+    }
+    let mut out: Vec<Vec<Stmt>> = Vec::new();
+    for s in stmts {
+        match s {
+            Stmt::Member => out.push(Vec::new()),
+            s => out
+                .last_mut()
+                .expect("a group starts with a member")
+                .push(s.clone()),
+        }
+    }
+    Some(out)
+}
 
 #[derive(Clone, Debug)]
 struct Staged {
@@ -232,6 +285,9 @@ pub struct World {
     // The model the checks compare against: the logical effect of every
     // prepared commit (keyed by commit id).
     pub effects: BTreeMap<CommitId, BTreeMap<String, Changes>>,
+    /// Each prepared group commit: its members, those kept, and the rows
+    /// its snapshot held (the model its answers are checked against).
+    pub groups: BTreeMap<CommitId, Group>,
     /// The tables whose index each prepared commit rebuilds.
     pub index_effects: BTreeMap<CommitId, Vec<String>>,
     /// Each merge's pinned source head (outside the process: the client
@@ -843,70 +899,64 @@ impl World {
             return self.prepare_schema(p, op, attempt, &latest, id);
         }
         // Evaluate against the snapshot plus this write's own pending changes.
-        let mut view: BTreeMap<String, Rows> = BTreeMap::new();
-        let mut changes: BTreeMap<String, Changes> = BTreeMap::new();
-        let mut inserts: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        let mut indexed: BTreeMap<String, Rows> = BTreeMap::new();
-        let mut strict = false;
+        let base: BTreeMap<String, Rows> = rec
+            .tables
+            .iter()
+            .map(|(t, r)| {
+                let rows = self.content(&r.lance, t, r.version).cloned();
+                (t.clone(), rows.unwrap_or_default())
+            })
+            .collect();
+        let mut w = Pending::over(base.clone());
         let mut merge = None;
         let mut adopted = BTreeMap::new();
         if let [Stmt::Merge { source }] = stmts.as_slice() {
             let (merged, note) = self.merge_changes(op, source, &rec)?;
-            (adopted, changes) = merged
+            (adopted, w.changes) = merged
                 .into_iter()
                 .partition(|(t, _)| note.adopt.contains(t));
             merge = Some(note);
         }
-        for s in stmts.iter().filter(|s| !matches!(s, Stmt::Merge { .. })) {
-            let t = s.table().to_string();
-            let r = &rec.tables[&t];
-            let rows = view.entry(t.clone()).or_insert_with(|| {
-                self.content(&r.lance, &t, r.version)
-                    .cloned()
-                    .unwrap_or_default()
-            });
-            strict |= s.strict();
-            if let Stmt::Index { .. } = s {
-                indexed.insert(t.clone(), rows.clone());
-                changes.entry(t).or_default();
-                continue;
-            }
-            let change = match s {
-                Stmt::Insert { id, val, .. } => {
-                    if rows.contains_key(id) && !self.bugs.insert_skips_key_check() {
-                        return Err(None); // KeyConflict
-                    }
-                    // A row this write deleted first may be inserted again:
-                    // that replaces nothing the write did not remove itself.
-                    let own_delete = changes
-                        .get(&t)
-                        .is_some_and(|c| c.iter().any(|(d, v)| d == id && v.is_none()));
-                    if !own_delete {
-                        inserts.entry(t.clone()).or_default().push(id.clone());
-                    }
-                    (id.clone(), Some(*val))
-                }
-                Stmt::Upsert { id, val, .. } => (id.clone(), Some(*val)),
-                Stmt::Update { id, val, .. } => {
-                    if !rows.contains_key(id) {
-                        return Err(None);
-                    }
-                    (id.clone(), Some(*val))
-                }
-                Stmt::Delete { id, .. } => {
-                    if !rows.contains_key(id) {
-                        return Err(None);
-                    }
-                    (id.clone(), None)
-                }
-                Stmt::Index { .. } | Stmt::Merge { .. } | Stmt::Schema { .. } => {
-                    unreachable!("handled above")
-                }
-            };
-            apply(rows, std::slice::from_ref(&change));
-            changes.entry(t).or_default().push(change);
-        }
         let commit = CommitId(format!("c-{}-{attempt}", op.0));
+        match members(&stmts) {
+            None => {
+                let own: Vec<Stmt> = stmts
+                    .iter()
+                    .filter(|s| !matches!(s, Stmt::Merge { .. }))
+                    .cloned()
+                    .collect();
+                self.run_stmts(&own, &mut w)?;
+            }
+            Some(members) => {
+                let mut kept = Vec::new();
+                for (i, m) in members.iter().enumerate() {
+                    let before = w.clone();
+                    match self.run_stmts(m, &mut w) {
+                        Ok(()) => kept.push(i),
+                        Err(_) if self.bugs.group_keeps_a_refused_member() => {}
+                        Err(_) => w = before,
+                    }
+                }
+                if kept.is_empty() {
+                    return Err(None);
+                }
+                self.groups.insert(
+                    commit.clone(),
+                    Group {
+                        members,
+                        kept,
+                        base,
+                    },
+                );
+            }
+        }
+        let Pending {
+            mut changes,
+            inserts,
+            indexed,
+            strict,
+            ..
+        } = w;
         let mut staged = BTreeMap::new();
         let mut tables = Vec::new();
         for (t, ch) in &changes {
@@ -967,6 +1017,104 @@ impl World {
             merge,
             schema_change: None,
         })
+    }
+
+    /// Run one write's (or one group member's) statements into `w`; a
+    /// statement that cannot apply (a strict insert of an existing id, an
+    /// update or delete of a missing one) fails them all.
+    fn run_stmts(&self, stmts: &[Stmt], w: &mut Pending) -> Result<(), Option<String>> {
+        for s in stmts {
+            let t = s.table().to_string();
+            let rows = w.view.entry(t.clone()).or_default();
+            w.strict |= s.strict();
+            if let Stmt::Index { .. } = s {
+                w.indexed.insert(t.clone(), rows.clone());
+                w.changes.entry(t).or_default();
+                continue;
+            }
+            let change = match s {
+                Stmt::Insert { id, val, .. } => {
+                    if rows.contains_key(id) && !self.bugs.insert_skips_key_check() {
+                        return Err(None); // KeyConflict
+                    }
+                    // A row this write deleted first may be inserted again:
+                    // that replaces nothing the write did not remove itself.
+                    let own_delete = w
+                        .changes
+                        .get(&t)
+                        .is_some_and(|c| c.iter().any(|(d, v)| d == id && v.is_none()));
+                    if !own_delete {
+                        w.inserts.entry(t.clone()).or_default().push(id.clone());
+                    }
+                    (id.clone(), Some(*val))
+                }
+                Stmt::Upsert { id, val, .. } => (id.clone(), Some(*val)),
+                Stmt::Update { id, val, .. } => {
+                    if !rows.contains_key(id) {
+                        return Err(None);
+                    }
+                    (id.clone(), Some(*val))
+                }
+                Stmt::Delete { id, .. } => {
+                    if !rows.contains_key(id) {
+                        return Err(None);
+                    }
+                    (id.clone(), None)
+                }
+                Stmt::Index { .. } | Stmt::Merge { .. } | Stmt::Schema { .. } | Stmt::Member => {
+                    unreachable!("not a row statement")
+                }
+            };
+            apply(rows, std::slice::from_ref(&change));
+            w.changes.entry(t).or_default().push(change);
+        }
+        Ok(())
+    }
+
+    /// A group commit's answers against its model: the members its caller
+    /// was told committed (`acked`), run in order over the rows its
+    /// snapshot held, each apply and make exactly what the commit wrote.
+    /// So no acknowledged member is missing from it and no refused one is
+    /// in it.
+    pub fn group_violation(
+        &self,
+        commit: &CommitId,
+        acked: &[usize],
+    ) -> Option<(&'static str, String)> {
+        const INV: &str = "a group commit holds exactly the members it acknowledged";
+        let g = self.groups.get(commit)?;
+        let mut w = Pending::over(g.base.clone());
+        for &i in acked {
+            if self.run_stmts(&g.members[i], &mut w).is_err() {
+                return Some((
+                    INV,
+                    format!(
+                        "{commit:?} acknowledged member {i} {:?}, which cannot apply after members {:?}",
+                        g.members[i],
+                        &acked[..acked.iter().position(|&a| a == i).unwrap_or(0)]
+                    ),
+                ));
+            }
+        }
+        let wrote = self.effects.get(commit)?;
+        for (t, base) in &g.base {
+            let mut want = base.clone();
+            apply(
+                &mut want,
+                w.changes.get(t).map_or(&[][..], |c| c.as_slice()),
+            );
+            let mut got = base.clone();
+            apply(&mut got, wrote.get(t).map_or(&[][..], |c| c.as_slice()));
+            if want != got {
+                return Some((
+                    INV,
+                    format!(
+                        "{commit:?} writes {t} as {got:?}; its acknowledged members {acked:?} make {want:?}"
+                    ),
+                ));
+            }
+        }
+        None
     }
 
     /// The version a write to table `t` stages on, on line `own`: the

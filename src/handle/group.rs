@@ -42,10 +42,13 @@ struct Queue {
     waiting: VecDeque<Waiter>,
 }
 
+/// A queue's key: the branch, and the actor its commits record.
+type QueueKey = (String, Option<Arc<str>>);
+
 /// The queues of this handle's writers, per branch and actor.
 #[derive(Default)]
 pub(super) struct Groups {
-    queues: parking_lot::Mutex<HashMap<(String, Option<Arc<str>>), Queue>>,
+    queues: parking_lot::Mutex<HashMap<QueueKey, Queue>>,
 }
 
 /// Can a group's failure `e` be retried member by member? Only when it
@@ -103,7 +106,7 @@ impl Omnigraph {
 
     /// Commit from the queue `key` until it is empty. Runs in its own task,
     /// so a caller that goes away cannot strand the others.
-    async fn drain(self, key: (String, Option<Arc<str>>)) {
+    async fn drain(self, key: QueueKey) {
         let branch = key.0.clone();
         loop {
             let group: Vec<Waiter> = {
@@ -173,12 +176,7 @@ impl Omnigraph {
                 }
             }
             // Every member refused: each has its own error.
-            Err(_)
-                if judged
-                    && verdicts
-                        .iter()
-                        .all(|v| !matches!(v, Verdict::Kept { .. })) =>
-            {
+            Err(_) if judged && verdicts.iter().all(|v| !matches!(v, Verdict::Kept { .. })) => {
                 for (w, v) in group.into_iter().zip(verdicts) {
                     match v {
                         Verdict::Refused(e) => {
@@ -257,7 +255,11 @@ impl Omnigraph {
 
     /// A conditional mutation: its own commit, outside any group (it names
     /// the head it must land on).
-    pub(super) async fn commit_conditional(&self, branch: &str, member: Member) -> Result<Committed> {
+    pub(super) async fn commit_conditional(
+        &self,
+        branch: &str,
+        member: Member,
+    ) -> Result<Committed> {
         let done = self.commit_one(branch, &member).await?;
         self.compact_if_fragmented(branch, done.version).await;
         Ok(done)

@@ -114,7 +114,6 @@ struct Writes {
     host: Host,
 }
 
-
 struct Inner {
     graph: Arc<GraphStorage>,
     /// The object-store requests of this handle's own session.

@@ -174,7 +174,12 @@ impl<'c> Staging<'c> {
     }
 
     /// The change set and the rules it was checked by.
-    pub(super) fn into_parts(self) -> (BTreeMap<String, TypeChanges>, BTreeMap<String, Arc<TypeRules>>) {
+    pub(super) fn into_parts(
+        self,
+    ) -> (
+        BTreeMap<String, TypeChanges>,
+        BTreeMap<String, Arc<TypeRules>>,
+    ) {
         (self.changes, self.rules)
     }
 
@@ -528,7 +533,8 @@ pub(super) async fn validate(s: &mut Staging<'_>) -> Result<()> {
     Ok(())
 }
 
-async fn missing_nodes(s: &mut Staging<'_>,
+async fn missing_nodes(
+    s: &mut Staging<'_>,
     node: &str,
     wanted: &BTreeSet<String>,
 ) -> Result<Vec<String>> {

@@ -42,7 +42,10 @@ async fn head(g: &Omnigraph) -> String {
 #[tokio::test]
 async fn mutations_queued_on_a_branch_share_one_commit_and_each_keeps_its_own_answer() {
     let t = loaded_graph().await;
-    let alone = t.g.mutate("main", M, "add", &json!({"n": "Zed"})).await.unwrap();
+    let alone =
+        t.g.mutate("main", M, "add", &json!({"n": "Zed"}))
+            .await
+            .unwrap();
     assert_eq!(alone.member, None, "a lone mutation has its own commit");
     let before = t.g.commits("main", None).await.unwrap().len();
 
@@ -85,7 +88,9 @@ async fn mutations_queued_on_a_branch_share_one_commit_and_each_keeps_its_own_an
 #[tokio::test]
 async fn a_member_that_breaks_a_rule_fails_alone_and_the_others_commit() {
     let t = loaded_graph().await;
-    t.g.mutate("main", M, "add", &json!({"n": "Zed"})).await.unwrap();
+    t.g.mutate("main", M, "add", &json!({"n": "Zed"}))
+        .await
+        .unwrap();
     let head_before = head(&t.g).await;
     let done = all(
         &t.g,
@@ -103,11 +108,17 @@ async fn a_member_that_breaks_a_rule_fails_alone_and_the_others_commit() {
         ],
     )
     .await;
-    let kept: Vec<&MutationResult> = [0, 3, 4].iter().map(|&i| done[i].as_ref().unwrap()).collect();
+    let kept: Vec<&MutationResult> = [0, 3, 4]
+        .iter()
+        .map(|&i| done[i].as_ref().unwrap())
+        .collect();
     let commit = kept[0].commit.clone();
     assert_ne!(commit, head_before);
     for (place, r) in kept.iter().enumerate() {
-        assert_eq!((r.commit.as_str(), r.member), (commit.as_str(), Some(place as u32)));
+        assert_eq!(
+            (r.commit.as_str(), r.member),
+            (commit.as_str(), Some(place as u32))
+        );
     }
     assert_eq!(
         (kept[1].nodes.get("Person"), kept[1].edges.get("Knows")),
@@ -137,16 +148,18 @@ async fn a_member_that_breaks_a_rule_fails_alone_and_the_others_commit() {
     for n in ["N0", "N3a", "N3b"] {
         assert!(has_person(&t.g, n).await, "{n}");
     }
-    assert!(!has_person(&t.g, "N2").await, "a refused member wrote nothing");
+    assert!(
+        !has_person(&t.g, "N2").await,
+        "a refused member wrote nothing"
+    );
     assert_eq!(count(&t.g, "main", "WorksAt").await, 2, "Alice's and N0's");
-    let by: BTreeMap<(String, String), (Option<u32>, Option<String>)> = t
-        .g
-        .changes(&commit, None)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|c| ((c.type_name, c.id), (c.member, c.mutation)))
-        .collect();
+    let by: BTreeMap<(String, String), (Option<u32>, Option<String>)> =
+        t.g.changes(&commit, None)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|c| ((c.type_name, c.id), (c.member, c.mutation)))
+            .collect();
     let n0 = (Some(0), Some("add".to_string()));
     let two = (Some(1), Some("add_two".to_string()));
     assert_eq!(by[&("Person".to_string(), "N0".to_string())], n0);
@@ -162,7 +175,9 @@ async fn a_member_that_breaks_a_rule_fails_alone_and_the_others_commit() {
 #[tokio::test]
 async fn a_group_whose_every_member_is_refused_changes_nothing() {
     let t = loaded_graph().await;
-    t.g.mutate("main", M, "add", &json!({"n": "Zed"})).await.unwrap();
+    t.g.mutate("main", M, "add", &json!({"n": "Zed"}))
+        .await
+        .unwrap();
     let before = Untouched::of(&t).await;
     let done = all(
         &t.g,
@@ -184,7 +199,9 @@ async fn a_group_whose_every_member_is_refused_changes_nothing() {
 #[tokio::test]
 async fn deletes_and_writes_queued_together_commit_in_their_order() {
     let t = loaded_graph().await;
-    t.g.mutate("main", M, "add", &json!({"n": "Zed"})).await.unwrap();
+    t.g.mutate("main", M, "add", &json!({"n": "Zed"}))
+        .await
+        .unwrap();
     let done: Vec<MutationResult> = all(
         &t.g,
         &[
@@ -218,7 +235,9 @@ async fn a_member_that_would_take_the_group_over_the_row_limit_commits_in_the_ne
         ));
     }
     t.g.load("main", &lines, LoadMode::Overwrite).await.unwrap();
-    t.g.mutate("main", M, "add", &json!({"n": "Zed"})).await.unwrap();
+    t.g.mutate("main", M, "add", &json!({"n": "Zed"}))
+        .await
+        .unwrap();
     let done: Vec<MutationResult> = all(
         &t.g,
         &[

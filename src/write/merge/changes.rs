@@ -134,7 +134,12 @@ fn writers(rec: &CommitRecord) -> HashMap<(String, String), (u32, String)> {
             continue;
         };
         for (ty, list) in ids {
-            for id in list.as_array().into_iter().flatten().filter_map(|v| v.as_str()) {
+            for id in list
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.as_str())
+            {
                 out.insert(
                     (ty.clone(), id.to_string()),
                     (place as u32, name.to_string()),
@@ -185,20 +190,16 @@ pub async fn commit_changes(
             &g.read_table(&after, def).await?,
         )
         .await?;
-        out.extend(
-            s.entity_changes()
-                .into_iter()
-                .map(|(id, change)| {
-                    let by = writers.get(&(def.name.clone(), id.clone()));
-                    EntityChange {
-                        change,
-                        type_name: def.name.clone(),
-                        member: by.map(|b| b.0),
-                        mutation: by.map(|b| b.1.clone()),
-                        id,
-                    }
-                }),
-        );
+        out.extend(s.entity_changes().into_iter().map(|(id, change)| {
+            let by = writers.get(&(def.name.clone(), id.clone()));
+            EntityChange {
+                change,
+                type_name: def.name.clone(),
+                member: by.map(|b| b.0),
+                mutation: by.map(|b| b.1.clone()),
+                id,
+            }
+        }));
     }
     Ok(out)
 }
