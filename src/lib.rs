@@ -38,8 +38,8 @@ pub use error::{OmniError, Result};
 pub use exec::blob::{Blob, BlobCell, BlobReader};
 pub use exec::run::QueryResult;
 pub use handle::{
-    BranchInfo, LoadReport, Omnigraph, OptimizeReport, Options, SchemaCommit, SnapshotInfo,
-    TableInfo, TableLocation,
+    BranchInfo, CommitHold, LoadReport, Omnigraph, OptimizeReport, Options, SchemaCommit,
+    SnapshotInfo, TableInfo, TableLocation,
 };
 pub use storage::Target;
 pub use storage::index_files::GcReport;

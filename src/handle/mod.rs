@@ -49,6 +49,7 @@ mod writes;
 
 pub use branches::BranchInfo;
 pub use evolution::SchemaCommit;
+pub use group::CommitHold;
 pub use reads::{SnapshotInfo, TableInfo, TableLocation};
 pub use upkeep::OptimizeReport;
 pub use writes::LoadReport;

@@ -1,6 +1,7 @@
 //! The handle's data writes: loads (JSONL text, readers, Arrow tables)
 //! and mutations, each one commit through the protocol.
 
+use super::group::Job;
 use super::*;
 use crate::write::group::Member;
 
@@ -14,6 +15,10 @@ pub struct LoadReport {
     pub edges: BTreeMap<String, usize>,
     pub commit: String,
     pub manifest_version: u64,
+    /// The load's place among the `members` of its commit record when it
+    /// shared its commit with others queued on the branch beside it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub member: Option<u32>,
 }
 
 /// How many times a mutation is checked against the accepted schema when
@@ -112,28 +117,38 @@ impl Omnigraph {
             .map_err(|e| OmniError::Storage(format!("the load task failed: {e}")))??;
         let mode = work.mode();
         let (nodes, edges) = work.counts();
-        let work = Arc::new(Pinned {
-            schema: schema.id.clone(),
-            work,
-        });
-        let (commit, version, _) = self
-            .run(
-                OpKind::Write {
+        let schema = schema.id.clone();
+        // A small append or merge may share its commit with others queued
+        // on the branch; an overwrite replaces tables and commits alone.
+        let done = match mode {
+            LoadMode::Overwrite => {
+                let work = Arc::new(Pinned { schema, work });
+                let kind = OpKind::Write {
                     branch: branch.to_string(),
-                },
-                "load",
-                Some(work),
-            )
-            .await?;
-        self.compact_if_fragmented(branch, version).await;
+                };
+                let (commit, version, _) = self.run(kind, "load", Some(work)).await?;
+                self.compact_if_fragmented(branch, version).await;
+                group::Committed {
+                    commit,
+                    version,
+                    summary: serde_json::Value::Null,
+                    member: None,
+                }
+            }
+            LoadMode::Append | LoadMode::Merge => {
+                self.commit_grouped(branch, Job::Load { schema, work })
+                    .await?
+            }
+        };
         Ok(LoadReport {
             branch: branch.to_string(),
             branch_created,
             mode,
             nodes,
             edges,
-            commit: commit.unwrap_or_default(),
-            manifest_version: version,
+            commit: done.commit.unwrap_or_default(),
+            manifest_version: done.version,
+            member: done.member,
         })
     }
 
@@ -251,7 +266,7 @@ impl Omnigraph {
             // A conditional mutation names the head it must land on: it
             // commits alone, and is never tried again.
             let done = match expected_head {
-                None => self.commit_grouped(branch, member).await,
+                None => self.commit_grouped(branch, Job::Mutation(member)).await,
                 Some(_) => self.commit_conditional(branch, member).await,
             };
             match done {

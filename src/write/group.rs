@@ -3,13 +3,15 @@
 //! transaction per table. Each member is judged as if it committed alone
 //! right after the members before it: one that fails (a key conflict, an
 //! invalid value, a broken `@unique` or `@card`) is left out with its own
-//! error and the others commit.
+//! error and the others commit. Small loads (append or merge) queued on a
+//! branch commit together too, as one load of all their rows.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use super::load::LoadWork;
 use super::mutate::{self, MutationWork, Staging, validate};
 use crate::error::{OmniError, Result};
 use crate::storage::substrate::{BoxFut, PrepareCx, PrepareWork, Prepared};
@@ -207,6 +209,62 @@ impl PrepareWork for GroupWork {
                 merge: None,
                 schema_change: None,
             })
+        })
+    }
+}
+
+/// Loads that queued on one branch, committed as one load of their rows
+/// in order. A load cannot be left out alone: when the whole fails, each
+/// member commits by itself (src/handle/group.rs).
+pub struct LoadGroup {
+    /// The schema each member was parsed against.
+    schemas: Vec<String>,
+    whole: LoadWork,
+    /// Each member's record in the commit.
+    members: Vec<serde_json::Value>,
+}
+
+impl LoadGroup {
+    /// `None` when the members' rows together break a rule of one load
+    /// (a limit, an id given twice): each then commits alone.
+    pub fn new(members: &[(String, Arc<LoadWork>)]) -> Option<Self> {
+        let works: Vec<&LoadWork> = members.iter().map(|(_, w)| w.as_ref()).collect();
+        let whole = LoadWork::combine(&works).ok()?;
+        let records = members
+            .iter()
+            .map(|(_, w)| {
+                let (nodes, edges) = w.counts();
+                serde_json::json!({
+                    "mutation": "load",
+                    "mode": w.mode().as_str(),
+                    "nodes": nodes,
+                    "edges": edges,
+                    "ids": w.ids(),
+                })
+            })
+            .collect();
+        Some(Self {
+            schemas: members.iter().map(|(s, _)| s.clone()).collect(),
+            whole,
+            members: records,
+        })
+    }
+}
+
+impl PrepareWork for LoadGroup {
+    fn prepare<'a>(&'a self, cx: &'a mut PrepareCx) -> BoxFut<'a, Result<Prepared>> {
+        Box::pin(async move {
+            let accepted = &cx.snapshot.schema.id;
+            if let Some(stale) = self.schemas.iter().find(|s| *s != accepted) {
+                return Err(OmniError::SchemaChanged {
+                    compiled: stale.clone(),
+                    accepted: accepted.clone(),
+                });
+            }
+            let mut p = self.whole.prepare(cx).await?;
+            p.summary["loads"] = self.members.len().into();
+            p.summary["members"] = self.members.clone().into();
+            Ok(p)
         })
     }
 }

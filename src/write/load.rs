@@ -159,6 +159,56 @@ impl LoadWork {
         self.mode
     }
 
+    /// One load of the rows of `works` (one mode, not an overwrite), in
+    /// order, checked as one file of them would be: a group commit of
+    /// loads. Under merge the last member to write an id wins.
+    pub fn combine(works: &[&LoadWork]) -> Result<Self> {
+        let mode = works[0].mode;
+        let mut types: BTreeMap<u32, ParsedType> = BTreeMap::new();
+        let (mut lines, mut bytes) = (0usize, 0u64);
+        for w in works {
+            for (id, pt) in &w.parsed.types {
+                let e = types.entry(*id).or_insert_with(|| ParsedType {
+                    def: pt.def.clone(),
+                    batches: Vec::new(),
+                    lines: Vec::new(),
+                    explicit_ids: 0,
+                });
+                e.batches.extend(pt.batches.iter().cloned());
+                let at = lines as u32;
+                e.lines
+                    .extend(pt.lines.iter().map(|l| l.iter().map(|x| x + at).collect()));
+                e.explicit_ids += pt.explicit_ids;
+            }
+            lines += w.parsed.lines;
+            bytes += w.parsed.bytes;
+        }
+        Self::new(
+            Parsed {
+                types,
+                lines,
+                bytes,
+            },
+            mode,
+        )
+    }
+
+    /// The ids this load writes, per type name.
+    pub fn ids(&self) -> BTreeMap<String, Vec<String>> {
+        self.parsed
+            .types
+            .values()
+            .map(|pt| {
+                let list = pt
+                    .batches
+                    .iter()
+                    .flat_map(|b| ids(b).iter().flatten().map(str::to_string))
+                    .collect();
+                (pt.def.name.clone(), list)
+            })
+            .collect()
+    }
+
     /// Rows per type name, nodes and edges apart.
     pub fn counts(&self) -> (BTreeMap<String, usize>, BTreeMap<String, usize>) {
         let mut nodes = BTreeMap::new();

@@ -1,13 +1,13 @@
 //! Group commit: mutations queued on one branch of one handle commit
 //! together, each caller keeping its own answer (its place in the shared
 //! commit, its own counts, its own error), and `commit changes` names the
-//! mutation that wrote each row. The futures are polled together on one
-//! thread, so every one of them is queued before the first commit starts.
+//! mutation that wrote each row. Commits on the branch are held until every
+//! write of a test is queued, so each group is what the test says.
 
 use std::collections::BTreeMap;
 
 use futures::future::join_all;
-use omnigraph::{LoadMode, MutationResult, OmniError, Omnigraph, Target};
+use omnigraph::{LoadMode, LoadReport, MutationResult, OmniError, Omnigraph, Target};
 use serde_json::{Value, json};
 
 use crate::common::*;
@@ -27,8 +27,31 @@ query older($min: I32, $age: I32) { update Person set { age: $age } where age >=
 query younger($max: I32, $age: I32) { update Person set { age: $age } where age < $max }
 "#;
 
+/// Run `writes` on main with the branch's commits held until every one of
+/// them is queued.
+async fn gathered<F: std::future::Future>(
+    g: &Omnigraph,
+    writes: impl IntoIterator<Item = F>,
+) -> Vec<F::Output> {
+    let writes: Vec<F> = writes.into_iter().collect();
+    let n = writes.len();
+    let hold = g.hold_commits("main");
+    let release = async move {
+        while g.queued("main") < n {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        drop(hold);
+    };
+    let (out, ()) = tokio::join!(join_all(writes), release);
+    out
+}
+
 async fn all(g: &Omnigraph, calls: &[(&str, Value)]) -> Vec<Result<MutationResult, OmniError>> {
-    join_all(calls.iter().map(|(name, p)| g.mutate("main", M, name, p))).await
+    gathered(
+        g,
+        calls.iter().map(|(name, p)| g.mutate("main", M, name, p)),
+    )
+    .await
 }
 
 async fn has_person(g: &Omnigraph, name: &str) -> bool {
@@ -278,4 +301,82 @@ async fn a_member_that_would_take_the_group_over_the_row_limit_commits_in_the_ne
         ],
         "each member's update landed whole"
     );
+}
+
+fn item(name: &str) -> String {
+    format!(
+        "{{\"type\":\"Person\",\"data\":{{\"name\":\"{name}\"}}}}\n{{\"edge\":\"Knows\",\"from\":\"{name}\",\"to\":\"Alice\"}}\n"
+    )
+}
+
+#[tokio::test]
+async fn loads_queued_on_a_branch_share_one_commit_and_each_row_names_its_load() {
+    let t = loaded_graph().await;
+    let before = t.g.commits("main", None).await.unwrap().len();
+    let names: Vec<String> = (0..8).map(|i| format!("L{i}")).collect();
+    let lines: Vec<String> = names.iter().map(|n| item(n)).collect();
+    let done: Vec<LoadReport> = gathered(
+        &t.g,
+        lines.iter().map(|l| t.g.load("main", l, LoadMode::Append)),
+    )
+    .await
+    .into_iter()
+    .map(Result::unwrap)
+    .collect();
+    // Loads queue as their parses finish: each has a place of its own.
+    let commit = done[0].commit.clone();
+    let mut places: Vec<u32> = done.iter().map(|r| r.member.expect("shared")).collect();
+    for r in &done {
+        assert_eq!(r.commit, commit);
+        assert_eq!(r.nodes, BTreeMap::from([("Person".to_string(), 1)]));
+        assert_eq!(r.edges, BTreeMap::from([("Knows".to_string(), 1)]));
+    }
+    places.sort();
+    assert_eq!(places, (0..8).collect::<Vec<u32>>());
+    assert_eq!(t.g.commits("main", None).await.unwrap().len(), before + 1);
+    for n in &names {
+        assert!(has_person(&t.g, n).await, "{n}");
+    }
+    assert_eq!(count(&t.g, "main", "Knows").await, 2 + 8);
+    for c in t.g.changes(&commit, None).await.unwrap() {
+        assert_eq!(c.mutation.as_deref(), Some("load"), "{c:?}");
+        if c.type_name == "Person" {
+            let i = names.iter().position(|n| *n == c.id).expect("ours");
+            assert_eq!(c.member, done[i].member, "{c:?}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn loads_that_cannot_be_one_commit_each_alone() {
+    let t = loaded_graph().await;
+    let head_before = head(&t.g).await;
+    // The same new id twice: as one load it is given twice; alone, the
+    // first appends it and the second finds it there.
+    let done = gathered(
+        &t.g,
+        [item("Dup"), item("Dup"), item("Solo")]
+            .iter()
+            .map(|l| t.g.load("main", l, LoadMode::Append))
+            .collect::<Vec<_>>(),
+    )
+    .await;
+    // The loads queue as their parses finish, so either Dup may be first:
+    // exactly one commits (alone), the other conflicts with it.
+    let (won, lost): (Vec<_>, Vec<_>) = done[..2].iter().partition(|r| r.is_ok());
+    assert_eq!((won.len(), lost.len()), (1, 1), "{done:?}");
+    let first = won[0].as_ref().unwrap();
+    assert_eq!(first.member, None, "it committed alone");
+    assert_ne!(first.commit, head_before);
+    match lost[0] {
+        Err(OmniError::KeyConflict { type_name, id }) => {
+            assert_eq!((type_name.as_str(), id.as_str()), ("Person", "Dup"))
+        }
+        other => panic!("expected the other Dup to conflict, got {other:?}"),
+    }
+    let solo = done[2].as_ref().unwrap();
+    assert_eq!(solo.member, None);
+    assert_ne!(solo.commit, first.commit);
+    assert!(has_person(&t.g, "Solo").await);
+    assert_eq!(count(&t.g, "main", "Knows").await, 2 + 2);
 }

@@ -450,13 +450,15 @@ async fn timed_mutations(
     ms
 }
 
+/// `writers` tasks committing `per` mutations each, back to back:
+/// mutations/s and the sorted latencies of every mutation.
 async fn throughput(
     g: &Omnigraph,
     writers: usize,
     branches: &[&str],
     per: usize,
     tag: &str,
-) -> f64 {
+) -> (f64, Vec<f64>) {
     let t0 = Instant::now();
     let mut tasks = Vec::new();
     for w in 0..writers {
@@ -464,15 +466,22 @@ async fn throughput(
         let branch = branches[w % branches.len()].to_string();
         let tag = format!("{tag}-{w}-");
         tasks.push(tokio::spawn(async move {
+            let mut ms = Vec::with_capacity(per);
             for k in 0..per {
+                let t = Instant::now();
                 mutate_once(&g, &branch, INSERT, format!("{tag}{k}")).await;
+                ms.push(t.elapsed().as_secs_f64() * 1000.0);
             }
+            ms
         }));
     }
+    let mut ms = Vec::new();
     for t in tasks {
-        t.await.expect("writer");
+        ms.extend(t.await.expect("writer"));
     }
-    (writers * per) as f64 / t0.elapsed().as_secs_f64()
+    let rate = (writers * per) as f64 / t0.elapsed().as_secs_f64();
+    ms.sort_by(f64::total_cmp);
+    (rate, ms)
 }
 
 async fn mutations(n: usize, history: usize) {
@@ -487,20 +496,28 @@ async fn mutations(n: usize, history: usize) {
         percentile(&ms, 0.99)
     );
     println!();
-    println!("| writers | branches | mutations/s |");
-    println!("|---|---|---|");
+    println!("| writers | branches | mutations/s | p50 ms | p99 ms |");
+    println!("|---|---|---|---|---|");
+    let row = |w: usize, b: &str, (rate, ms): &(f64, Vec<f64>)| {
+        println!(
+            "| {w} | {b} | {rate:.0} | {:.2} | {:.2} |",
+            percentile(ms, 0.5),
+            percentile(ms, 0.99)
+        );
+    };
     for w in [1, 4, 16] {
         let per = (n / w).max(8);
-        let rate = throughput(&g, w, &["main"], per, &format!("t{w}")).await;
-        println!("| {w} | 1 | {rate:.0} |");
+        let r = throughput(&g, w, &["main"], per, &format!("t{w}")).await;
+        row(w, "1", &r);
     }
     for b in ["b1", "b2", "b3"] {
         g.branch_create(b, "main").await.expect("branch");
     }
     let one = throughput(&g, 4, &["main"], n / 4, "one").await;
     let four = throughput(&g, 4, &["main", "b1", "b2", "b3"], n / 4, "four").await;
-    println!("| 4 | 1 (again, same run) | {one:.0} |");
-    println!("| 4 | 4 | {four:.0} |");
+    row(4, "1 (again, same run)", &one);
+    row(4, "4", &four);
+    let (one, four) = (one.0, four.0);
     println!("4 writers on 4 branches vs on 1 branch: {:.2}x", four / one);
     println!();
     // History and table size both grow under inserts; an update of one row
