@@ -132,6 +132,9 @@ pub struct CacheStats {
     pub node_carries: AtomicU64,
     /// Of those, carried from the version carried before them.
     pub node_carries_chained: AtomicU64,
+    /// Carries that took a version's appended rows from this process's
+    /// writer of it instead of reading them.
+    pub rows_handed: AtomicU64,
 }
 
 impl CacheStats {
@@ -154,6 +157,7 @@ impl CacheStats {
             "id_order_reads": g(&self.id_order_reads),
             "node_carries": g(&self.node_carries),
             "node_carries_chained": g(&self.node_carries_chained),
+            "rows_handed": g(&self.rows_handed),
         })
     }
 }

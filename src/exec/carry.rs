@@ -362,7 +362,7 @@ impl Ctx<'_> {
     async fn changed_since(
         &self,
         t: &TypeDef,
-        then: &Layout,
+        (then, then_version): (&Layout, u64),
         now: &Layout,
         room: usize,
     ) -> Result<Option<(Vec<u32>, RecordBatch)>> {
@@ -380,9 +380,29 @@ impl Ctx<'_> {
         let cols = t.row_columns();
         let table = self.g.read_table(self.snap, t).await?;
         let kept = (coverage::rows(then) - gone.len()) as u32;
-        let appended = match added {
-            0 => scan::empty(&table, &cols)?,
-            n => {
+        // The version right after `then`, written by this process: its
+        // writer handed over the rows its new fragments hold.
+        let handed = match then_version + 1 == table.version() {
+            true => {
+                let now = self.phys(t)?;
+                self.g
+                    .tables
+                    .appended(&now.dir, now.lance_branch.as_deref(), now.version)
+                    .filter(|rows| rows.num_rows() == added)
+                    .and_then(|rows| table.as_taken(&rows, &cols))
+            }
+            false => None,
+        };
+        let appended = match (added, handed) {
+            (0, _) => scan::empty(&table, &cols)?,
+            (_, Some(rows)) => {
+                self.cache
+                    .stats
+                    .rows_handed
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                rows
+            }
+            (n, None) => {
                 table
                     .take_columns(&(kept..kept + n as u32).collect::<Vec<_>>(), &cols)
                     .await?
@@ -398,7 +418,7 @@ impl Ctx<'_> {
         now: &Layout,
     ) -> Result<Option<NodeDelta>> {
         let Some((gone, appended)) = self
-            .changed_since(t, &base.layout, now, CHANGED_ROWS_MAX)
+            .changed_since(t, (&base.layout, base.phys.version), now, CHANGED_ROWS_MAX)
             .await?
         else {
             return Ok(None);
@@ -417,7 +437,8 @@ impl Ctx<'_> {
         now: &Layout,
     ) -> Result<Option<NodeDelta>> {
         let room = CHANGED_ROWS_MAX.saturating_sub(tip.delta.changed());
-        let Some((gone, appended)) = self.changed_since(t, &tip.layout, now, room).await? else {
+        let then = (tip.layout.as_ref(), tip.phys.version);
+        let Some((gone, appended)) = self.changed_since(t, then, now, room).await? else {
             return Ok(None);
         };
         tip.delta.then(&gone, &appended)

@@ -83,6 +83,9 @@ struct StagedTable {
     lance_branch: Option<String>,
     base: Arc<Dataset>,
     txns: Vec<Transaction>,
+    /// The rows its new fragments will hold, in order, when the write
+    /// knows them (see `Tables::appended`).
+    appended: Option<Arc<arrow_array::RecordBatch>>,
 }
 
 /// The view a [`PrepareWork`] gets: the snapshot it runs against, and the
@@ -198,9 +201,24 @@ impl PrepareCx {
                 lance_branch: rec.line(branch, &t.table_key()),
                 base,
                 txns,
+                appended: None,
             },
         );
         Ok(())
+    }
+
+    /// Say which rows the change just staged for `t` on the snapshot's
+    /// branch appends, in the order its new fragments hold them: the
+    /// process keeps them with the version the commit makes, so that a
+    /// read of that version's change needs no read of them. Only for a
+    /// change that appends exactly these rows, in this order.
+    pub fn staged_rows(&mut self, t: &TypeDef, rows: arrow_array::RecordBatch) {
+        let slot = format!("{}@{}", t.table_key(), self.snapshot.branch);
+        if rows.num_rows() <= crate::storage::tables::APPENDED_ROWS_MAX
+            && let Some(s) = self.staged.get_mut(&slot)
+        {
+            s.appended = Some(Arc::new(rows));
+        }
     }
 
     pub fn staged_tables(&self) -> usize {
@@ -700,7 +718,13 @@ impl LanceSubstrate {
         self.hold_if_asked().await;
         self.g
             .tables
-            .commit(&s.dir, s.lance_branch.as_deref(), s.base, s.txns)
+            .commit(
+                &s.dir,
+                s.lance_branch.as_deref(),
+                s.base,
+                s.txns,
+                s.appended,
+            )
             .await
     }
 

@@ -29,6 +29,12 @@ use omnigraph_actors::CommitResult;
 /// How many opened table versions stay cached.
 const OPEN_CACHE_LIMIT: usize = 512;
 
+/// Versions whose appended rows a process keeps (see `Tables::appended`).
+const APPENDED_LIMIT: usize = 256;
+
+/// Rows handed over with a commit are kept up to this many.
+pub const APPENDED_ROWS_MAX: usize = 4096;
+
 /// Table versions a walk over a table's history reads at once.
 const WALK_READS: usize = 16;
 
@@ -57,6 +63,25 @@ impl Table {
 
     pub fn version(&self) -> u64 {
         self.0.version().version
+    }
+
+    /// `rows` (handed over by the writer of this version, see
+    /// `Tables::appended`) as a take of `columns` from this version gives
+    /// them: `None` when a column is missing or typed otherwise.
+    pub fn as_taken(&self, rows: &RecordBatch, columns: &[&str]) -> Option<RecordBatch> {
+        let schema = Arc::new(arrow_schema::Schema::from(
+            &self.0.schema().project(columns).ok()?,
+        ));
+        let arrays = schema
+            .fields()
+            .iter()
+            .map(|f| {
+                rows.column_by_name(f.name())
+                    .filter(|a| a.data_type() == f.data_type())
+                    .cloned()
+            })
+            .collect::<Option<Vec<_>>>()?;
+        RecordBatch::try_new(schema, arrays).ok()
     }
 
     /// The fragments of this version in scan order, each with its deleted
@@ -315,6 +340,11 @@ pub struct Tables {
     latest: Mutex<HashMap<Physical, Arc<Dataset>>>,
     /// Serialises forks of one physical table.
     fork_lock: tokio::sync::Mutex<()>,
+    /// The rows each version this process committed appended, in the
+    /// order they lie in its new fragments, when the writer knew that
+    /// order: a read of the version's change takes them from here instead
+    /// of from storage. Immutable per version, so always valid.
+    appended: Mutex<HashMap<Exact, Arc<RecordBatch>>>,
 }
 
 /// Lance's marker of a primary-key column (merge-insert matches on it).
@@ -432,6 +462,7 @@ impl Tables {
             opened: Mutex::new(HashMap::new()),
             latest: Mutex::new(HashMap::new()),
             fork_lock: tokio::sync::Mutex::new(()),
+            appended: Mutex::new(HashMap::new()),
         }
     }
 
@@ -490,6 +521,18 @@ impl Tables {
             opened.clear();
         }
         opened.insert(key, ds);
+    }
+
+    /// The rows this process's commit of `version` appended (see the
+    /// field), if it handed them over.
+    pub fn appended(
+        &self,
+        dir: &str,
+        lance_branch: Option<&str>,
+        version: u64,
+    ) -> Option<Arc<RecordBatch>> {
+        let key = (dir.to_string(), lance_branch.map(str::to_string), version);
+        self.appended.lock().get(&key).cloned()
     }
 
     /// A table exactly as a manifest names it.
@@ -676,7 +719,10 @@ impl Tables {
         lance_branch: Option<&str>,
         mut base: Arc<Dataset>,
         txns: Vec<Transaction>,
+        appended: Option<Arc<RecordBatch>>,
     ) -> CommitResult {
+        // Rows handed over name one transaction's new fragments.
+        let appended = appended.filter(|_| txns.len() == 1);
         let mut result = Err(lance::Error::invalid_input("an empty change".to_string()));
         let mut refusal = None;
         for txn in txns {
@@ -701,6 +747,14 @@ impl Tables {
                 // A read of the version this process just wrote opens it
                 // without a request.
                 self.remember_opened(dir, lance_branch, version, ds);
+                if let Some(rows) = appended {
+                    let key = (dir.to_string(), lance_branch.map(str::to_string), version);
+                    let mut kept = self.appended.lock();
+                    if kept.len() >= APPENDED_LIMIT {
+                        kept.clear();
+                    }
+                    kept.insert(key, rows);
+                }
                 CommitResult::Committed { version }
             }
             Err(_) if refusal.is_some() => {
@@ -954,7 +1008,7 @@ mod tests {
         let v1 = t.latest("t", None).await.unwrap().unwrap();
         let txn = append_staged_on(&v1, &session, "a").await;
         assert_eq!(
-            t.commit("t", None, v1, vec![txn]).await,
+            t.commit("t", None, v1, vec![txn], None).await,
             CommitResult::Committed { version: 2 }
         );
         let size = t
@@ -991,12 +1045,12 @@ mod tests {
         let unpinned = append_staged_on(&v1, &session, "unpinned").await;
         // The stalled writer's commit lands first, at its base + 1.
         assert_eq!(
-            t.commit("t", None, v1.clone(), vec![late]).await,
+            t.commit("t", None, v1.clone(), vec![late], None).await,
             CommitResult::Committed { version: 2 }
         );
         // The next writer's commit on the same base is refused, not rebased:
         // its manifest of version 2 is created only if absent.
-        match t.commit("t", None, v1.clone(), vec![next]).await {
+        match t.commit("t", None, v1.clone(), vec![next], None).await {
             CommitResult::Conflict(_) => {}
             other => panic!("expected a conflict, got {other:?}"),
         }
@@ -1071,7 +1125,7 @@ mod tests {
             let base = t.latest("t", None).await.unwrap().unwrap();
             let txn = append_staged_on(&base, &session, id).await;
             assert_eq!(
-                t.commit("t", None, base, vec![txn]).await,
+                t.commit("t", None, base, vec![txn], None).await,
                 CommitResult::Committed { version: v + 1 }
             );
         }

@@ -20,6 +20,7 @@ use crate::error::{Location, OmniError, Result};
 use crate::storage::external::{self, External};
 use crate::storage::stage;
 use crate::storage::substrate::{BoxFut, PrepareCx, PrepareWork, Prepared};
+use crate::storage::tables::APPENDED_ROWS_MAX;
 use crate::util::hash::FxHashMap;
 use crate::util::idindex::{ABSENT, IdIndex};
 use omnigraph_actors::WriteClass;
@@ -544,6 +545,13 @@ impl PrepareWork for LoadWork {
             let txns = futures::future::try_join_all(staged).await?;
             for ((pt, target), txn) in self.parsed.types.values().zip(targets).zip(txns) {
                 cx.stage(&pt.def, target, txn)?;
+                // An append writes its rows in order: a read of the version
+                // it makes takes them from the writer.
+                if self.mode == LoadMode::Append && pt.rows() <= APPENDED_ROWS_MAX {
+                    let rows =
+                        arrow::compute::concat_batches(&pt.batches[0].schema(), &pt.batches)?;
+                    cx.staged_rows(&pt.def, rows);
+                }
             }
             let (nodes, edges) = self.counts();
             let class = match self.mode {

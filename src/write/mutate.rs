@@ -857,6 +857,16 @@ pub(super) async fn stage_changes(
         };
         staged.push((def, input));
     }
+    // A whole row written alone is the one row its new fragment holds: a
+    // read of the version takes it from the writer. (The order an upsert
+    // writes several rows in is the storage library's, not known here.)
+    let single_rows: Vec<Option<RecordBatch>> = staged
+        .iter()
+        .map(|(_, input)| match input {
+            Staged::Rows(b) if b.len() == 1 && b[0].num_rows() == 1 => Some(b[0].clone()),
+            _ => None,
+        })
+        .collect();
     // The tables are staged side by side: on object storage each
     // is several round trips.
     let cx_ref = &*cx;
@@ -869,8 +879,11 @@ pub(super) async fn stage_changes(
         Ok::<_, OmniError>((def, target, txn))
     }))
     .await?;
-    for (def, target, txn) in txns {
+    for ((def, target, txn), one) in txns.into_iter().zip(single_rows) {
         cx.stage(&def, target, txn)?;
+        if let Some(row) = one {
+            cx.staged_rows(&def, row);
+        }
     }
     Ok((nodes, edges))
 }

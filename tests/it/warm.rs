@@ -161,12 +161,20 @@ async fn a_warm_handle_answers_as_a_fresh_one_after_every_kind_of_write() {
     ];
     for (what, body) in steps {
         let before = carries(&db);
+        let handed = db.cache_stats()["rows_handed"].as_u64().unwrap();
         mutate(&db, "main", body).await;
         check(&db, &uri, what).await;
         if body.contains("Person") {
             assert!(
                 carries(&db) > before,
                 "after {what} no node table was carried"
+            );
+        }
+        // A row written alone is taken from its writer, not read.
+        if what == "a node insert" || what == "an update" {
+            assert!(
+                db.cache_stats()["rows_handed"].as_u64().unwrap() > handed,
+                "after {what} the written row was read back"
             );
         }
     }
@@ -255,6 +263,11 @@ async fn a_warm_handle_answers_as_a_fresh_one_after_every_kind_of_write() {
     let more: String = (0..5)
         .map(|i| format!("{{\"type\":\"Person\",\"data\":{{\"handle\":\"m{i}\",\"name\":\"n3\",\"age\":{}}}}}\n", 60 + i))
         .collect();
+    let handed = db.cache_stats()["rows_handed"].as_u64().unwrap();
     db.load("main", &more, LoadMode::Append).await.unwrap();
     check(&db, &uri, "an appending load").await;
+    assert!(
+        db.cache_stats()["rows_handed"].as_u64().unwrap() > handed,
+        "the rows an append wrote were read back"
+    );
 }
