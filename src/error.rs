@@ -238,6 +238,20 @@ impl OmniError {
         }
     }
 
+    /// Did storage (or this process's lease) fail, rather than the write
+    /// ask for something that cannot be done? Such a failure may come
+    /// after an effect; any other came before one.
+    pub fn is_storage_failure(&self) -> bool {
+        matches!(
+            self,
+            OmniError::Storage(_)
+                | OmniError::Backend(_)
+                | OmniError::Io(_)
+                | OmniError::LeaseLost { .. }
+                | OmniError::RecoveryRequired { .. }
+        )
+    }
+
     /// A short stable name for the error kind, used in machine output.
     pub fn kind(&self) -> &'static str {
         match self {

@@ -347,6 +347,7 @@ class RemoteGraph:
             manifest_version=m["commit"]["graph_manifest_version"],
             nodes=m["affected_nodes"],
             edges=m["affected_edges"],
+            member=m.get("member"),
         )
 
     def load(self, data: Any, mode: str = "append", branch: str = "main", from_: str | None = None) -> Any:

@@ -83,12 +83,18 @@ class MutationResult:
     manifest_version: int
     nodes: dict[str, int] = field(default_factory=dict)
     edges: dict[str, int] = field(default_factory=dict)
+    # Its place among the members of a commit it shared with mutations
+    # queued beside it (group commit); None when the commit is its own.
+    member: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "branch": self.branch,
             "commit": self.commit,
             "manifest_version": self.manifest_version,
             "nodes": dict(self.nodes),
             "edges": dict(self.edges),
         }
+        if self.member is not None:
+            out["member"] = self.member
+        return out

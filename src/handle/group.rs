@@ -89,19 +89,6 @@ pub(super) struct Groups {
     queues: parking_lot::Mutex<HashMap<QueueKey, Queue>>,
 }
 
-/// Can a group's failure `e` be retried member by member? Only when it
-/// wrote nothing: the write was refused before any table commit.
-fn wrote_nothing(e: &OmniError) -> bool {
-    !matches!(
-        e,
-        OmniError::Storage(_)
-            | OmniError::Backend(_)
-            | OmniError::Io(_)
-            | OmniError::LeaseLost { .. }
-            | OmniError::RecoveryRequired { .. }
-    )
-}
-
 /// Members to commit alone next.
 fn alone(group: Vec<Waiter>) -> Vec<Waiter> {
     group
@@ -121,7 +108,8 @@ fn alone(group: Vec<Waiter>) -> Vec<Waiter> {
 /// failure after an effect is every member's answer, as it would be a
 /// lone writer's.
 fn failed_whole(group: Vec<Waiter>, e: &OmniError, answers: &mut Answers) -> Vec<Waiter> {
-    if !wrote_nothing(e) {
+    // Only a write refused before any table commit can be tried again.
+    if e.is_storage_failure() {
         for w in group {
             answers.push((w.reply, Err(for_each(e))));
         }
@@ -402,7 +390,10 @@ impl Omnigraph {
     async fn commit_alone(&self, branch: &str, w: Waiter, answers: &mut Answers) -> Option<u64> {
         let outcome = match &w.job {
             Job::Mutation(m) => self.commit_one(branch, m).await,
-            Job::Load { schema, work } => self.commit_load(branch, schema, work.clone()).await,
+            Job::Load { schema, work } => {
+                self.commit_pinned(branch, "load", schema, work.clone())
+                    .await
+            }
         };
         let version = outcome.as_ref().ok().map(|c| c.version);
         answers.push((w.reply, outcome));
@@ -410,27 +401,18 @@ impl Omnigraph {
     }
 
     async fn commit_one(&self, branch: &str, member: &Member) -> Result<Committed> {
-        let work = Arc::new(Pinned {
-            schema: member.schema.clone(),
-            work: member.work.clone(),
-        });
-        let kind = OpKind::Write {
-            branch: branch.to_string(),
-        };
-        let (commit, version, summary) = self.run(kind, "mutation", Some(work)).await?;
-        Ok(Committed {
-            commit,
-            version,
-            summary,
-            member: None,
-        })
+        let work = member.work.clone();
+        self.commit_pinned(branch, "mutation", &member.schema, work)
+            .await
     }
 
-    async fn commit_load(
+    /// One write of its own, checked against schema `schema`.
+    async fn commit_pinned(
         &self,
         branch: &str,
+        label: &str,
         schema: &str,
-        work: Arc<LoadWork>,
+        work: Arc<dyn PrepareWork>,
     ) -> Result<Committed> {
         let work = Arc::new(Pinned {
             schema: schema.to_string(),
@@ -439,7 +421,7 @@ impl Omnigraph {
         let kind = OpKind::Write {
             branch: branch.to_string(),
         };
-        let (commit, version, summary) = self.run(kind, "load", Some(work)).await?;
+        let (commit, version, summary) = self.run(kind, label, Some(work)).await?;
         Ok(Committed {
             commit,
             version,

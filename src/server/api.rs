@@ -142,6 +142,11 @@ pub struct MutateResponse {
     /// Who the commit records as its author: the token's actor.
     pub actor_id: String,
     pub commit: CommitRef,
+    /// The mutation's place among the members of a commit it shared with
+    /// others queued on the branch beside it (group commit); absent when
+    /// the commit is its own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub member: Option<u32>,
 }
 
 /// Which state a snapshot describes: a branch head (default `main`), a

@@ -171,6 +171,7 @@ async fn run_mutation(
         query_name: name,
         affected_nodes: r.nodes,
         affected_edges: r.edges,
+        member: r.member,
         actor_id: actor.0.to_string(),
         commit: CommitRef {
             graph_commit_id: r.commit,

@@ -44,26 +44,13 @@ pub struct GroupWork {
     verdicts: Mutex<Vec<Verdict>>,
 }
 
-/// Is `e` the member's own failure (what it asked for cannot be done), as
-/// opposed to one of storage, which no member caused?
-fn own_failure(e: &OmniError) -> bool {
-    !matches!(
-        e,
-        OmniError::Storage(_)
-            | OmniError::Backend(_)
-            | OmniError::Io(_)
-            | OmniError::LeaseLost { .. }
-            | OmniError::RecoveryRequired { .. }
-    )
-}
-
 /// The verdict on a member whose statements or checks failed with `e`;
 /// `alone` says whether nothing was kept before it. Storage failures fail
 /// the whole prepare.
 fn refusal(e: OmniError, alone: bool) -> Result<Verdict> {
     match e {
         OmniError::ResourceLimitExceeded { .. } if !alone => Ok(Verdict::Deferred),
-        e if own_failure(&e) => Ok(Verdict::Refused(e)),
+        e if !e.is_storage_failure() => Ok(Verdict::Refused(e)),
         e => Err(e),
     }
 }
@@ -150,7 +137,7 @@ impl PrepareWork for GroupWork {
             if !kept.is_empty()
                 && let Err(e) = validate(&mut s).await
             {
-                if !own_failure(&e) {
+                if e.is_storage_failure() {
                     return Err(e);
                 }
                 s = Staging::new(cx);
