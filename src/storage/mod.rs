@@ -24,6 +24,7 @@
 pub mod background;
 pub mod blob;
 pub mod external;
+pub mod filecache;
 pub mod index_files;
 pub mod leases;
 pub mod locks;

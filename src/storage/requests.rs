@@ -32,6 +32,8 @@ use serde::Serialize;
 use tracing::trace;
 use url::Url;
 
+use super::filecache::FileCache;
+
 /// Requests by kind since the process started (or since `reset`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Requests {
@@ -210,6 +212,7 @@ pub fn counted_session() -> (StorageSession, Arc<Counters>) {
 /// after `latency`.
 pub fn counted_session_with(latency: Latency) -> (StorageSession, Arc<Counters>) {
     let counters = Arc::new(Counters::new(latency));
+    let files = FileCache::default();
     let registry = ObjectStoreRegistry::default();
     for scheme in COUNTED {
         if let Some(inner) = registry.get_provider(scheme) {
@@ -218,6 +221,7 @@ pub fn counted_session_with(latency: Latency) -> (StorageSession, Arc<Counters>)
                 Arc::new(CountingProvider {
                     inner,
                     counters: counters.clone(),
+                    files: files.clone(),
                 }),
             );
         }
@@ -234,6 +238,8 @@ pub fn counted_session_with(latency: Latency) -> (StorageSession, Arc<Counters>)
 struct CountingProvider {
     inner: Arc<dyn ObjectStoreProvider>,
     counters: Arc<Counters>,
+    /// In front of the counter: a kept file's read is no request.
+    files: FileCache,
 }
 
 #[async_trait::async_trait]
@@ -245,6 +251,7 @@ impl ObjectStoreProvider for CountingProvider {
     ) -> lance::Result<lance::io::ObjectStore> {
         let mut store = self.inner.new_store(base_path, params).await?;
         store.apply_wrapper(&CountingWrapper(self.counters.clone()));
+        store.apply_wrapper(&self.files.wrapper());
         // Lance finds the versions committed since a base by listing the
         // table's `_versions/` where listings come back in key order, and by
         // a version hint plus probes where they do not. Every table commit
