@@ -383,6 +383,20 @@ impl Leases {
             .collect()
     }
 
+    /// A read of this gate's lease, to start ahead of taking it (its tag is
+    /// then known, see `known_free`): none when this process holds the
+    /// lease or already knows its tag.
+    pub fn read_ahead(
+        &self,
+        gate: &str,
+    ) -> Option<impl Future<Output = Vec<(String, String)>> + Send + 'static> {
+        if self.held.lock().contains_key(gate) || self.freed.lock().contains_key(gate) {
+            return None;
+        }
+        let (store, gates) = (self.store.clone(), [gate.to_string()]);
+        Some(async move { Self::read_free(&store, &gates).await })
+    }
+
     /// Leases seen free (by `read_free`): the first take of each tries a
     /// conditional write on that tag, as for one this process gave back.
     pub fn known_free(&self, free: Vec<(String, String)>) {

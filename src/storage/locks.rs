@@ -244,6 +244,28 @@ impl ProcessLocks {
         }
     }
 
+    /// Start reading `gate`'s lease now, so that taking it later costs one
+    /// conditional write (a write's prepare starts one for each gate it
+    /// will take, beside its own reads): the tags found free are handed to
+    /// `known_free` by whoever awaits the handle. None where a gate costs
+    /// no request, or its tag is known.
+    pub fn read_ahead(
+        &self,
+        gate: &Addr,
+    ) -> Option<tokio::task::JoinHandle<Vec<(String, String)>>> {
+        match &self.backend {
+            Backend::Leases(l) => l.read_ahead(&gate_name(gate)).map(tokio::spawn),
+            _ => None,
+        }
+    }
+
+    /// Leases found free by `read_ahead`, with their tags.
+    pub fn known_free(&self, free: Vec<(String, String)>) {
+        if let Backend::Leases(l) = &self.backend {
+            l.known_free(free);
+        }
+    }
+
     /// Take (or strengthen to `mode`) this process's lock on `gate`, waiting
     /// while another process holds it, up to the wait limit.
     pub async fn lock(&self, gate: &Addr, mode: GateMode) -> std::result::Result<(), String> {

@@ -99,6 +99,10 @@ pub struct PrepareCx {
     op: OpId,
     attempt: u32,
     staged: BTreeMap<String, StagedTable>,
+    /// Reads of the gate leases the write will take, started as it finds
+    /// its tables (beside their reads) and awaited when it is prepared.
+    lease_reads: Mutex<Vec<tokio::task::JoinHandle<Vec<(String, String)>>>>,
+    locks: Arc<ProcessLocks>,
 }
 
 impl PrepareCx {
@@ -128,6 +132,8 @@ impl PrepareCx {
     /// (a schema apply stages on every branch).
     pub async fn target_on(&self, branch: &str, rec: &BranchRecord, t: &TypeDef) -> Result<Table> {
         let key = t.table_key();
+        let gate = Addr::Table(TableKey::new(branch.to_string(), key.clone()));
+        self.lease_reads.lock().extend(self.locks.read_ahead(&gate));
         let r = rec.tables.get(&key).ok_or_else(|| {
             OmniError::Storage(format!("branch '{branch}' has no table for {}", t.name))
         })?;
@@ -332,7 +338,7 @@ pub struct LanceSubstrate {
     deleted: Mutex<HashMap<String, BranchRecord>>,
     actor: String,
     /// This process's cross-process gate locks and liveness lock.
-    locks: ProcessLocks,
+    locks: Arc<ProcessLocks>,
     /// Dead owners whose intents this process has fenced.
     fenced: Mutex<std::collections::HashSet<String>>,
     /// Commit records written beside their write's sidecar, by operation:
@@ -343,6 +349,9 @@ pub struct LanceSubstrate {
     /// How long a gate owner keeps a lock after its last lease (see
     /// `locks::LOCK_LINGER_MS`).
     linger: std::time::Duration,
+    /// The sidecars listed while the process's liveness lease was written:
+    /// the recovery scan's listing, taken by its first `ListSidecars`.
+    listed_at_start: Mutex<Option<Vec<(Intent, String)>>>,
     #[cfg(feature = "fault-injection")]
     faults: Mutex<Faults>,
 }
@@ -355,18 +364,23 @@ impl LanceSubstrate {
         lease: std::time::Duration,
         linger: std::time::Duration,
     ) -> Result<Self> {
-        let locks = ProcessLocks::with_lease(&g.store, crate::util::ulid::new_ulid(), lease)
-            .await?
-            .with_wait_limit(gate_wait);
+        // The recovery scan's listing of sidecars goes out beside the
+        // liveness lease (see `list_sidecars`).
+        let (locks, listed) = futures::join!(
+            ProcessLocks::with_lease(&g.store, crate::util::ulid::new_ulid(), lease),
+            sidecar::list(&g.store)
+        );
+        let locks = locks?.with_wait_limit(gate_wait);
         Ok(Self {
             g,
             ops: Mutex::new(HashMap::new()),
             deleted: Mutex::new(HashMap::new()),
             actor,
-            locks,
+            locks: Arc::new(locks),
             fenced: Mutex::new(Default::default()),
             early_records: Mutex::new(HashMap::new()),
             linger,
+            listed_at_start: Mutex::new(listed.ok()),
             #[cfg(feature = "fault-injection")]
             faults: Mutex::new(Faults::default()),
         })
@@ -650,6 +664,13 @@ impl LanceSubstrate {
             Ok(s) => s,
             Err(e) => return IoOut::Prepared(Err(Some(e.to_string()))),
         };
+        // The branch gate's lease is read beside the prepare's reads, as
+        // are its tables' (`PrepareCx::target_on`).
+        let lease_reads = self
+            .locks
+            .read_ahead(&Addr::Branch(branch.clone()))
+            .into_iter()
+            .collect::<Vec<_>>();
         let mut cx = PrepareCx {
             graph: self.g.clone(),
             snapshot,
@@ -657,8 +678,16 @@ impl LanceSubstrate {
             op: op.clone(),
             attempt,
             staged: BTreeMap::new(),
+            lease_reads: Mutex::new(lease_reads),
+            locks: self.locks.clone(),
         };
         let result = work.prepare(&mut cx).await;
+        let reads = std::mem::take(&mut *cx.lease_reads.lock());
+        for read in reads {
+            if let Ok(free) = read.await {
+                self.locks.known_free(free);
+            }
+        }
         let mut ops = self.ops.lock();
         let Some(ctx) = ops.get_mut(&op) else {
             return IoOut::Prepared(Err(Some(format!("operation {op} vanished"))));
@@ -1156,10 +1185,19 @@ impl LanceSubstrate {
     /// version published after the decision makes any publish its stalled
     /// writer still attempts lose its compare-and-swap, and on retry that
     /// writer finds its own lease gone.
+    /// Every sidecar, each with whether its writer lives. Only the recovery
+    /// actor lists, and its first listing is the scan at start: that one
+    /// was read beside the liveness lease (a listing is of some moment
+    /// after the open began either way; the owners are judged after it).
     async fn list_sidecars(&self) -> Result<Vec<FoundIntent>> {
         let mut found = Vec::new();
         let mut fence = false;
-        for (intent, owner) in sidecar::list(&self.g.store).await? {
+        let listed = self.listed_at_start.lock().take();
+        let listed = match listed {
+            Some(l) => l,
+            None => sidecar::list(&self.g.store).await?,
+        };
+        for (intent, owner) in listed {
             let owner_alive = self.locks.owner_alive(&owner).await;
             fence |= !owner_alive && self.locks.needs_fence() && self.fenced.lock().insert(owner);
             found.push(FoundIntent {

@@ -86,16 +86,17 @@ async fn a_commit_and_a_read_on_object_storage_take_the_round_trips_they_did() {
     within("a branch create", c, 7, 8);
     g.close().await;
     let c = {
-        // A `mutate` process: a read-write open (its liveness lease, the
-        // recovery scan), the insert, and the close that gives its gate
-        // leases back.
+        // A `mutate` process: a read-write open (its liveness lease, and
+        // beside it the recovery scan's listing), the insert (its gate
+        // leases read beside its prepare's reads), and the close that
+        // gives its gate leases back.
         let h = Omnigraph::open_with(&uri, opts()).await.unwrap();
         h.mutate("main", insert, "m", &m("c")).await.unwrap();
         let counted = h.clone();
         h.close().await;
         counted.requests()
     };
-    within("a mutate process", c, 21, 40);
+    within("a mutate process", c, 19, 40);
     let c = {
         let r = Omnigraph::open_read_only_with(&uri, opts()).await.unwrap();
         r.requests()
