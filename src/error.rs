@@ -159,6 +159,16 @@ pub enum OmniError {
     BadRequest(String),
     #[error("storage error: {0}")]
     Storage(String),
+    /// An external blob's object is no longer the one its reference
+    /// recorded: another ETag (or version), another length, or gone.
+    #[error(
+        "the external object {uri} changed since its reference was written: {recorded} recorded, {found} now; nothing was read"
+    )]
+    BlobChanged {
+        uri: String,
+        recorded: String,
+        found: String,
+    },
     /// A text query could not be embedded: no endpoint configured, it did
     /// not answer in time, refused, or answered something that is not a
     /// vector of the property's dimension.
@@ -207,13 +217,15 @@ impl OmniError {
         }
     }
 
-    pub fn storage(e: impl fmt::Display) -> Self {
-        Self::Storage(e.to_string())
+    pub fn storage(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self::Backend(BackendError::new(e))
     }
 
     /// The exit code of the CLI, and the group a binding raises: 2, the
     /// input is wrong (fix it: its text, its data, a key it repeats, its
-    /// size, a version it names that a cleanup removed); 4, a condition or
+    /// size, a version it names that a cleanup removed, a graph, branch,
+    /// commit, type or row it names that does not exist or one it would
+    /// create that does); 4, a condition or
     /// another writer got in the way (retry); 5, a merge has conflicts
     /// (resolve them); 1, anything else. The README's table lists every
     /// kind (a test holds the two together).
@@ -228,6 +240,8 @@ impl OmniError {
             | Self::ResourceLimitExceeded { .. }
             | Self::BlobRangeNotSatisfiable { .. }
             | Self::VersionExpired { .. }
+            | Self::NotFound(_)
+            | Self::AlreadyExists(_)
             | Self::ReadOnly(_) => 2,
             Self::ReadSetChanged
             | Self::SchemaChanged { .. }
@@ -270,6 +284,7 @@ impl OmniError {
             Self::ResourceLimitExceeded { .. } => "ResourceLimitExceeded",
             Self::BlobRangeNotSatisfiable { .. } => "BlobRangeNotSatisfiable",
             Self::BlobIntegrity { .. } => "BlobIntegrity",
+            Self::BlobChanged { .. } => "BlobChanged",
             Self::AlreadyCurrent => "AlreadyCurrent",
             Self::MergeConflicts(_) => "MergeConflicts",
             Self::NotFound(_) => "NotFound",
@@ -284,13 +299,13 @@ impl OmniError {
 
 impl From<arrow_schema::ArrowError> for OmniError {
     fn from(e: arrow_schema::ArrowError) -> Self {
-        Self::Storage(format!("arrow: {e}"))
+        Self::Backend(BackendError::new(e))
     }
 }
 
 impl From<serde_json::Error> for OmniError {
     fn from(e: serde_json::Error) -> Self {
-        Self::Storage(format!("json: {e}"))
+        Self::Backend(BackendError::new(e))
     }
 }
 
@@ -371,6 +386,11 @@ mod exit_codes {
                 length: 1,
             },
             OmniError::BlobIntegrity { reason: s() },
+            OmniError::BlobChanged {
+                uri: s(),
+                recorded: s(),
+                found: s(),
+            },
             OmniError::MergeConflicts(Vec::new()),
             OmniError::NotFound(s()),
             OmniError::VersionExpired {
@@ -423,6 +443,29 @@ mod exit_codes {
 #[cfg(test)]
 mod backend {
     use super::*;
+
+    /// Each library's failure keeps its own error as the source: the
+    /// object store's, Arrow's, JSON's.
+    #[test]
+    fn every_library_s_failure_keeps_its_source() {
+        let store = object_store::Error::NotImplemented {
+            operation: "x".into(),
+            implementer: "y".into(),
+        };
+        let arrow = arrow_schema::ArrowError::ComputeError("overflow".into());
+        let json = serde_json::from_str::<u8>("no").unwrap_err();
+        for (e, text) in [
+            (OmniError::storage(store), "implemented"),
+            (OmniError::from(arrow), "overflow"),
+            (OmniError::from(json), "expected"),
+        ] {
+            assert_eq!(e.kind(), "StorageError");
+            let inner = std::error::Error::source(&e)
+                .and_then(|b| b.source())
+                .unwrap_or_else(|| panic!("{e}: no source"));
+            assert!(inner.to_string().to_lowercase().contains(text), "{inner}");
+        }
+    }
 
     #[test]
     fn a_library_failure_is_kept_as_the_source() {

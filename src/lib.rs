@@ -51,3 +51,24 @@ pub use write::merge::changes::EntityChange;
 pub use write::merge::{MergeConflict, MergeOutcome};
 pub use write::mutate::MutationResult;
 pub use write::schema_apply::{PlannedStep, SchemaPlan};
+
+// What the interface bindings (the CLI, the server, the Python package)
+// use beyond the handle: they reach nothing below this file.
+pub use compiler::blob_policy::parse as parse_blob_base;
+pub use compiler::query::check::query_name;
+pub use storage::manifest::MAIN;
+pub use storage::requests::StorageSession;
+pub use storage::retention::parse_duration;
+
+/// Results as the bindings hand them out: printed, as Arrow IPC, as JSON
+/// rows, as the load format's lines.
+pub mod results {
+    pub use crate::exec::explain::render as explain;
+    pub use crate::exec::export::{LineChunks, cell_json, check_types};
+    pub use crate::exec::output::{Format, Row, from_ipc, ordered_rows, to_ipc, write};
+}
+
+/// A blob's bytes served in ranges and steps.
+pub mod blob_range {
+    pub use crate::exec::blob::{clamp, steps};
+}

@@ -35,8 +35,9 @@ class OmnigraphError(Exception):
 class InputError(OmnigraphError, ValueError):
     """The input is wrong (a parse, schema or type error, bad data, a key
     that exists, a bad request, a write on a read-only graph or over a
-    limit, an unsatisfiable blob range, a version a cleanup removed): fix
-    it and call again. The CLI exits 2 for these."""
+    limit, an unsatisfiable blob range, a version a cleanup removed, a
+    graph, branch, commit, type or row that does not exist or one to create
+    that does): fix it and call again. The CLI exits 2 for these."""
 
     exit_code = 2
 

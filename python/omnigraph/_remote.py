@@ -41,6 +41,8 @@ _KINDS_BY_EXIT = {
         "ResourceLimitExceeded",
         "BlobRangeNotSatisfiable",
         "VersionExpired",
+        "NotFound",
+        "AlreadyExists",
     },
     4: {"ReadSetChanged", "SchemaChanged", "Contended", "PreconditionFailed"},
     5: {"MergeConflicts"},
@@ -345,8 +347,8 @@ class RemoteGraph:
             branch=m["branch"],
             commit=m["commit"]["graph_commit_id"],
             manifest_version=m["commit"]["graph_manifest_version"],
-            nodes=m["affected_nodes"],
-            edges=m["affected_edges"],
+            nodes=m["affected_nodes_by_type"],
+            edges=m["affected_edges_by_type"],
             member=m.get("member"),
         )
 
@@ -372,8 +374,8 @@ class RemoteGraph:
             "branch": r["branch"],
             "branch_created": r["branch_created"],
             "mode": r["mode"],
-            "nodes": r["nodes"],
-            "edges": r["edges"],
+            "nodes": {t["name"]: t["entities_loaded"] for t in r["nodes"]},
+            "edges": {t["name"]: t["entities_loaded"] for t in r["edges"]},
             "commit": r["commit"]["graph_commit_id"],
             "manifest_version": r["commit"]["graph_manifest_version"],
         }

@@ -7,7 +7,7 @@ use std::io::Write;
 use std::path::Path;
 
 use crossbeam_channel::{Receiver, bounded};
-use omnigraph::exec::export::LineChunks;
+use omnigraph::results::LineChunks;
 use omnigraph::{OmniError, Omnigraph, Target};
 use parking_lot::Mutex;
 use pyo3::exceptions::PyStopIteration;

@@ -8,8 +8,9 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use omnigraph::exec::blob::{self, BlobCell};
-use omnigraph::storage::requests::StorageSession;
+use omnigraph::BlobCell;
+use omnigraph::StorageSession;
+use omnigraph::blob_range as blob;
 use omnigraph::{LoadMode, OmniError, Omnigraph, Options, TableInput, Target};
 use parking_lot::RwLock;
 use pyo3::IntoPyObjectExt;
@@ -218,7 +219,7 @@ impl Graph {
         let params = params_json(params.as_ref())?;
         let at = target(branch, snapshot, version)?;
         call(py, asynchronous, async move {
-            let name = omnigraph::compiler::query::check::query_name(&source, name)?;
+            let name = omnigraph::query_name(&source, name)?;
             let r = g.query(&at, &source, &name, &params).await?;
             Ok(QueryResult(Arc::new(r)))
         })
@@ -240,7 +241,7 @@ impl Graph {
         let params = params_json(params.as_ref())?;
         let at = target(branch, snapshot, version)?;
         call(py, asynchronous, async move {
-            let name = omnigraph::compiler::query::check::query_name(&source, name)?;
+            let name = omnigraph::query_name(&source, name)?;
             json(g.explain(&at, &source, &name, &params).await?)
         })
     }
@@ -259,7 +260,7 @@ impl Graph {
         let g = self.g()?;
         let params = params_json(params.as_ref())?;
         call(py, asynchronous, async move {
-            let name = omnigraph::compiler::query::check::query_name(&source, name)?;
+            let name = omnigraph::query_name(&source, name)?;
             json(
                 g.mutate_if(&branch, &source, &name, &params, if_commit.as_deref())
                     .await?,
@@ -524,7 +525,7 @@ impl Graph {
         let g = self.g()?;
         call(py, asynchronous, async move {
             let policy = omnigraph::RetentionPolicy {
-                older_than: omnigraph::storage::retention::parse_duration(&older_than)?,
+                older_than: omnigraph::parse_duration(&older_than)?,
                 keep_versions,
                 dry_run,
             };
@@ -570,7 +571,7 @@ impl Graph {
         let at = target(branch, snapshot, version)?;
         let cell = BlobCell::new(&type_name, &id, &property);
         call(py, asynchronous, async move {
-            let reader = g.read_blob_at(&at, &cell).await?.into_reader(&cell)?;
+            let reader = g.read_blob_at(&at, &cell).await?.into_reader();
             let range = blob::clamp(offset, length, reader.len())?;
             let mut out = Vec::with_capacity((range.end - range.start) as usize);
             for step in blob::steps(range) {

@@ -58,7 +58,7 @@ impl QueryResult {
             for i in 0..b.num_rows() {
                 let row = PyDict::new(py);
                 for (c, name) in b.columns().iter().zip(&self.0.columns) {
-                    let v = omnigraph::exec::export::cell_json(c, i).or_raise()?;
+                    let v = omnigraph::results::cell_json(c, i).or_raise()?;
                     row.set_item(name, to_py(py, &v)?)?;
                 }
                 out.append(row)?;
@@ -105,13 +105,7 @@ pub fn result_from_ipc(
     manifest_version: u64,
 ) -> PyResult<QueryResult> {
     py.detach(|| {
-        omnigraph::exec::output::from_ipc(
-            data,
-            query_name,
-            branch,
-            graph_commit_id,
-            manifest_version,
-        )
+        omnigraph::results::from_ipc(data, query_name, branch, graph_commit_id, manifest_version)
     })
     .or_raise()
     .map(|r| QueryResult(Arc::new(r)))

@@ -73,10 +73,13 @@ def test_merge_conflicts_are_listed(g):
     assert version(g) == before
 
 
-def test_not_found_is_an_omnigraph_error(g):
-    with pytest.raises(omnigraph.OmnigraphError) as e:
+def test_a_name_of_nothing_is_wrong_input(g):
+    with pytest.raises(omnigraph.InputError) as e:
         g.branch_delete("nope")
-    assert e.value.kind == "NotFound"
+    assert e.value.kind == "NotFound" and e.value.exit_code == 2
+    with pytest.raises(omnigraph.InputError) as e:
+        g.branch_create("main")
+    assert e.value.kind == "AlreadyExists" and e.value.exit_code == 2
     with pytest.raises(omnigraph.OmnigraphError) as e:
         omnigraph.open("/nonexistent/graph.omni")
     assert e.value.kind == "NotFound"

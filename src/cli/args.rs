@@ -210,7 +210,7 @@ pub struct Query {
     pub version: Option<u64>,
     /// table | json | jsonl | csv
     #[arg(long, default_value = "table")]
-    pub format: omnigraph::exec::output::Format,
+    pub format: omnigraph::results::Format,
     /// Print the runtime cache's counters, and the object-store requests
     /// by kind, to stderr afterwards.
     #[arg(long, hide = true)]
@@ -496,7 +496,7 @@ pub fn query_inputs(
             ));
         }
     };
-    let name = omnigraph::compiler::query::check::query_name(&source, name)?;
+    let name = omnigraph::query_name(&source, name)?;
     let params: serde_json::Value = match params {
         Some(p) => serde_json::from_str(&p)
             .map_err(|e| OmniError::BadRequest(format!("--params is not JSON: {e}")))?,

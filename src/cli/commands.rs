@@ -362,7 +362,7 @@ async fn gc(a: Gc) -> Result<()> {
 
 async fn cleanup(a: Cleanup) -> Result<()> {
     let policy = omnigraph::RetentionPolicy {
-        older_than: omnigraph::storage::retention::parse_duration(&a.older_than)?,
+        older_than: omnigraph::parse_duration(&a.older_than)?,
         keep_versions: a.keep_versions,
         dry_run: a.dry_run,
     };
@@ -394,12 +394,12 @@ async fn query(a: Query) -> Result<()> {
     let g = Omnigraph::open_read_only(&uri).await?;
     // The process reads the graph as its open found it (one look at the head).
     let at = g.as_opened(&target(a.branch, a.snapshot, a.version)?);
-    let json = !matches!(a.format, omnigraph::exec::output::Format::Table);
+    let json = !matches!(a.format, omnigraph::results::Format::Table);
     if a.explain {
         let steps = g.explain(&at, &source, &name, &params).await?;
         match json {
             true => print_json(&steps),
-            false => print!("{}", omnigraph::exec::explain::render(&steps)),
+            false => print!("{}", omnigraph::results::explain(&steps)),
         }
         return Ok(());
     }
@@ -411,17 +411,17 @@ async fn query(a: Query) -> Result<()> {
         false => (g.query(&at, &source, &name, &params).await?, None),
     };
     match a.format {
-        omnigraph::exec::output::Format::Table => table::print_result(&result)?,
+        omnigraph::results::Format::Table => table::print_result(&result)?,
         f => {
             let mut out = std::io::BufWriter::new(std::io::stdout());
-            omnigraph::exec::output::write(&result, f, &mut out)?;
+            omnigraph::results::write(&result, f, &mut out)?;
             out.flush()?;
         }
     }
     if let Some(steps) = steps {
         match json {
             true => eprintln!("{}", serde_json::to_string(&steps)?),
-            false => eprint!("{}", omnigraph::exec::explain::render(&steps)),
+            false => eprint!("{}", omnigraph::results::explain(&steps)),
         }
     }
     if a.stats {
@@ -533,7 +533,7 @@ async fn blob_policy(
                 .map_err(OmniError::BadRequest)?;
         }
         for base in &revoke {
-            omnigraph::compiler::blob_policy::parse(base).map_err(OmniError::BadRequest)?;
+            omnigraph::parse_blob_base(base).map_err(OmniError::BadRequest)?;
         }
         let g = Omnigraph::open(graph.uri()?).await?;
         let mut changed = Ok(omnigraph::BlobPolicy::default());
@@ -593,9 +593,8 @@ async fn blob_get(
     length: Option<u64>,
     out: Option<std::path::PathBuf>,
 ) -> Result<()> {
-    let cell = BlobCell::new(&a.type_name, &a.id, &a.property);
-    let reader = read_blob(a).await?.into_reader(&cell)?;
-    let range = omnigraph::exec::blob::clamp(offset, length, reader.len())?;
+    let reader = read_blob(a).await?.into_reader();
+    let range = omnigraph::blob_range::clamp(offset, length, reader.len())?;
     let (mut sink, partial): (Box<dyn Write>, _) = match &out {
         None => (Box::new(std::io::stdout().lock()), None),
         Some(path) => {
@@ -609,7 +608,7 @@ async fn blob_get(
         }
     };
     let written = async {
-        for step in omnigraph::exec::blob::steps(range) {
+        for step in omnigraph::blob_range::steps(range) {
             sink.write_all(&reader.read_range(step).await?)?;
         }
         sink.flush()?;

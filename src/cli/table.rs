@@ -26,7 +26,7 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) {
 }
 
 pub fn print_result(r: &omnigraph::QueryResult) -> omnigraph::Result<()> {
-    let rows: Vec<Vec<String>> = omnigraph::exec::output::ordered_rows(r)?
+    let rows: Vec<Vec<String>> = omnigraph::results::ordered_rows(r)?
         .into_iter()
         .map(|row| {
             row.0

@@ -325,6 +325,15 @@ pub fn typed<'a>(ty: &PropType, cell: Value<'a>) -> std::result::Result<Value<'a
     })
 }
 
+/// Does a column of this type have a JSON form (the export's cells, the
+/// load's input)?
+pub fn has_json_form(dt: &DataType) -> bool {
+    match dt {
+        DataType::Struct(fields) => fields.iter().all(|f| has_json_form(f.data_type())),
+        other => readable(other),
+    }
+}
+
 /// Can [`at`] read cells of this Arrow type?
 pub fn readable(dt: &DataType) -> bool {
     match dt {

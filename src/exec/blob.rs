@@ -1,10 +1,12 @@
 //! The blob reader: one Blob cell of one snapshot, as a managed value (its
 //! length, strong ETag and a range reader bound to the exact table version
-//! the snapshot names) or an external reference (never touched).
+//! the snapshot names) or an external reference (its URI, recorded ETag and
+//! length, and a reader of the object that reads it only while it is still
+//! the object referenced).
 
 use crate::compiler::catalog::{Catalog, PropType, TypeDef};
 use crate::error::{OmniError, Result};
-use crate::storage::blob::{self, EtagInput, Stored};
+use crate::storage::blob::{self, EtagInput, ExternalObject, Stored};
 use crate::storage::{GraphStorage, Target};
 
 pub use crate::storage::blob::{BlobReader, MAX_RANGE_BYTES, steps};
@@ -50,6 +52,7 @@ pub enum Blob {
         etag: Option<String>,
         offset: u64,
         length: u64,
+        reader: BlobReader,
     },
 }
 
@@ -65,6 +68,7 @@ impl Blob {
                 etag,
                 offset,
                 length,
+                ..
             } => {
                 let mut v = serde_json::json!({ "kind": "external", "uri": uri, "offset": offset, "length": length });
                 if let Some(e) = etag {
@@ -75,14 +79,11 @@ impl Blob {
         }
     }
 
-    /// The reader of a managed value; an external reference has no bytes
-    /// in the graph (`cell` names it in the error).
-    pub fn into_reader(self, cell: &BlobCell) -> Result<BlobReader> {
+    /// The reader of the cell's bytes: the graph's own, or the external
+    /// object's while it is the one referenced (`BlobChanged` otherwise).
+    pub fn into_reader(self) -> BlobReader {
         match self {
-            Blob::Managed { reader, .. } => Ok(reader),
-            Blob::External { uri, .. } => Err(OmniError::BadRequest(format!(
-                "{cell} is an external reference to {uri}: the graph holds no bytes for it"
-            ))),
+            Blob::Managed { reader, .. } | Blob::External { reader, .. } => reader,
         }
     }
 }
@@ -136,12 +137,30 @@ pub async fn read(graph: &GraphStorage, target: &Target, cell: &BlobCell) -> Res
             etag,
             offset,
             length,
-        }) => Ok(Blob::External {
-            uri,
-            etag,
-            offset,
-            length,
-        }),
+        }) => {
+            // The stored URI is the one the policy checked; opening a store
+            // on its folder asks nothing of the object.
+            let checked = crate::compiler::blob_policy::parse(&uri).map_err(|why| {
+                OmniError::BlobIntegrity {
+                    reason: format!("{cell} refers to {uri:?}, which does not parse: {why}"),
+                }
+            })?;
+            let (dir, name) = crate::storage::external::object_of(graph, &checked).await?;
+            let object = ExternalObject {
+                dir,
+                name,
+                uri: uri.clone(),
+                etag: etag.clone(),
+                offset,
+            };
+            Ok(Blob::External {
+                uri,
+                etag,
+                offset,
+                length,
+                reader: BlobReader::external(object, length),
+            })
+        }
         Some(Stored::Managed { length }) => {
             if !blob::has_stable_row_ids(&table) {
                 return Err(OmniError::BlobIntegrity {

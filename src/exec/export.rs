@@ -12,7 +12,7 @@ use futures::TryStreamExt;
 use serde_json::{Map, Value, json};
 
 use crate::compiler::catalog::{DST, ID, PropType, SRC, TypeDef};
-use crate::compiler::value;
+use crate::compiler::value::{self, has_json_form};
 use crate::error::{OmniError, Result};
 use crate::storage::scan;
 use crate::storage::tables::{BlobInput, Table};
@@ -24,14 +24,6 @@ const BATCH_ROWS: u32 = 8192;
 
 fn f64_json(v: f64) -> Value {
     serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number)
-}
-
-/// Does a column of this type have a JSON form ([`cell_json`])?
-pub fn has_json_form(dt: &DataType) -> bool {
-    match dt {
-        DataType::Struct(fields) => fields.iter().all(|f| has_json_form(f.data_type())),
-        other => value::readable(other),
-    }
 }
 
 fn no_json_form(dt: &DataType) -> String {

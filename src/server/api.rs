@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::Target;
 use crate::error::{OmniError, Result};
-use crate::storage::Target;
 
 #[derive(Serialize, ToSchema)]
 pub struct Health {
@@ -59,7 +59,7 @@ pub fn target(
     version: Option<u64>,
 ) -> Result<Target> {
     let named = branch.is_some();
-    let branch = || branch.unwrap_or(crate::storage::manifest::MAIN).to_string();
+    let branch = || branch.unwrap_or(crate::MAIN).to_string();
     match (snapshot, version) {
         (Some(_), _) if named || version.is_some() => Err(OmniError::BadRequest(
             "give a snapshot, or a branch and perhaps a version, not both".into(),
@@ -105,7 +105,7 @@ pub struct QueryResponse {
     pub row_count: usize,
     /// One object per row, keyed by column, in `columns` order.
     #[schema(value_type = Vec<Object>)]
-    pub rows: Vec<crate::exec::output::Row>,
+    pub rows: Vec<crate::results::Row>,
     /// The commit whose state the query read.
     pub graph_commit_id: String,
 }
@@ -135,10 +135,15 @@ pub struct CommitRef {
 pub struct MutateResponse {
     pub branch: String,
     pub query_name: String,
-    /// Rows inserted, updated or deleted, per node type.
-    pub affected_nodes: BTreeMap<String, usize>,
-    /// The same per edge type.
-    pub affected_edges: BTreeMap<String, usize>,
+    /// Node rows inserted, updated or deleted, all types together (the
+    /// reference's wire contract: an integer).
+    pub affected_nodes: usize,
+    /// The same for edge rows.
+    pub affected_edges: usize,
+    /// `affected_nodes` per node type.
+    pub affected_nodes_by_type: BTreeMap<String, usize>,
+    /// `affected_edges` per edge type.
+    pub affected_edges_by_type: BTreeMap<String, usize>,
     /// Who the commit records as its author: the token's actor.
     pub actor_id: String,
     pub commit: CommitRef,
@@ -361,13 +366,40 @@ pub struct LoadQuery {
     pub from: Option<String>,
 }
 
+/// One type a load wrote rows of.
+#[derive(Serialize, ToSchema)]
+pub struct LoadedType {
+    pub name: String,
+    pub entities_loaded: usize,
+}
+
+impl LoadedType {
+    /// Per-type counts as the wire has them: sorted by name.
+    pub fn list(counts: BTreeMap<String, usize>) -> Vec<LoadedType> {
+        counts
+            .into_iter()
+            .map(|(name, entities_loaded)| LoadedType {
+                name,
+                entities_loaded,
+            })
+            .collect()
+    }
+}
+
 #[derive(Serialize, ToSchema)]
 pub struct LoadResponse {
     pub branch: String,
     pub branch_created: bool,
+    /// The branch a missing `branch` was to be created from (the request's
+    /// `from`), echoed even when `branch` existed; null without `from`.
+    pub base_branch: Option<String>,
     pub mode: String,
-    pub nodes: BTreeMap<String, usize>,
-    pub edges: BTreeMap<String, usize>,
+    /// The node types the load wrote, sorted by name.
+    pub nodes: Vec<LoadedType>,
+    /// The edge types, the same way.
+    pub edges: Vec<LoadedType>,
+    /// Every row the load wrote.
+    pub total_entities: usize,
     pub actor_id: String,
     pub commit: CommitRef,
 }

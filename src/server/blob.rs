@@ -15,8 +15,9 @@ use futures::StreamExt;
 use super::api::{BlobQuery, target};
 use super::error::{ApiResult, ErrorBody};
 use super::{Actor, QueryParams, Shared};
+use crate::blob_range::{clamp, steps};
 use crate::error::{OmniError, Result};
-use crate::exec::blob::{Blob, BlobCell, clamp, steps};
+use crate::{Blob, BlobCell};
 
 pub fn routes() -> Router<Shared> {
     Router::new().route("/graphs/{id}/blob", get(blob).head(blob))
@@ -97,13 +98,12 @@ pub async fn blob(
             etag,
             reader,
         } => (length, etag, reader),
-        external @ Blob::External { .. } => {
-            // The graph holds no bytes for an external reference; the
-            // reader's refusal says so, naming the cell and its URI.
-            return Err(match external.into_reader(&cell) {
-                Err(e) => e,
-                Ok(_) => OmniError::Storage("an external reference had a reader".into()),
-            }
+        // The server serves the graph's own bytes: a client fetches an
+        // external object from its store, with the store's own rights.
+        Blob::External { uri, .. } => {
+            return Err(OmniError::BadRequest(format!(
+                "{cell} is an external reference to {uri}: the graph holds no bytes for it"
+            ))
             .into());
         }
     };

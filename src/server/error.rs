@@ -68,7 +68,8 @@ pub fn status_of(e: &OmniError) -> (StatusCode, &'static str) {
         | PreconditionFailed { .. }
         | MergeConflicts(_)
         | ReadSetChanged
-        | SchemaChanged { .. } => (StatusCode::CONFLICT, "conflict"),
+        | SchemaChanged { .. }
+        | BlobChanged { .. } => (StatusCode::CONFLICT, "conflict"),
         ResourceLimitExceeded { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "bad_request"),
         BlobRangeNotSatisfiable { .. } => (StatusCode::RANGE_NOT_SATISFIABLE, "bad_request"),
         Contended { .. } => (StatusCode::TOO_MANY_REQUESTS, "too_many_requests"),
@@ -196,6 +197,14 @@ mod tests {
                 OmniError::PreconditionFailed {
                     expected: "a".into(),
                     actual: "b".into(),
+                },
+                409,
+            ),
+            (
+                OmniError::BlobChanged {
+                    uri: "s3://b/x".into(),
+                    recorded: "ETag a".into(),
+                    found: "ETag b".into(),
                 },
                 409,
             ),

@@ -27,7 +27,7 @@ use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 
 use crate::error::{OmniError, Result};
-use crate::handle::{Omnigraph, Options};
+use crate::{Omnigraph, Options};
 use auth::Tokens;
 use error::{ApiError, ApiResult};
 

@@ -12,10 +12,9 @@ use axum::{Extension, Json, Router};
 use super::api::*;
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::{Actor, JsonBody, QueryParams, Shared};
-use crate::compiler::query::check::query_name;
 use crate::error::OmniError;
-use crate::storage::Target;
-use crate::storage::manifest::MAIN;
+use crate::query_name;
+use crate::{MAIN, Target};
 
 /// The media type of an Arrow IPC stream.
 pub const ARROW_STREAM: &str = "application/vnd.apache.arrow.stream";
@@ -124,7 +123,7 @@ pub async fn query(
     let params = req.params.unwrap_or(serde_json::Value::Null);
     let r = g.query(&at, &req.query, &name, &params).await?;
     if wants_arrow(&headers) {
-        let body = crate::exec::output::to_ipc(&r)?;
+        let body = crate::results::to_ipc(&r)?;
         let mut resp = ([(header::CONTENT_TYPE, ARROW_STREAM)], body).into_response();
         let h = resp.headers_mut();
         for (name, value) in [
@@ -139,7 +138,7 @@ pub async fn query(
         }
         return Ok(resp);
     }
-    let rows = crate::exec::output::ordered_rows(&r)?;
+    let rows = crate::results::ordered_rows(&r)?;
     Ok(Json(QueryResponse {
         query_name: name,
         target: ReadTarget::of(&at),
@@ -169,8 +168,10 @@ async fn run_mutation(
     Ok(Json(MutateResponse {
         branch: r.branch,
         query_name: name,
-        affected_nodes: r.nodes,
-        affected_edges: r.edges,
+        affected_nodes: r.nodes.values().sum(),
+        affected_edges: r.edges.values().sum(),
+        affected_nodes_by_type: r.nodes,
+        affected_edges_by_type: r.edges,
         member: r.member,
         actor_id: actor.0.to_string(),
         commit: CommitRef {

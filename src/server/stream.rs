@@ -18,9 +18,8 @@ use super::api::*;
 use super::error::{ApiResult, ErrorBody};
 use super::{Actor, JsonBody, QueryParams, Shared};
 use crate::error::OmniError;
-use crate::exec::export::LineChunks;
-use crate::storage::manifest::MAIN;
-use crate::write::load::LoadMode;
+use crate::results::LineChunks;
+use crate::{LoadMode, MAIN};
 
 /// Body chunks in flight between the connection and the loader, and
 /// export chunks between the export and the connection.
@@ -97,9 +96,11 @@ pub async fn load(
     Ok(Json(LoadResponse {
         branch: r.branch,
         branch_created: r.branch_created,
+        base_branch: q.from,
         mode: r.mode.as_str().to_string(),
-        nodes: r.nodes,
-        edges: r.edges,
+        total_entities: r.nodes.values().chain(r.edges.values()).sum(),
+        nodes: LoadedType::list(r.nodes),
+        edges: LoadedType::list(r.edges),
         actor_id: actor.0.to_string(),
         commit: CommitRef {
             graph_commit_id: r.commit,
@@ -126,7 +127,7 @@ pub async fn export(
     // snapshot.
     let snap = g.resolve(&at).await?;
     if let Some(names) = &req.type_names {
-        crate::exec::export::check_types(snap.catalog(), names)?;
+        crate::results::check_types(snap.catalog(), names)?;
     }
     let (tx, rx) = mpsc::channel::<std::io::Result<Bytes>>(CHUNKS_IN_FLIGHT);
     let rt = tokio::runtime::Handle::current();

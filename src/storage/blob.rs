@@ -16,6 +16,7 @@ use bytes::Bytes;
 use futures::TryStreamExt;
 use sha2::{Digest, Sha256};
 
+use super::objstore::RangeRead;
 use super::scan::{self, Filter, ROW_ID};
 use super::stage::PROBE_CHUNK;
 use super::tables::Table;
@@ -431,13 +432,73 @@ pub fn has_stable_row_ids(Table(ds): &Table) -> bool {
 
 /// Reads one managed blob of one table version, one bounded range a call.
 pub struct BlobReader {
-    file: lance::dataset::BlobFile,
-    /// On local disk: the file holding the bytes and the offset of byte 0
-    /// in it (Lance's object-store read of a range took twice the time of
-    /// a plain file read).
-    local: Option<(std::path::PathBuf, u64)>,
+    source: Source,
     length: u64,
     what: String,
+}
+
+enum Source {
+    Managed {
+        file: lance::dataset::BlobFile,
+        /// On local disk: the file holding the bytes and the offset of
+        /// byte 0 in it (Lance's object-store read of a range took twice
+        /// the time of a plain file read).
+        local: Option<(std::path::PathBuf, u64)>,
+    },
+    /// An object outside the graph, read while it is the one referenced.
+    External(ExternalObject),
+}
+
+/// The object an external reference names, as the reference recorded it.
+pub struct ExternalObject {
+    /// A store on the object's folder, and its name there.
+    pub dir: super::objstore::Store,
+    pub name: String,
+    /// The reference's URI, for errors.
+    pub uri: String,
+    /// Its ETag (or version) when the reference was written.
+    pub etag: Option<String>,
+    /// Where the referenced bytes start in the object; the object's size
+    /// was `offset + length` when the reference was written.
+    pub offset: u64,
+}
+
+impl ExternalObject {
+    fn recorded(&self, size: u64) -> String {
+        describe(self.etag.as_deref(), size)
+    }
+
+    /// `range` of the referenced bytes (`len` in all), only while the
+    /// object is the one the reference recorded.
+    async fn read(&self, range: Range<u64>, len: u64) -> Result<Bytes> {
+        let size = self.offset + len;
+        let at = self.offset + range.start..self.offset + range.end;
+        let changed = |found: String| OmniError::BlobChanged {
+            uri: self.uri.clone(),
+            recorded: self.recorded(size),
+            found,
+        };
+        match self
+            .dir
+            .read_range_if(&self.name, at, self.etag.as_deref())
+            .await?
+        {
+            RangeRead::Read { bytes, size: now } if now == size => Ok(bytes),
+            RangeRead::Read { size: now, .. } => Err(changed(describe(None, now))),
+            RangeRead::Gone => Err(changed("no object".into())),
+            RangeRead::Moved => Err(changed(match self.dir.head(&self.name).await? {
+                Some((now, tag)) => describe(tag.as_deref(), now),
+                None => "no object".into(),
+            })),
+        }
+    }
+}
+
+fn describe(etag: Option<&str>, size: u64) -> String {
+    match etag {
+        Some(t) => format!("ETag {t} and {size} bytes"),
+        None => format!("{size} bytes"),
+    }
 }
 
 impl std::fmt::Debug for BlobReader {
@@ -484,11 +545,21 @@ impl BlobReader {
             )
         });
         Ok(Self {
-            file,
-            local,
+            source: Source::Managed { file, local },
             length,
             what,
         })
+    }
+
+    /// The reader of an external reference's `length` bytes: nothing is
+    /// asked of the object until a range is read.
+    pub fn external(object: ExternalObject, length: u64) -> Self {
+        let what = object.uri.clone();
+        Self {
+            source: Source::External(object),
+            length,
+            what,
+        }
     }
 
     /// `range` of a local blob, read straight from its file into a buffer
@@ -538,9 +609,13 @@ impl BlobReader {
             return Ok(Bytes::new());
         }
         let want = range.end - range.start;
-        let read = match &self.local {
-            Some((path, base)) => self.read_local(path, *base, range).await,
-            None => self.file.read_range(range).await.map_err(OmniError::from),
+        let read = match &self.source {
+            Source::External(o) => return self.checked(o.read(range, self.length).await?, want),
+            Source::Managed {
+                local: Some((path, base)),
+                ..
+            } => self.read_local(path, *base, range).await,
+            Source::Managed { file, .. } => file.read_range(range).await.map_err(OmniError::from),
         };
         let bytes = read.map_err(|e| {
             OmniError::NotFound(format!(
@@ -548,6 +623,10 @@ impl BlobReader {
                 self.what
             ))
         })?;
+        self.checked(bytes, want)
+    }
+
+    fn checked(&self, bytes: Bytes, want: u64) -> Result<Bytes> {
         if bytes.len() as u64 != want {
             return Err(integrity(format!(
                 "{}: asked for {want} bytes, storage returned {}",

@@ -112,6 +112,12 @@ async fn object(session: &StorageSession, u: &ExternalUri) -> Result<(Store, Str
     Ok((Store::open(session, &dir_uri).await?, last.clone()))
 }
 
+/// The object a stored reference names, reached through `graph`'s store
+/// session (nothing is asked of it).
+pub async fn object_of(graph: &super::GraphStorage, u: &ExternalUri) -> Result<(Store, String)> {
+    object(&StorageSession(graph.tables.session().clone()), u).await
+}
+
 /// The batches of `def` with their external references resolved as
 /// `mode` says, or `None` when they carry none (then nothing is read).
 /// `lines[b][r]` is the input line of row `r` of batch `b`, if known.

@@ -13,6 +13,16 @@ use object_store::{GetOptions, ObjectStoreExt, PutMode, PutOptions, UpdateVersio
 
 use crate::error::{OmniError, Result};
 
+/// What a conditional range read found.
+pub enum RangeRead {
+    /// The bytes, and the object's whole size.
+    Read { bytes: Bytes, size: u64 },
+    /// The object is not there.
+    Gone,
+    /// The object's tag is another.
+    Moved,
+}
+
 #[derive(Clone)]
 pub struct Store {
     os: Arc<ObjectStore>,
@@ -87,6 +97,37 @@ impl Store {
             Err(e) if not_found(&e) => Ok(None),
             Err(e) => Err(OmniError::storage(e)),
         }
+    }
+
+    /// Bytes `range` of an object, asked only while its entity tag (or
+    /// version) is `tag` when one is given (S3's If-Match; the tag is also
+    /// compared on the answer, for a store that ignores the condition).
+    pub async fn read_range_if(
+        &self,
+        rel: &str,
+        range: std::ops::Range<u64>,
+        tag: Option<&str>,
+    ) -> Result<RangeRead> {
+        let opts = GetOptions {
+            range: Some(range.into()),
+            if_match: tag.map(str::to_string),
+            ..Default::default()
+        };
+        let got = match self.os.inner.get_opts(&self.path(rel), opts).await {
+            Ok(g) => g,
+            Err(e) if not_found(&e) => return Ok(RangeRead::Gone),
+            Err(object_store::Error::Precondition { .. }) => return Ok(RangeRead::Moved),
+            Err(e) => return Err(OmniError::storage(e)),
+        };
+        let (size, now) = (
+            got.meta.size,
+            got.meta.e_tag.clone().or(got.meta.version.clone()),
+        );
+        if tag.is_some_and(|t| now.as_deref().is_some_and(|n| n != t)) {
+            return Ok(RangeRead::Moved);
+        }
+        let bytes = got.bytes().await.map_err(OmniError::storage)?;
+        Ok(RangeRead::Read { bytes, size })
     }
 
     /// A whole object, mapped read-only: a local file where it lies (a

@@ -21,9 +21,9 @@ use parking_lot::Mutex;
 use super::columns::TypeRules;
 use super::jsonl::{self, Parsed};
 use crate::compiler::catalog::{Catalog, TypeDef};
+use crate::compiler::value::has_json_form;
 use crate::compiler::value::{self, Value};
 use crate::error::{Location, OmniError, Result};
-use crate::exec::export::has_json_form;
 
 /// One table to load: the type its rows are, and its batches.
 pub struct TableInput {

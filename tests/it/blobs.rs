@@ -2,9 +2,10 @@
 //! blobs, ETags, pinned readers, range limits, bad input and the CLI.
 
 use base64::Engine;
-use omnigraph::{Blob, BlobCell, LoadMode, OmniError, Omnigraph, Target};
+use omnigraph::storage::objstore::Store;
+use omnigraph::{Blob, BlobCell, LoadMode, OmniError, Omnigraph, StorageSession, Target};
 
-use crate::common::fingerprint;
+use crate::common::{Place, fingerprint};
 
 pub const BLOB_SCHEMA: &str = r#"
 node Asset {
@@ -374,7 +375,7 @@ async fn the_cli_stats_and_gets_blobs_in_bounded_reads() {
     let out = run(&["get", "Attached", "e1", "payload"]);
     assert_eq!(out.stdout, b"edge bytes");
     let out = run(&["stat", "Asset", "a3", "data"]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("error[NotFound]"));
     let out = run(&["stat", "Asset", "a1", "kind"]);
     assert_eq!(out.status.code(), Some(2));
@@ -734,6 +735,69 @@ async fn an_external_reference_records_the_objects_etag() {
     assert_eq!(recorded_etag(g, &then, &a1).await, Some(first));
 }
 
+/// A read of an external reference reads the object itself, and only
+/// while it is the object the reference recorded: once it is another (the
+/// same name and length, another ETag) or gone, the read is `BlobChanged`
+/// naming the URI, what was recorded and what is there now.
+async fn a_read_of_an_external_reference_stops_once_the_object_changed(place: Place, base: &str) {
+    let objects = Store::open(&StorageSession::default(), base).await.unwrap();
+    objects.put("a.bin", b"external bytes").await.unwrap();
+    let g = Omnigraph::init(&place.uri("g.omni"), BLOB_SCHEMA)
+        .await
+        .unwrap();
+    g.allow_external_blobs(base).await.unwrap();
+    let uri = format!("{base}/a.bin");
+    let line = format!(r#"{{"type":"Asset","data":{{"name":"a1","data":"{uri}"}}}}"#);
+    g.load("main", &line, LoadMode::Overwrite).await.unwrap();
+    let (main, a1) = (Target::main(), cell("Asset", "a1", "data"));
+    let read = |range: std::ops::Range<u64>| {
+        let (g, main, a1) = (&g, &main, &a1);
+        async move {
+            let r = g.read_blob_at(main, a1).await?.into_reader();
+            r.read_range(range).await
+        }
+    };
+    assert_eq!(read(0..14).await.unwrap(), &b"external bytes"[..]);
+    assert_eq!(read(9..14).await.unwrap(), &b"bytes"[..]);
+    let recorded = recorded_etag(&g, &main, &a1).await.expect("an ETag");
+    objects.put("a.bin", b"EXTERNAL BYTES").await.unwrap();
+    match read(0..14).await {
+        Err(OmniError::BlobChanged {
+            uri: named,
+            recorded: then,
+            found,
+        }) => {
+            assert_eq!(named, uri);
+            assert_eq!(then, format!("ETag {recorded} and 14 bytes"));
+            assert!(
+                found.ends_with(" and 14 bytes") && !found.contains(&recorded),
+                "{found}"
+            );
+        }
+        other => panic!("a changed object read: {other:?}"),
+    }
+    objects.delete("a.bin").await.unwrap();
+    match read(0..14).await {
+        Err(OmniError::BlobChanged { found, .. }) => assert_eq!(found, "no object"),
+        other => panic!("a removed object read: {other:?}"),
+    }
+    g.close().await;
+}
+
+#[tokio::test]
+async fn a_read_of_an_external_file_stops_once_the_file_changed() {
+    let place = Place::local();
+    let base = format!("file://{}/ext", place.scratch().display());
+    a_read_of_an_external_reference_stops_once_the_object_changed(place, &base).await;
+}
+
+#[tokio::test]
+async fn a_read_of_an_external_s3_object_stops_once_the_object_changed() {
+    let place = Place::s3();
+    let base = place.uri("ext");
+    a_read_of_an_external_reference_stops_once_the_object_changed(place, &base).await;
+}
+
 #[tokio::test]
 async fn external_references_obey_the_policy_and_are_kept_or_copied_by_mode() {
     let e = Ext::new().await;
@@ -926,8 +990,20 @@ async fn the_cli_changes_and_shows_the_policy_and_stats_external_cells() {
     );
     assert!(v["etag"].as_str().is_some_and(|t| !t.is_empty()), "{v}");
     let out = run(&["blob", "get", "Asset", "a1", "data", "--store", &uri]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("external reference"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.stdout, b"external bytes");
+    // The object replaced since: the read is refused, naming it.
+    std::fs::write(e.dir.join("in/a.bin"), b"other bytes!!!").unwrap();
+    let out = run(&["blob", "get", "Asset", "a1", "data", "--store", &uri]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("error[BlobChanged]"), "{stderr}");
+    assert!(stderr.contains(&e.uri("in/a.bin")), "{stderr}");
+    assert!(out.stdout.is_empty());
     let out = run(&["blob", "policy", "--store", &uri]);
     assert!(String::from_utf8_lossy(&out.stdout).contains(&base));
 }

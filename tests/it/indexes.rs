@@ -394,7 +394,7 @@ async fn the_cli_optimizes_with_json_and_refuses_an_unknown_branch() {
     assert!(j["commit"].is_null(), "{j}");
     let out = cli(&[&uri, "--branch", "nope"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
         stderr.contains("error[NotFound]") && stderr.contains("'nope'"),
         "{stderr}"

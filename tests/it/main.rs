@@ -23,6 +23,7 @@ mod export;
 mod gc;
 mod group_commit;
 mod indexes;
+mod layers;
 mod load;
 mod merge;
 mod mutate;

@@ -564,7 +564,7 @@ async fn the_cli_merges_prints_its_json_and_exits_5_on_conflicts() {
         serde_json::json!([{"change":"update","type":"Person","id":"Alice"}])
     );
     let out = run(&["commit", "show", "01NOPE", "--store", &uri]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("error[NotFound]"));
     // A merge with --delete-branch deletes the source.
     set_age(&Omnigraph::open(&uri).await.unwrap(), "main", "Bob", 9).await;

@@ -226,7 +226,32 @@ async fn tokens_decide_who_may_call_and_who_a_write_records() {
     ] {
         assert!(doc.1["paths"][route].is_object(), "{route} missing");
     }
-    assert!(doc.1["components"]["schemas"]["QueryRequest"].is_object());
+    let schemas = &doc.1["components"]["schemas"];
+    assert!(schemas["QueryRequest"].is_object());
+    // The write responses in the reference's wire shapes: affected counts
+    // as integers (per type in fields of their own), a load's types as a
+    // list of {name, entities_loaded}.
+    let mutated = &schemas["MutateResponse"]["properties"];
+    for field in ["affected_nodes", "affected_edges"] {
+        assert_eq!(mutated[field]["type"], "integer", "{field}: {mutated}");
+        assert_eq!(
+            mutated[format!("{field}_by_type")]["type"],
+            "object",
+            "{mutated}"
+        );
+    }
+    let loaded = &schemas["LoadResponse"]["properties"];
+    assert_eq!(loaded["total_entities"]["type"], "integer", "{loaded}");
+    for field in ["nodes", "edges"] {
+        assert_eq!(
+            loaded[field]["items"]["$ref"], "#/components/schemas/LoadedType",
+            "{loaded}"
+        );
+    }
+    assert_eq!(
+        schemas["LoadedType"]["properties"]["entities_loaded"]["type"],
+        "integer"
+    );
 
     let missing = anon
         .req(reqwest::Method::GET, "/graphs")
@@ -269,7 +294,10 @@ async fn tokens_decide_who_may_call_and_who_a_write_records() {
     assert_eq!(m.1["actor_id"], "bob");
     assert_eq!(m.1["branch"], "main");
     assert_eq!(m.1["query_name"], "add");
-    assert_eq!(m.1["affected_nodes"], json!({"Person": 1}));
+    assert_eq!(m.1["affected_nodes"], json!(1));
+    assert_eq!(m.1["affected_edges"], json!(0));
+    assert_eq!(m.1["affected_nodes_by_type"], json!({"Person": 1}));
+    assert_eq!(m.1["affected_edges_by_type"], json!({}));
     let cid = m.1["commit"]["graph_commit_id"]
         .as_str()
         .unwrap()
@@ -727,7 +755,13 @@ async fn loads_stream_in_and_exports_stream_out() {
     assert_eq!(r.0, StatusCode::OK, "{}", r.1);
     assert_eq!(r.1["branch"], "bulk");
     assert_eq!(r.1["branch_created"], true);
-    assert_eq!(r.1["nodes"], json!({"Person": 2000}));
+    assert_eq!(r.1["base_branch"], "main");
+    assert_eq!(
+        r.1["nodes"],
+        json!([{"name": "Person", "entities_loaded": 2000}])
+    );
+    assert_eq!(r.1["edges"], json!([]));
+    assert_eq!(r.1["total_entities"], 2000);
     assert_eq!(r.1["actor_id"], "bob");
     assert_eq!(count_on(&c, "bulk").await, 2003);
     // A bad line is named, and nothing is written.
