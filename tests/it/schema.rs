@@ -1079,3 +1079,227 @@ async fn an_open_whose_hint_names_an_older_schema_reads_the_accepted_one() {
         assert_ne!(opened.schema_id, old_id);
     }
 }
+
+/// What a query of every person and every WorksAt edge returns on each
+/// branch: the data a schema step must leave as it was.
+async fn people_and_jobs(g: &Omnigraph, branches: &[&str]) -> Vec<Vec<Value>> {
+    let all = "query q() { match { $p: Person } return { $p.name, $p.age, $p.email, $p.status } order { $p.name } }";
+    let jobs = "query q() { match { $p: Person  $p worksAt $c } return { $p.name, $c.name } order { $p.name, $c.name } }";
+    let mut out = Vec::new();
+    for b in branches {
+        for q in [all, jobs] {
+            out.push(rows(g, &Target::Branch(b.to_string()), q).await.unwrap());
+        }
+    }
+    out
+}
+
+/// Each constraint step (a range, a pattern check, a unique value, an
+/// edge cardinality, an enum value removed) on a graph with two branches:
+/// the loosening applies to both and the past keeps its schema; the
+/// tightening is refused while a row on the other branch breaks it,
+/// naming the row and its branch, with every file of the graph as it was;
+/// once that row is gone it applies, the data of both branches as before
+/// it, and the rule holds on both again.
+#[tokio::test(flavor = "multi_thread")]
+async fn constraint_steps_on_two_branches_refuse_cleanly_and_keep_the_past() {
+    let enum_wider = SCHEMA.replace("enum(active, retired)", "enum(active, retired, away)");
+    // (what, the loosened schema, dev's breaking rows, the row named, how
+    // dev's row goes, the tightened schema)
+    let cases: Vec<(&str, String, &str, &str, &str, String)> = vec![
+        (
+            "range",
+            SCHEMA.replace("    @range(age, 0..150)\n", ""),
+            r#"{"type":"Person","data":{"name":"Old","age":200}}"#,
+            "Old",
+            "query d() { delete Person where name = \"Old\" }",
+            SCHEMA.to_string(),
+        ),
+        (
+            "check",
+            SCHEMA.replace("    @check(email, \"^[^@]+@[^@]+$\")\n", ""),
+            r#"{"type":"Person","data":{"name":"Odd","email":"no-at-sign"}}"#,
+            "Odd",
+            "query d() { delete Person where name = \"Odd\" }",
+            SCHEMA.to_string(),
+        ),
+        (
+            "unique",
+            SCHEMA.replace("    email: String? @unique\n", "    email: String?\n"),
+            r#"{"type":"Person","data":{"name":"Twin","email":"alice@x.org"}}"#,
+            "Twin",
+            "query d() { delete Person where name = \"Twin\" }",
+            SCHEMA.to_string(),
+        ),
+        (
+            "card",
+            SCHEMA.replace("Person -> Company @card(0..1) {", "Person -> Company {"),
+            "{\"type\":\"Company\",\"data\":{\"name\":\"Beta\"}}\n{\"edge\":\"WorksAt\",\"from\":\"Alice\",\"to\":\"Beta\"}",
+            "Alice",
+            "query d() { delete Company where name = \"Beta\" }",
+            SCHEMA.to_string(),
+        ),
+        (
+            "enum",
+            enum_wider.clone(),
+            r#"{"type":"Person","data":{"name":"Eve","status":"away"}}"#,
+            "Eve",
+            "query d() { update Person set { status: \"active\" } where name = \"Eve\" }",
+            SCHEMA.to_string(),
+        ),
+    ];
+    for (what, loose, breaking, named, mend, strict) in cases {
+        assert_ne!(loose, strict, "{what}");
+        let t = loaded_graph().await;
+        let g = &t.g;
+        g.branch_create("dev", "main").await.unwrap();
+        let past = Target::Version {
+            version: g.snapshot(&Target::main()).await.unwrap().manifest_version,
+            branch: "main".into(),
+        };
+        let then = people_and_jobs(g, &["main"]).await;
+        // Refused before the loosening, on either branch.
+        for b in ["main", "dev"] {
+            let e = g
+                .load(b, breaking, omnigraph::LoadMode::Append)
+                .await
+                .unwrap_err();
+            assert_eq!(e.kind(), "InvalidData", "{what} on {b}: {e}");
+        }
+        g.apply_schema(&loose).await.unwrap();
+        g.load("dev", breaking, omnigraph::LoadMode::Append)
+            .await
+            .unwrap();
+        let before = people_and_jobs(g, &["main", "dev"]).await;
+        assert_ne!(
+            before[0..2],
+            before[2..4],
+            "{what}: dev holds the breaking rows"
+        );
+
+        let untouched = Untouched::of(&t).await;
+        let e = g.apply_schema(&strict).await.unwrap_err();
+        assert_eq!(e.kind(), "InvalidData", "{what}: {e}");
+        let says = e.to_string();
+        assert!(
+            says.contains(named) && says.contains("(branch dev)"),
+            "{what}: {says}"
+        );
+        untouched.check(&t, &format!("the {what} step")).await;
+
+        g.mutate("dev", mend, "d", &Value::Null).await.unwrap();
+        let mended = people_and_jobs(g, &["main", "dev"]).await;
+        g.apply_schema(&strict).await.unwrap();
+        assert_eq!(
+            people_and_jobs(g, &["main", "dev"]).await,
+            mended,
+            "{what}: the step changed no row"
+        );
+        for b in ["main", "dev"] {
+            let e = g
+                .load(b, breaking, omnigraph::LoadMode::Append)
+                .await
+                .unwrap_err();
+            assert_eq!(e.kind(), "InvalidData", "{what} after, on {b}: {e}");
+        }
+        // The version before every step reads as it did, by its schema.
+        let all = "query q() { match { $p: Person } return { $p.name, $p.age, $p.email, $p.status } order { $p.name } }";
+        assert_eq!(rows(g, &past, all).await.unwrap(), then[0], "{what}");
+    }
+}
+
+/// What `q` returns on main and on dev.
+async fn on_both(g: &Omnigraph, q: &str) -> Vec<Vec<Value>> {
+    let mut out = Vec::new();
+    for b in ["main", "dev"] {
+        out.push(rows(g, &Target::Branch(b.into()), q).await.unwrap());
+    }
+    out
+}
+
+/// `@index` added and dropped: each step is metadata only and changes no
+/// answer; the next optimize builds the added index on each branch it
+/// runs on, and after the drop builds it no more (rows written since
+/// would make it stale); the past reads as it did.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_index_added_and_dropped_end_to_end() {
+    let t = loaded_graph().await;
+    let g = &t.g;
+    g.branch_create("dev", "main").await.unwrap();
+    g.load(
+        "dev",
+        r#"{"type":"Person","data":{"name":"Dan","age":20}}"#,
+        omnigraph::LoadMode::Append,
+    )
+    .await
+    .unwrap();
+    let past = Target::Version {
+        version: g.snapshot(&Target::main()).await.unwrap().manifest_version,
+        branch: "main".into(),
+    };
+    let by_age = "query q() { match { $p: Person\n $p.age > 30 } return { $p.name } order { $p.name } }";
+    let before = on_both(g, by_age).await;
+    let age_index = |r: &omnigraph::OptimizeReport| {
+        r.indexes
+            .iter()
+            .filter(|i| i["type"] == "Person" && i["property"] == "age")
+            .count()
+    };
+    g.optimize("main").await.unwrap();
+
+    let indexed = SCHEMA.replace("    age: I32?\n", "    age: I32? @index\n");
+    assert_ne!(indexed, SCHEMA);
+    let plan = g.plan_schema(&indexed).await.unwrap();
+    let kinds: Vec<(SchemaStepKind, StepWork)> = plan
+        .steps
+        .iter()
+        .map(|s| (s.step.kind, s.step.work))
+        .collect();
+    assert_eq!(kinds, [(SchemaStepKind::AddIndex, StepWork::Metadata)]);
+    g.apply_schema(&indexed).await.unwrap();
+    assert_eq!(on_both(g, by_age).await, before);
+    for b in ["main", "dev"] {
+        let r = g.optimize(b).await.unwrap();
+        assert_eq!(age_index(&r), 1, "{b}: {r:?}");
+        let kind = r.indexes.iter().find(|i| i["property"] == "age").unwrap();
+        assert_eq!(kind["kind"], "btree", "{b}: {kind}");
+    }
+    assert_eq!(
+        on_both(g, by_age).await,
+        before,
+        "an index changes no answer"
+    );
+
+    let plan = g.plan_schema(SCHEMA).await.unwrap();
+    let kinds: Vec<(SchemaStepKind, StepWork)> = plan
+        .steps
+        .iter()
+        .map(|s| (s.step.kind, s.step.work))
+        .collect();
+    assert_eq!(kinds, [(SchemaStepKind::DropIndex, StepWork::Metadata)]);
+    g.apply_schema(SCHEMA).await.unwrap();
+    assert_eq!(on_both(g, by_age).await, before);
+    // New rows would make an age index stale: none is built again.
+    for b in ["main", "dev"] {
+        g.load(
+            b,
+            r#"{"type":"Person","data":{"name":"Zoe","age":25}}"#,
+            omnigraph::LoadMode::Append,
+        )
+        .await
+        .unwrap();
+        let r = g.optimize(b).await.unwrap();
+        assert_eq!(age_index(&r), 0, "{b}: {r:?}");
+    }
+    assert_eq!(on_both(g, by_age).await, before, "Zoe is not over 30");
+    let all = "query q() { match { $p: Person } return { $p.name } order { $p.name } }";
+    assert_eq!(rows(g, &past, all).await.unwrap().len(), 3);
+
+    // A refused index step writes nothing: a Blob cannot be indexed.
+    let untouched = Untouched::of(&t).await;
+    let blob_indexed = SCHEMA.replace("    body: Blob?\n", "    body: Blob? @index\n");
+    assert_ne!(blob_indexed, SCHEMA);
+    let e = g.apply_schema(&blob_indexed).await.unwrap_err();
+    assert_eq!(e.kind(), "SchemaError", "{e}");
+    untouched.check(&t, &"an index on a Blob").await;
+}
