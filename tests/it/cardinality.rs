@@ -40,6 +40,17 @@ where
     Fut: std::future::Future<Output = omnigraph::Result<T>>,
     T: std::fmt::Debug,
 {
+    refused_by("@card(1..2)", g, who, write).await
+}
+
+/// `write` is refused for `who`'s count of MemberOf edges outside `card`,
+/// and the graph is as it was.
+async fn refused_by<F, Fut, T>(card: &str, g: &Omnigraph, who: &str, write: F) -> (Location, String)
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = omnigraph::Result<T>>,
+    T: std::fmt::Debug,
+{
     let before = fingerprint(g).await;
     let e = write().await.expect_err("the write should be refused");
     assert_eq!(
@@ -52,7 +63,7 @@ where
             assert_eq!(at.type_name.as_deref(), Some("MemberOf"), "{message}");
             assert_eq!(at.property.as_deref(), Some("from"), "{message}");
             assert_eq!(at.value, Some(format!("{who:?}")), "{message}");
-            assert!(message.contains("@card(1..2) violated"), "{message}");
+            assert!(message.contains(&format!("{card} violated")), "{message}");
             (*at, message)
         }
         other => panic!("expected InvalidData, got {other:?}"),
@@ -221,4 +232,88 @@ async fn a_tightened_card_counts_nodes_without_edges_on_every_branch() {
         mutate(&g, "dev", "delete MemberOf where id = \"z1\"")
     })
     .await;
+}
+
+/// A minimum with no maximum, `@card(1..)`, through every write: a
+/// source node needs one edge and may have any number.
+#[tokio::test]
+async fn a_minimum_without_a_maximum_holds_through_every_write() {
+    let open = SCHEMA.replace("@card(1..2)", "@card(1..)");
+    let (_d, g) = graph(&open).await;
+    let card = "@card(1..*)";
+    let cid = "{\"type\":\"Person\",\"data\":{\"name\":\"Cid\"}}\n";
+    for mode in [LoadMode::Append, LoadMode::Merge] {
+        refused_by(card, &g, "Cid", || g.load("main", cid, mode)).await;
+    }
+    let only_ben = "{\"edge\":\"MemberOf\",\"from\":\"Ben\",\"to\":\"Red\"}\n";
+    refused_by(card, &g, "Ann", || {
+        g.load("main", only_ben, LoadMode::Overwrite)
+    })
+    .await;
+    // Any number is allowed: Ann in a third and a fourth team.
+    let more = "{\"type\":\"Team\",\"data\":{\"name\":\"Gold\"}}\n{\"type\":\"Team\",\"data\":{\"name\":\"Jade\"}}\n{\"edge\":\"MemberOf\",\"from\":\"Ann\",\"to\":\"Gold\"}\n{\"edge\":\"MemberOf\",\"from\":\"Ann\",\"to\":\"Jade\"}\n";
+    g.load("main", more, LoadMode::Append).await.unwrap();
+    // A mutation: a node alone, an only edge deleted.
+    refused_by(card, &g, "Cid", || {
+        mutate(&g, "main", "insert Person { name: \"Cid\" }")
+    })
+    .await;
+    refused_by(card, &g, "Ben", || {
+        mutate(&g, "main", "delete MemberOf where id = \"m2\"")
+    })
+    .await;
+    // A merge: each side takes one of Ann's two first teams away; with
+    // Gold and Jade she keeps two, so the merge stands. Without them (a
+    // graph of its own) the merged image leaves her none.
+    g.branch_create("x", "main").await.unwrap();
+    mutate(&g, "x", "delete MemberOf where id = \"m1\"")
+        .await
+        .unwrap();
+    mutate(&g, "main", "delete MemberOf where id = \"m4\"")
+        .await
+        .unwrap();
+    g.merge("x", "main").await.unwrap();
+    let (_d3, g3) = graph(&open).await;
+    g3.branch_create("x", "main").await.unwrap();
+    mutate(&g3, "x", "delete MemberOf where id = \"m1\"")
+        .await
+        .unwrap();
+    mutate(&g3, "main", "delete MemberOf where id = \"m4\"")
+        .await
+        .unwrap();
+    let before = fingerprint(&g3).await;
+    match g3.merge("x", "main").await {
+        Err(OmniError::MergeConflicts(c)) => {
+            let found: Vec<(String, String, String)> = c
+                .into_iter()
+                .map(|c| (format!("{:?}", c.kind), c.type_name, c.id))
+                .collect();
+            assert_eq!(
+                found,
+                [(
+                    "CardinalityViolation".to_string(),
+                    "MemberOf".to_string(),
+                    "Ann".to_string()
+                )]
+            );
+        }
+        other => panic!("expected conflicts, got {other:?}"),
+    }
+    assert_eq!(fingerprint(&g3).await, before);
+    // A schema apply from no rule to this one: refused while a source has
+    // no edge, on any branch.
+    let loose = SCHEMA.replace(" @card(1..2)", "");
+    let (_d2, g2) = graph(&loose).await;
+    g2.branch_create("dev", "main").await.unwrap();
+    mutate(&g2, "dev", "insert Person { name: \"Zed\" }")
+        .await
+        .unwrap();
+    let before = fingerprint(&g2).await;
+    let e = g2.apply_schema(&open).await.unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("the source \"Zed\" (branch dev) has 0 MemberOf edges, outside @card(1..*)"),
+        "{e}"
+    );
+    assert_eq!(fingerprint(&g2).await, before);
 }

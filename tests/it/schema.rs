@@ -1237,7 +1237,8 @@ async fn an_index_added_and_dropped_end_to_end() {
         version: g.snapshot(&Target::main()).await.unwrap().manifest_version,
         branch: "main".into(),
     };
-    let by_age = "query q() { match { $p: Person\n $p.age > 30 } return { $p.name } order { $p.name } }";
+    let by_age =
+        "query q() { match { $p: Person\n $p.age > 30 } return { $p.name } order { $p.name } }";
     let before = on_both(g, by_age).await;
     let age_index = |r: &omnigraph::OptimizeReport| {
         r.indexes
