@@ -88,6 +88,9 @@ struct StagedTable {
     appended: Option<Arc<arrow_array::RecordBatch>>,
 }
 
+/// A gate lease's read, started ahead of taking it: the tags found free.
+type LeaseRead = tokio::task::JoinHandle<Vec<(String, String)>>;
+
 /// The view a [`PrepareWork`] gets: the snapshot it runs against, and the
 /// means to stage one transaction per table it changes.
 pub struct PrepareCx {
@@ -101,7 +104,7 @@ pub struct PrepareCx {
     staged: BTreeMap<String, StagedTable>,
     /// Reads of the gate leases the write will take, started as it finds
     /// its tables (beside their reads) and awaited when it is prepared.
-    lease_reads: Mutex<Vec<tokio::task::JoinHandle<Vec<(String, String)>>>>,
+    lease_reads: Mutex<Vec<LeaseRead>>,
     locks: Arc<ProcessLocks>,
 }
 
