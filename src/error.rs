@@ -159,6 +159,16 @@ pub enum OmniError {
     BadRequest(String),
     #[error("storage error: {0}")]
     Storage(String),
+    /// A change-feed cursor that is damaged, of another graph, branch
+    /// (incarnation) or filter, or names a commit not on the branch.
+    #[error("cursor rejected: {reason}")]
+    CursorRejected { reason: String },
+    /// The feed cannot go on from a cursor: a cleanup removed the state of
+    /// the first commit it would deliver (recover with a baseline).
+    #[error(
+        "change feed gap: a cleanup removed what commit {first_unreadable_commit_id} changed; take a baseline (`omnigraph changes baseline`) and resume from its cursor"
+    )]
+    ChangeFeedGap { first_unreadable_commit_id: String },
     /// An external blob's object is no longer the one its reference
     /// recorded: another ETag (or version), another length, or gone.
     #[error(
@@ -242,6 +252,8 @@ impl OmniError {
             | Self::VersionExpired { .. }
             | Self::NotFound(_)
             | Self::AlreadyExists(_)
+            | Self::CursorRejected { .. }
+            | Self::ChangeFeedGap { .. }
             | Self::ReadOnly(_) => 2,
             Self::ReadSetChanged
             | Self::SchemaChanged { .. }
@@ -285,6 +297,8 @@ impl OmniError {
             Self::BlobRangeNotSatisfiable { .. } => "BlobRangeNotSatisfiable",
             Self::BlobIntegrity { .. } => "BlobIntegrity",
             Self::BlobChanged { .. } => "BlobChanged",
+            Self::CursorRejected { .. } => "CursorRejected",
+            Self::ChangeFeedGap { .. } => "ChangeFeedGap",
             Self::AlreadyCurrent => "AlreadyCurrent",
             Self::MergeConflicts(_) => "MergeConflicts",
             Self::NotFound(_) => "NotFound",
@@ -390,6 +404,10 @@ mod exit_codes {
                 uri: s(),
                 recorded: s(),
                 found: s(),
+            },
+            OmniError::CursorRejected { reason: s() },
+            OmniError::ChangeFeedGap {
+                first_unreadable_commit_id: s(),
             },
             OmniError::MergeConflicts(Vec::new()),
             OmniError::NotFound(s()),

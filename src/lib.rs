@@ -38,8 +38,9 @@ pub use error::{OmniError, Result};
 pub use exec::blob::{Blob, BlobCell, BlobReader};
 pub use exec::run::QueryResult;
 pub use handle::{
-    BranchInfo, CommitHold, LoadReport, Omnigraph, OptimizeReport, Options, SchemaCommit,
-    SnapshotInfo, TableInfo, TableLocation,
+    BranchInfo, ChangeBlock, ChangePage, ChangeRequest, ChangeStart, CommitHold, FeedChange,
+    LoadReport, Omnigraph, OptimizeReport, Options, SchemaCommit, SnapshotInfo, TableInfo,
+    TableLocation,
 };
 pub use storage::Target;
 pub use storage::index_files::GcReport;

@@ -43,6 +43,8 @@ _KINDS_BY_EXIT = {
         "VersionExpired",
         "NotFound",
         "AlreadyExists",
+        "CursorRejected",
+        "ChangeFeedGap",
     },
     4: {"ReadSetChanged", "SchemaChanged", "Contended", "PreconditionFailed"},
     5: {"MergeConflicts"},

@@ -65,6 +65,11 @@ pub enum Cmd {
         #[command(subcommand)]
         cmd: CommitCmd,
     },
+    /// Follow a branch's changes, commit by commit, from a cursor.
+    Changes {
+        #[command(subcommand)]
+        cmd: ChangesCmd,
+    },
     /// Write a branch (or snapshot) as JSONL to stdout.
     Export(Export),
     /// Read one Blob cell: its kind, length and ETag, or its bytes.
@@ -392,6 +397,45 @@ pub struct BlobCellArgs {
     /// Read the branch as of a graph manifest version.
     #[arg(long, value_name = "N")]
     pub version: Option<u64>,
+}
+
+#[derive(Subcommand)]
+pub enum ChangesCmd {
+    /// The branch's commits after a cursor (or a start), oldest first, each
+    /// with its entity changes; prints the cursor to resume from.
+    Poll(Poll),
+}
+
+#[derive(Args)]
+pub struct Poll {
+    #[command(flatten)]
+    pub graph: Graph,
+    #[arg(long, default_value = "main")]
+    pub branch: String,
+    /// now | beginning | after:COMMIT (without --cursor; default now).
+    #[arg(long, conflicts_with = "cursor")]
+    pub start: Option<String>,
+    /// Resume after what the poll that printed it delivered.
+    #[arg(long)]
+    pub cursor: Option<String>,
+    /// Only this type's changes (repeatable).
+    #[arg(long = "type", value_name = "TYPE")]
+    pub types: Vec<String>,
+    /// node | edge
+    #[arg(long)]
+    pub kind: Option<String>,
+    /// insert | update | delete (repeatable).
+    #[arg(long = "op", value_name = "OP")]
+    pub ops: Vec<String>,
+    /// At most this many commits (default 100).
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// Wait for new commits and print each block as one JSON line as it
+    /// lands, then `{"cursor": ...}`, until interrupted.
+    #[arg(long)]
+    pub follow: bool,
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Subcommand)]

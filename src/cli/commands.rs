@@ -7,8 +7,9 @@ use omnigraph::{BlobCell, LoadMode, OmniError, Omnigraph, Target};
 use serde::Serialize;
 
 use super::args::{
-    BlobCellArgs, BlobCmd, BranchCmd, Cleanup, Cmd, CommitCmd, Export, Gc, Graph, Init, Load,
-    Merge, Mutate, Optimize, Query, SchemaCmd, Serve, Snapshot, StressWriter, query_inputs, target,
+    BlobCellArgs, BlobCmd, BranchCmd, ChangesCmd, Cleanup, Cmd, CommitCmd, Export, Gc, Graph, Init,
+    Load, Merge, Mutate, Optimize, Poll, Query, SchemaCmd, Serve, Snapshot, StressWriter,
+    query_inputs, target,
 };
 use super::progress::Progress;
 use super::{demo, table};
@@ -61,6 +62,9 @@ pub async fn run(cmd: Cmd) -> Result<()> {
                 json,
             } => Box::pin(async move { commit_changes(&id, &graph, type_name, json).await }),
         },
+        Cmd::Changes {
+            cmd: ChangesCmd::Poll(a),
+        } => Box::pin(changes_poll(a)),
         Cmd::Export(a) => Box::pin(export(a)),
         Cmd::Blob { cmd } => match cmd {
             BlobCmd::Stat { cell, json } => Box::pin(blob_stat(cell, json)),
@@ -504,6 +508,43 @@ async fn commit_changes(
         table::print_changes(&changes);
     }
     Ok(())
+}
+
+/// How long a following poll waits before asking again, once caught up.
+const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(10);
+
+async fn changes_poll(a: Poll) -> Result<()> {
+    let g = Omnigraph::open_read_only(a.graph.uri()?).await?;
+    let mut req = omnigraph::ChangeRequest {
+        branch: a.branch,
+        cursor: a.cursor,
+        start: a.start.as_deref().unwrap_or("now").parse()?,
+        types: a.types,
+        kind: a.kind,
+        ops: a.ops,
+        limit: a.limit,
+    };
+    if !a.follow {
+        let page = g.changes_page(&req).await?;
+        match a.json {
+            true => print_json(&page),
+            false => table::print_feed(&page),
+        }
+        return Ok(());
+    }
+    let mut out = std::io::stdout().lock();
+    loop {
+        let page = g.changes_page(&req).await?;
+        for b in &page.blocks {
+            writeln!(out, "{}", serde_json::to_string(b)?)?;
+            writeln!(out, "{}", serde_json::json!({ "cursor": b.cursor }))?;
+        }
+        out.flush()?;
+        req.cursor = Some(page.cursor);
+        if page.caught_up {
+            tokio::time::sleep(FOLLOW_POLL).await;
+        }
+    }
 }
 
 async fn export(a: Export) -> Result<()> {

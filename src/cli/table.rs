@@ -1,6 +1,8 @@
 //! Human-readable output of the CLI: small aligned tables.
 
-use omnigraph::{BranchInfo, CommitRecord, EntityChange, LoadReport, MergeConflict, SnapshotInfo};
+use omnigraph::{
+    BranchInfo, ChangePage, CommitRecord, EntityChange, LoadReport, MergeConflict, SnapshotInfo,
+};
 
 /// Print rows under a header, each column as wide as its widest cell.
 pub fn table(header: &[&str], rows: &[Vec<String>]) {
@@ -225,6 +227,33 @@ pub fn print_changes(list: &[EntityChange]) {
         true => table(&["change", "type", "id", "member"], &rows),
         false => table(&["change", "type", "id"], &rows),
     }
+}
+
+/// A feed page: each commit, then its changes; the cursor last.
+pub fn print_feed(page: &ChangePage) {
+    for b in &page.blocks {
+        println!(
+            "commit {} ({}) by {} at {}",
+            b.graph_commit_id, b.commit_kind, b.actor, b.authored_at
+        );
+        let rows: Vec<Vec<String>> = b
+            .changes
+            .iter()
+            .map(|c| vec![c.op.to_string(), c.type_name.clone(), c.id.clone()])
+            .collect();
+        if !rows.is_empty() {
+            table(&["op", "type", "id"], &rows);
+        }
+    }
+    println!(
+        "cursor {}{}",
+        page.cursor,
+        if page.caught_up {
+            ""
+        } else {
+            " (more waiting)"
+        }
+    );
 }
 
 pub fn print_conflicts(list: &[MergeConflict]) {

@@ -37,11 +37,15 @@ use crate::write::merge::{self, MergeOutcome, MergeWork, changes::EntityChange};
 use crate::write::mutate::{self, MutationResult, MutationWork};
 use crate::write::optimize;
 use crate::write::schema_apply::{self, PlannedStep, SchemaApplyWork, SchemaPlan};
+pub use feed::{
+    ChangeBlock, ChangePage, ChangeRequest, DEFAULT_PAGE_COMMITS, FeedChange, Start as ChangeStart,
+};
 use omnigraph_actors::host::Host;
 use omnigraph_actors::{Bugs, OpId, OpKind, Outcome, RecoveryReport};
 
 mod branches;
 mod evolution;
+mod feed;
 mod group;
 mod reads;
 mod upkeep;

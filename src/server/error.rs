@@ -62,7 +62,7 @@ pub fn status_of(e: &OmniError) -> (StatusCode, &'static str) {
     use OmniError::*;
     match e {
         NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
-        VersionExpired { .. } => (StatusCode::GONE, "not_found"),
+        VersionExpired { .. } | ChangeFeedGap { .. } => (StatusCode::GONE, "not_found"),
         AlreadyExists(_)
         | KeyConflict { .. }
         | PreconditionFailed { .. }

@@ -20,6 +20,7 @@ mod chaos;
 mod concurrency;
 mod differential;
 mod export;
+mod feed;
 mod gc;
 mod group_commit;
 mod indexes;

@@ -150,6 +150,64 @@ fn writers(rec: &CommitRecord) -> HashMap<(String, String), (u32, String)> {
     out
 }
 
+/// What one commit changed in one table.
+pub struct TableDelta {
+    pub def: crate::compiler::catalog::TypeDef,
+    pub side: Side,
+}
+
+/// What a commit changed against its first parent.
+pub enum CommitDelta {
+    /// The graph's first commit: it only creates the empty tables.
+    Root,
+    /// A schema apply: it changes the shape of entities, not which
+    /// entities there are or what they say.
+    Schema { from: String, to: String },
+    /// The tables whose rows it changed (among those asked for).
+    Tables(Vec<TableDelta>),
+}
+
+/// The tables commit `rec` changed on its branch against its first parent
+/// (for a merge commit: what it changed on the target), of the types
+/// `wanted` says: only those tables' changed rows are read.
+pub async fn commit_delta(
+    g: &GraphStorage,
+    rec: &CommitRecord,
+    wanted: &(dyn Fn(&crate::compiler::catalog::TypeDef) -> bool + Sync),
+) -> Result<CommitDelta> {
+    let Some(parent) = rec.parents.first() else {
+        return Ok(CommitDelta::Root);
+    };
+    let prec = g
+        .manifests
+        .commit(parent)
+        .await?
+        .ok_or_else(|| OmniError::Storage(format!("commit {parent} is missing its record")))?;
+    let (before, after) = (snapshot_of(g, &prec).await?, snapshot_of(g, rec).await?);
+    if before.schema.id != after.schema.id {
+        return Ok(CommitDelta::Schema {
+            from: before.schema.id.clone(),
+            to: after.schema.id.clone(),
+        });
+    }
+    let mut out = Vec::new();
+    for def in &after.catalog().types {
+        if !wanted(def) || before.table(def)? == after.table(def)? {
+            continue;
+        }
+        let side = side(
+            &g.read_table(&before, def).await?,
+            &g.read_table(&after, def).await?,
+        )
+        .await?;
+        out.push(TableDelta {
+            def: def.clone(),
+            side,
+        });
+    }
+    Ok(CommitDelta::Tables(out))
+}
+
 /// What commit `rec` changed on its branch, against its first parent (for
 /// a merge commit: what it changed on the target), optionally for one type.
 pub async fn commit_changes(
@@ -157,40 +215,19 @@ pub async fn commit_changes(
     rec: &CommitRecord,
     only: Option<&str>,
 ) -> Result<Vec<EntityChange>> {
-    let after = snapshot_of(g, rec).await?;
-    let catalog = after.catalog().clone();
     if let Some(t) = only
-        && catalog.get(t).is_none()
+        && snapshot_of(g, rec).await?.catalog().get(t).is_none()
     {
         return Err(OmniError::NotFound(format!("type {t}")));
     }
-    // The graph's first commit only creates the empty tables.
-    let Some(parent) = rec.parents.first() else {
+    let wanted = |def: &crate::compiler::catalog::TypeDef| only.is_none_or(|t| t == def.name);
+    let CommitDelta::Tables(tables) = commit_delta(g, rec, &wanted).await? else {
         return Ok(Vec::new());
     };
-    let prec = g
-        .manifests
-        .commit(parent)
-        .await?
-        .ok_or_else(|| OmniError::Storage(format!("commit {parent} is missing its record")))?;
-    let before = snapshot_of(g, &prec).await?;
-    if before.schema.id != after.schema.id {
-        // A schema apply: it changes the shape of entities, not which
-        // entities there are or what they say.
-        return Ok(Vec::new());
-    }
     let writers = writers(rec);
     let mut out = Vec::new();
-    for def in &catalog.types {
-        if only.is_some_and(|t| t != def.name) || before.table(def)? == after.table(def)? {
-            continue;
-        }
-        let s = side(
-            &g.read_table(&before, def).await?,
-            &g.read_table(&after, def).await?,
-        )
-        .await?;
-        out.extend(s.entity_changes().into_iter().map(|(id, change)| {
+    for TableDelta { def, side } in tables {
+        out.extend(side.entity_changes().into_iter().map(|(id, change)| {
             let by = writers.get(&(def.name.clone(), id.clone()));
             EntityChange {
                 change,

@@ -1,0 +1,401 @@
+//! The change feed: a branch's commits in first-parent order from a cursor,
+//! each a whole block with before and after images; cursors that resume
+//! exactly, refuse what they do not bind, and a gap after a cleanup.
+
+use std::io::{BufRead, BufReader};
+use std::time::Duration;
+
+use omnigraph::{ChangePage, ChangeRequest, ChangeStart, OmniError, Omnigraph, RetentionPolicy};
+use serde_json::{Value, json};
+
+use crate::common::*;
+
+fn req(start: ChangeStart) -> ChangeRequest {
+    ChangeRequest {
+        branch: "main".into(),
+        start,
+        ..Default::default()
+    }
+}
+
+fn after(cursor: &str) -> ChangeRequest {
+    ChangeRequest {
+        branch: "main".into(),
+        cursor: Some(cursor.to_string()),
+        ..Default::default()
+    }
+}
+
+async fn mutate(g: &Omnigraph, branch: &str, body: &str) -> String {
+    let src = format!("query m() {{ {body} }}");
+    g.mutate(branch, &src, "m", &Value::Null)
+        .await
+        .unwrap()
+        .commit
+}
+
+/// Each block's changes as (op, type, id).
+fn ops(page: &ChangePage) -> Vec<Vec<(String, String, String)>> {
+    page.blocks
+        .iter()
+        .map(|b| {
+            b.changes
+                .iter()
+                .map(|c| (c.op.to_string(), c.type_name.clone(), c.id.clone()))
+                .collect()
+        })
+        .collect()
+}
+
+fn change(op: &str, t: &str, id: &str) -> (String, String, String) {
+    (op.into(), t.into(), id.into())
+}
+
+#[tokio::test]
+async fn a_feed_from_the_beginning_holds_every_commit_with_its_images() {
+    let t = loaded_graph().await;
+    let g = &t.g;
+    let dan = mutate(g, "main", "insert Person { name: \"Dan\", age: 7 }").await;
+    mutate(
+        g,
+        "main",
+        "update Person set { age: 42 } where name = \"Bob\"",
+    )
+    .await;
+    mutate(g, "main", "delete Person where name = \"Carol\"").await;
+    let page = g.changes_page(&req(ChangeStart::Beginning)).await.unwrap();
+    assert!(page.caught_up);
+    let history: Vec<String> = g
+        .commits("main", None)
+        .await
+        .unwrap()
+        .into_iter()
+        .rev()
+        .map(|c| c.id)
+        .collect();
+    let ids: Vec<&str> = page
+        .blocks
+        .iter()
+        .map(|b| b.graph_commit_id.as_str())
+        .collect();
+    assert_eq!(ids, history, "every commit, oldest first");
+    let got = ops(&page);
+    assert!(got[0].is_empty(), "the first commit only makes the tables");
+    assert_eq!(got[1].len(), 7, "the load: {:?}", got[1]);
+    assert_eq!(got[2], [change("insert", "Person", "Dan")]);
+    assert_eq!(got[3], [change("update", "Person", "Bob")]);
+    let knows_bob_carol = &got[4]
+        .iter()
+        .find(|c| c.1 == "Knows")
+        .expect("Carol's edge goes with her")
+        .2;
+    assert_eq!(
+        got[4],
+        [
+            change("delete", "Person", "Carol"),
+            change("delete", "Knows", knows_bob_carol),
+        ]
+    );
+    // Images: an insert has after, an update before and after, a delete
+    // before; an edge's carries its endpoints.
+    let c = &page.blocks[2].changes[0];
+    assert_eq!(c.kind, "node");
+    assert_eq!(
+        (c.before.clone(), c.after.clone()),
+        (None, Some(json!({"data": {"name": "Dan", "age": 7}})))
+    );
+    let c = &page.blocks[3].changes[0];
+    assert_eq!(
+        (c.before.clone(), c.after.clone()),
+        (
+            Some(json!({"data": {"name": "Bob", "age": 41}})),
+            Some(json!({"data": {"name": "Bob", "age": 42}}))
+        )
+    );
+    let c = &page.blocks[4].changes[1];
+    assert_eq!(c.kind, "edge");
+    assert_eq!(
+        (c.before.clone(), c.after.clone()),
+        (
+            Some(json!({"from": "Bob", "to": "Carol", "data": {}})),
+            None
+        )
+    );
+    let b = &page.blocks[2];
+    assert_eq!(b.graph_commit_id, dan);
+    assert_eq!(b.parent_commit_id.as_deref(), Some(history[1].as_str()));
+    assert_eq!(
+        (b.branch.as_str(), b.commit_kind.as_str()),
+        ("main", "mutation")
+    );
+    let shape = serde_json::to_value(&page).unwrap();
+    assert!(shape["cursor"].is_string() && shape["caught_up"] == json!(true));
+    let block = &shape["blocks"][2];
+    for field in [
+        "graph_commit_id",
+        "parent_commit_id",
+        "branch",
+        "actor",
+        "authored_at",
+        "changes",
+    ] {
+        assert!(!block[field].is_null(), "{field}: {block}");
+    }
+    assert!(block.get("merged_parent_commit_id").is_none(), "{block}");
+    assert!(block.get("cursor").is_none(), "{block}");
+}
+
+#[tokio::test]
+async fn a_cursor_resumes_right_after_what_it_delivered() {
+    let t = loaded_graph().await;
+    let g = &t.g;
+    for n in ["A", "B", "C"] {
+        mutate(g, "main", &format!("insert Person {{ name: \"{n}\" }}")).await;
+    }
+    // Two commits a page: the init and the load, then the three inserts.
+    let mut r = req(ChangeStart::Beginning);
+    r.limit = Some(2);
+    let first = g.changes_page(&r).await.unwrap();
+    assert_eq!(first.blocks.len(), 2);
+    assert!(!first.caught_up);
+    let mut next = after(&first.cursor);
+    next.limit = Some(2);
+    let second = g.changes_page(&next).await.unwrap();
+    assert_eq!(
+        ops(&second),
+        [
+            [change("insert", "Person", "A")],
+            [change("insert", "Person", "B")]
+        ]
+    );
+    // A block's own cursor resumes after it.
+    let from_a = g
+        .changes_page(&after(&second.blocks[0].cursor))
+        .await
+        .unwrap();
+    assert_eq!(
+        ops(&from_a),
+        [
+            [change("insert", "Person", "B")],
+            [change("insert", "Person", "C")]
+        ]
+    );
+    let third = g.changes_page(&after(&second.cursor)).await.unwrap();
+    assert_eq!(ops(&third), [[change("insert", "Person", "C")]]);
+    assert!(third.caught_up);
+    // Caught up: an empty page keeps the cursor; a new commit comes next.
+    let idle = g.changes_page(&after(&third.cursor)).await.unwrap();
+    assert!(idle.blocks.is_empty() && idle.caught_up);
+    assert_eq!(idle.cursor, third.cursor);
+    mutate(g, "main", "insert Person { name: \"D\" }").await;
+    let d = g.changes_page(&after(&idle.cursor)).await.unwrap();
+    assert_eq!(ops(&d), [[change("insert", "Person", "D")]]);
+    // `now` starts after the head; `after:COMMIT` after that commit.
+    let now = g.changes_page(&req(ChangeStart::Now)).await.unwrap();
+    assert!(now.blocks.is_empty());
+    let e = mutate(g, "main", "insert Person { name: \"E\" }").await;
+    let since_now = g.changes_page(&after(&now.cursor)).await.unwrap();
+    assert_eq!(ops(&since_now), [[change("insert", "Person", "E")]]);
+    let d_id = d.blocks[0].graph_commit_id.clone();
+    let since_d = g
+        .changes_page(&req(ChangeStart::After(d_id)))
+        .await
+        .unwrap();
+    assert_eq!(since_d.blocks.len(), 1);
+    assert_eq!(since_d.blocks[0].graph_commit_id, e);
+}
+
+#[tokio::test]
+async fn a_filter_keeps_the_changes_it_names_and_binds_its_cursor() {
+    let t = loaded_graph().await;
+    let g = &t.g;
+    mutate(
+        g,
+        "main",
+        "insert Person { name: \"Dan\" }\ninsert Knows { from: \"Dan\", to: \"Bob\" }",
+    )
+    .await;
+    mutate(
+        g,
+        "main",
+        "update Person set { age: 1 } where name = \"Dan\"",
+    )
+    .await;
+    // Only Person updates; only edges.
+    let mut only = req(ChangeStart::Beginning);
+    only.types = vec!["Person".into()];
+    only.ops = vec!["update".into()];
+    let page = g.changes_page(&only).await.unwrap();
+    let changed: Vec<_> = ops(&page).into_iter().flatten().collect();
+    assert_eq!(changed, [change("update", "Person", "Dan")]);
+    let mut edges = req(ChangeStart::Beginning);
+    edges.kind = Some("edge".into());
+    let page = g.changes_page(&edges).await.unwrap();
+    assert!(
+        page.blocks
+            .iter()
+            .flat_map(|b| &b.changes)
+            .all(|c| c.kind == "edge"),
+        "{page:?}"
+    );
+    assert_eq!(page.blocks.iter().flat_map(|b| &b.changes).count(), 4);
+    // A cursor carries its filter: another filter refuses it.
+    let mut other = after(&page.cursor);
+    other.kind = Some("node".into());
+    match g.changes_page(&other).await {
+        Err(OmniError::CursorRejected { reason }) => {
+            assert!(reason.contains("another filter"), "{reason}")
+        }
+        x => panic!("a cursor under another filter: {x:?}"),
+    }
+    // A filter naming what the schema does not have is wrong input.
+    let mut bad = req(ChangeStart::Beginning);
+    bad.types = vec!["Robot".into()];
+    let e = g.changes_page(&bad).await.unwrap_err();
+    assert_eq!(e.kind(), "BadRequest", "{e}");
+    let mut bad = req(ChangeStart::Beginning);
+    bad.ops = vec!["upsert".into()];
+    let e = g.changes_page(&bad).await.unwrap_err();
+    assert_eq!(e.kind(), "BadRequest", "{e}");
+}
+
+#[tokio::test]
+async fn a_cursor_of_another_branch_or_a_damaged_one_is_rejected() {
+    let t = loaded_graph().await;
+    let g = &t.g;
+    g.branch_create("dev", "main").await.unwrap();
+    let main = g.changes_page(&req(ChangeStart::Now)).await.unwrap();
+    let rejected = |r: omnigraph::Result<ChangePage>| match r {
+        Err(OmniError::CursorRejected { reason }) => reason,
+        other => panic!("expected CursorRejected, got {other:?}"),
+    };
+    let mut on_dev = after(&main.cursor);
+    on_dev.branch = "dev".into();
+    assert!(rejected(g.changes_page(&on_dev).await).contains("branch 'main', not 'dev'"));
+    // One character changed: the checksum says so.
+    let mut damaged = main.cursor.clone().into_bytes();
+    damaged[3] = if damaged[3] == b'A' { b'B' } else { b'A' };
+    let damaged = String::from_utf8(damaged).unwrap();
+    assert!(rejected(g.changes_page(&after(&damaged)).await).contains("checksum"));
+    assert!(rejected(g.changes_page(&after("not a cursor")).await).contains("not a cursor"));
+    // A branch deleted and made again is another branch.
+    let mut dev = req(ChangeStart::Now);
+    dev.branch = "dev".into();
+    let dev_cursor = g.changes_page(&dev).await.unwrap().cursor;
+    g.branch_delete("dev").await.unwrap();
+    g.branch_create("dev", "main").await.unwrap();
+    let mut again = after(&dev_cursor);
+    again.branch = "dev".into();
+    assert!(rejected(g.changes_page(&again).await).contains("deleted and made again"));
+    // A commit that is not on the branch's history.
+    let x = mutate(g, "dev", "insert Person { name: \"OnDev\" }").await;
+    assert!(
+        rejected(g.changes_page(&req(ChangeStart::After(x))).await)
+            .contains("not on branch 'main'")
+    );
+    // Another graph's cursor.
+    let other = loaded_graph().await;
+    assert!(rejected(other.g.changes_page(&after(&main.cursor)).await).contains("another graph"));
+}
+
+#[tokio::test]
+async fn merges_and_schema_applies_are_blocks_of_their_own() {
+    let t = loaded_graph().await;
+    let g = &t.g;
+    let start = g.changes_page(&req(ChangeStart::Now)).await.unwrap();
+    g.branch_create("x", "main").await.unwrap();
+    mutate(g, "x", "insert Person { name: \"FromX\" }").await;
+    mutate(g, "main", "insert Person { name: \"OnMain\" }").await;
+    g.merge("x", "main").await.unwrap();
+    let page = g.changes_page(&after(&start.cursor)).await.unwrap();
+    assert_eq!(
+        page.blocks.len(),
+        2,
+        "main's first-parent history: {page:?}"
+    );
+    let merge = &page.blocks[1];
+    assert_eq!(merge.commit_kind, "merge");
+    assert!(merge.merged_parent_commit_id.is_some());
+    assert_eq!(ops(&page)[1], [change("insert", "Person", "FromX")]);
+    let wider = SCHEMA.replace("    age: I32?\n", "    age: I32?\n    nick: String?\n");
+    g.apply_schema(&wider).await.unwrap();
+    let applied = g.changes_page(&after(&page.cursor)).await.unwrap();
+    let b = &applied.blocks[0];
+    assert_eq!(b.commit_kind, "schema_apply");
+    assert!(b.changes.is_empty());
+    let schema = b.schema.clone().expect("a schema block");
+    assert_ne!(schema["from"], schema["to"]);
+}
+
+#[tokio::test]
+async fn a_cursor_past_what_a_cleanup_removed_is_a_gap() {
+    let t = loaded_graph().await;
+    let g = &t.g;
+    let old = g.changes_page(&req(ChangeStart::Now)).await.unwrap();
+    let first = mutate(g, "main", "insert Person { name: \"P1\" }").await;
+    for n in 2..5 {
+        mutate(g, "main", &format!("insert Person {{ name: \"P{n}\" }}")).await;
+    }
+    g.cleanup(RetentionPolicy {
+        older_than: Duration::ZERO,
+        keep_versions: Some(1),
+        dry_run: false,
+    })
+    .await
+    .unwrap();
+    match g.changes_page(&after(&old.cursor)).await {
+        Err(OmniError::ChangeFeedGap {
+            first_unreadable_commit_id,
+        }) => assert_eq!(first_unreadable_commit_id, first),
+        other => panic!("expected a gap, got {other:?}"),
+    }
+    // From now on the feed goes on.
+    let now = g.changes_page(&req(ChangeStart::Now)).await.unwrap();
+    mutate(g, "main", "insert Person { name: \"P5\" }").await;
+    let page = g.changes_page(&after(&now.cursor)).await.unwrap();
+    assert_eq!(ops(&page), [[change("insert", "Person", "P5")]]);
+}
+
+#[tokio::test]
+async fn the_cli_polls_and_follows() {
+    let t = loaded_graph().await;
+    let uri = t.uri();
+    t.g.clone().close().await;
+    let out = cli(&["changes", "poll", &uri, "--start", "beginning", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let page: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(page["blocks"].as_array().unwrap().len(), 2);
+    assert_eq!(page["caught_up"], true);
+    let cursor = page["cursor"].as_str().unwrap().to_string();
+    let bad = cli(&["changes", "poll", &uri, "--cursor", "x.y"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("error[CursorRejected]"));
+
+    // Follow: each commit that lands is printed as a block line, then its
+    // cursor.
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_omnigraph"))
+        .args(["changes", "poll", &uri, "--cursor", &cursor, "--follow"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let g = Omnigraph::open(&uri).await.unwrap();
+    let commit = mutate(&g, "main", "insert Person { name: \"Followed\" }").await;
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let block: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    let resume: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(block["graph_commit_id"], commit.as_str());
+    assert_eq!(block["changes"][0]["id"], "Followed");
+    let resumed = g
+        .changes_page(&after(resume["cursor"].as_str().unwrap()))
+        .await
+        .unwrap();
+    assert!(resumed.blocks.is_empty() && resumed.caught_up);
+    g.close().await;
+}
