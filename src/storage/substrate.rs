@@ -293,6 +293,10 @@ struct Faults {
     crash_at: Option<CrashPoint>,
     commits: u32,
     halted: bool,
+    /// Every write lingers this long after its sidecar is written and
+    /// after each table commit (its lease renewed): a process whose
+    /// commits are slow, so that a harness's kill lands inside one.
+    dwell_inside_commit: Option<std::time::Duration>,
 }
 
 /// Point `rec` (branch `name`) at the source's version of each table in
@@ -443,6 +447,12 @@ impl LanceSubstrate {
         let mut f = self.faults.lock();
         f.crash_at = Some(point);
         f.commits = 0;
+    }
+
+    /// Linger inside every commit from now on (see `Faults`).
+    #[cfg(feature = "fault-injection")]
+    pub fn dwell_inside_commit(&self, d: std::time::Duration) {
+        self.faults.lock().dwell_inside_commit = Some(d);
     }
 
     /// Stall the next publish (tests of a lease taken over from a slow writer).
@@ -1400,7 +1410,12 @@ impl LanceSubstrate {
             _ => None,
         };
         let answer = Self::halted_answer(&io);
+        let inside = matches!(io, Io::WriteSidecar { .. } | Io::CommitTable { .. });
         let out = self.run(io).await;
+        let dwell = self.faults.lock().dwell_inside_commit;
+        if let Some(d) = dwell.filter(|_| inside) {
+            tokio::time::sleep(d).await;
+        }
         let mut f = self.faults.lock();
         if point.is_some() && point == f.crash_at {
             warn!(?point, "fault injection: the process halts here");

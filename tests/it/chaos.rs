@@ -261,6 +261,12 @@ pub(crate) struct Stopped {
 }
 
 pub(crate) fn spawn_writer(uri: &str, start: u64) -> Child {
+    spawn_writer_dwelling(uri, start, 0)
+}
+
+/// A writer whose every commit lingers `dwell_ms` after its sidecar and
+/// after each table commit, so that a kill aimed at a commit lands in one.
+pub(crate) fn spawn_writer_dwelling(uri: &str, start: u64, dwell_ms: u64) -> Child {
     let mut proc = Command::new(env!("CARGO_BIN_EXE_omnigraph"))
         .env("OMNIGRAPH_LEASE_MS", CHILD_LEASE_MS)
         .args([
@@ -269,6 +275,8 @@ pub(crate) fn spawn_writer(uri: &str, start: u64) -> Child {
             uri,
             "--start",
             &start.to_string(),
+            "--dwell-ms",
+            &dwell_ms.to_string(),
         ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -367,6 +375,12 @@ async fn kill_inside_a_commit(
     (stopped, Some(killed))
 }
 
+/// How long the writers of the multi-process test linger inside each
+/// commit: a kill aimed there polls the sidecar listing every millisecond
+/// and must land before the commit ends (with commits of a few ms, six
+/// aims all missed in some runs).
+const DWELL_MS: u64 = 40;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writer_processes_killed_among_live_ones_lose_nothing() {
     writer_processes_killed_among_live_ones_lose_nothing_in(Place::local()).await;
@@ -381,10 +395,12 @@ pub async fn writer_processes_killed_among_live_ones_lose_nothing_in(place: Plac
     let mut rng = 0x9E37_79B9_7F4A_7C15u64;
     // Each writer numbers its writes from its own range.
     let mut next_start = 0u64;
+    // Commits that linger inside (after the sidecar, after each table
+    // commit): a kill aimed at one lands there, not after the write ended.
     let mut writers: Vec<Child> = (0..WRITERS)
         .map(|_| {
             next_start += 1_000_000;
-            spawn_writer(&uri, next_start)
+            spawn_writer_dwelling(&uri, next_start, DWELL_MS)
         })
         .collect();
     // On S3 a killed writer holds its gates until its lease lapses, so kills
@@ -400,7 +416,7 @@ pub async fn writer_processes_killed_among_live_ones_lose_nothing_in(place: Plac
         std::thread::sleep(Duration::from_millis(rand_ms(&mut rng, lo, hi)));
         let victim = (rand_ms(&mut rng, 0, 1_000) as usize) % WRITERS;
         next_start += 1_000_000;
-        let fresh = spawn_writer(&uri, next_start);
+        let fresh = spawn_writer_dwelling(&uri, next_start, DWELL_MS);
         let old = std::mem::replace(&mut writers[victim], fresh);
         let stopped = if kill % 2 == 1 {
             let (stopped, killed) = kill_inside_a_commit(&uri, old, Duration::from_secs(10)).await;
