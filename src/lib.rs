@@ -38,14 +38,14 @@ pub use error::{OmniError, Result};
 pub use exec::blob::{Blob, BlobCell, BlobReader};
 pub use exec::run::QueryResult;
 pub use handle::{
-    BranchInfo, ChangeBlock, ChangePage, ChangeRequest, ChangeStart, CommitHold, FeedChange,
-    LoadReport, Omnigraph, OptimizeReport, Options, SchemaCommit, SnapshotInfo, TableInfo,
-    TableLocation,
+    Baseline, BranchInfo, ChangeBlock, ChangePage, ChangeRequest, ChangeStart, CommitHold,
+    FeedChange, LoadReport, Omnigraph, OptimizeReport, Options, SchemaCommit, SnapshotInfo,
+    TableInfo, TableLocation,
 };
-pub use storage::Target;
 pub use storage::index_files::GcReport;
 pub use storage::manifest::CommitRecord;
 pub use storage::retention::{CleanupReport, RetentionPolicy};
+pub use storage::{Snapshot, Target};
 pub use write::arrow_input::TableInput;
 pub use write::load::LoadMode;
 pub use write::merge::changes::EntityChange;

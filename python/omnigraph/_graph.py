@@ -9,7 +9,7 @@ import base64
 import datetime
 import json
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Callable, Union
 
 from . import _omnigraph
@@ -306,9 +306,31 @@ class _Methods:
         """One commit (the CLI's `commit show --json`)."""
         return self._run(self._g.commit(id, self._async))
 
-    def changes(self, id: str, type: str | None = None) -> Any:
-        """What commit `id` changed against its first parent, per entity."""
-        return self._run(self._g.changes(id, type, self._async))
+    def changes(
+        self,
+        id: str | None = None,
+        type: str | None = None,
+        *,
+        branch: str = "main",
+        cursor: str | None = None,
+        start: str | None = None,
+        types: Sequence[str] = (),
+        kind: str | None = None,
+        ops: Sequence[str] = (),
+        limit: int | None = None,
+    ) -> Any:
+        """With a commit `id`: what that commit changed against its first
+        parent, per entity (`type`: of one type). Without: a page of
+        `branch`'s change feed (docs/changes.md) after `cursor` (or from
+        `start`: "now", "beginning" or "after:COMMIT"), filtered by `types`,
+        `kind` and `ops`: `{"blocks", "cursor", "caught_up"}`, each block
+        with the `cursor` that resumes right after it."""
+        if id is not None:
+            return self._run(self._g.changes(id, type, self._async))
+        _check_str("branch", branch)
+        return self._run(
+            self._g.feed(branch, cursor, start, list(types), kind, list(ops), limit, self._async)
+        )
 
     # -- schema and upkeep ---------------------------------------------
 
@@ -415,6 +437,30 @@ class Graph(_Methods):
     def __init__(self, native: _omnigraph.Graph) -> None:
         self._g = native
 
+    def watch(
+        self,
+        branch: str = "main",
+        cursor: str | None = None,
+        start: str | None = None,
+        types: Sequence[str] = (),
+        kind: str | None = None,
+        ops: Sequence[str] = (),
+        poll: float = 0.02,
+    ) -> Iterator[Any]:
+        """Follow `branch`'s change feed: yield each block as it lands
+        (each with the `cursor` that resumes right after it), waiting
+        `poll` seconds between looks once caught up; never ends."""
+        import time
+
+        while True:
+            page = self.changes(
+                branch=branch, cursor=cursor, start=start, types=types, kind=kind, ops=ops
+            )
+            yield from page["blocks"]
+            cursor, start = page["cursor"], None
+            if page["caught_up"]:
+                time.sleep(poll)
+
     def _run(self, call: Any, wrap: Callable[[Any], Any] | None = None) -> Any:
         return call if wrap is None else wrap(call)
 
@@ -448,6 +494,29 @@ class AsyncGraph(_Methods):
 
     async def close(self) -> None:
         await self._g.close(True)
+
+    async def watch(
+        self,
+        branch: str = "main",
+        cursor: str | None = None,
+        start: str | None = None,
+        types: Sequence[str] = (),
+        kind: str | None = None,
+        ops: Sequence[str] = (),
+        poll: float = 0.02,
+    ) -> AsyncIterator[Any]:
+        """`Graph.watch` for `async for`."""
+        import asyncio
+
+        while True:
+            page = await self.changes(
+                branch=branch, cursor=cursor, start=start, types=types, kind=kind, ops=ops
+            )
+            for block in page["blocks"]:
+                yield block
+            cursor, start = page["cursor"], None
+            if page["caught_up"]:
+                await asyncio.sleep(poll)
 
     async def __aenter__(self) -> AsyncGraph:
         return self

@@ -407,9 +407,53 @@ class RemoteGraph:
     def commit(self, id: str) -> Any:
         return _commit_record(self._call("GET", f"/commits/{urllib.parse.quote(id, safe='')}"))
 
-    def changes(self, id: str, type: str | None = None) -> Any:
-        c = self._call("GET", f"/commits/{urllib.parse.quote(id, safe='')}/changes", query={"type": type})
-        return c["changes"]
+    def changes(
+        self,
+        id: str | None = None,
+        type: str | None = None,
+        *,
+        branch: str = "main",
+        cursor: str | None = None,
+        start: str | None = None,
+        types: Any = (),
+        kind: str | None = None,
+        ops: Any = (),
+        limit: int | None = None,
+        wait_ms: int | None = None,
+    ) -> Any:
+        """As `Graph.changes`; a feed poll may wait up to `wait_ms` for a
+        commit when nothing is new (long-poll)."""
+        if id is not None:
+            c = self._call("GET", f"/commits/{urllib.parse.quote(id, safe='')}/changes", query={"type": type})
+            return c["changes"]
+        query = {
+            "branch": branch,
+            "cursor": cursor,
+            "start": start,
+            "type": ",".join(types) or None,
+            "kind": kind,
+            "op": ",".join(ops) or None,
+            "limit": limit,
+            "wait_ms": wait_ms,
+        }
+        return self._call("GET", "/changes", query=query)
+
+    def watch(
+        self,
+        branch: str = "main",
+        cursor: str | None = None,
+        start: str | None = None,
+        types: Any = (),
+        kind: str | None = None,
+        ops: Any = (),
+    ) -> Any:
+        """As `Graph.watch`, each poll waiting on the server for a commit."""
+        while True:
+            page = self.changes(
+                branch=branch, cursor=cursor, start=start, types=types, kind=kind, ops=ops, wait_ms=30_000
+            )
+            yield from page["blocks"]
+            cursor, start = page["cursor"], None
 
     def schema_apply(self, source: str) -> Any:
         _check_str("source", source)

@@ -431,6 +431,35 @@ impl Graph {
         })
     }
 
+    /// A page of `branch`'s change feed.
+    #[allow(clippy::too_many_arguments)]
+    fn feed<'py>(
+        &self,
+        py: Python<'py>,
+        branch: String,
+        cursor: Option<String>,
+        start: Option<String>,
+        types: Vec<String>,
+        kind: Option<String>,
+        ops: Vec<String>,
+        limit: Option<usize>,
+        asynchronous: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let g = self.g()?;
+        call(py, asynchronous, async move {
+            let req = omnigraph::ChangeRequest {
+                branch,
+                cursor,
+                start: start.as_deref().unwrap_or("now").parse()?,
+                types,
+                kind,
+                ops,
+                limit,
+            };
+            json(g.changes_page(&req).await?)
+        })
+    }
+
     fn snapshot<'py>(
         &self,
         py: Python<'py>,

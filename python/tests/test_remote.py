@@ -168,3 +168,19 @@ def test_remote_blobs_read_ranges_and_stat(served):
     with pytest.raises(omnigraph.InputError) as e:
         remote.read_blob("Doc", "d1", "body", offset=50)
     assert e.value.kind == "BlobRangeNotSatisfiable"
+
+
+def test_a_remote_feed_is_the_embedded_feed(served):
+    url, uri = served
+    remote = omnigraph.connect(url, "g", token="bob-token")
+    page = remote.changes(start="beginning")
+    history = [c["id"] for c in reversed(remote.commits())]
+    assert page["caught_up"] is True
+    assert [b["graph_commit_id"] for b in page["blocks"]] == history
+    m = remote.mutate(ADD, params={"h": "fee", "n": "Fee"})
+    block = next(remote.watch(cursor=page["cursor"]))
+    assert block["graph_commit_id"] == m.commit and block["actor"] == "bob"
+    assert block["changes"][0]["after"]["data"]["handle"] == "fee"
+    with pytest.raises(omnigraph.InputError) as e:
+        remote.changes(cursor=block["cursor"], types=["Person"])
+    assert e.value.kind == "CursorRejected"

@@ -255,6 +255,10 @@ pub struct Export {
 
 #[derive(Args)]
 pub struct StressWriter {
+    /// Linger this long inside every commit (after its sidecar and each
+    /// table commit): only in a build with fault injection.
+    #[arg(long, default_value_t = 0)]
+    pub dwell_ms: u64,
     #[command(flatten)]
     pub graph: Graph,
     /// Number of the first write.
@@ -404,6 +408,29 @@ pub enum ChangesCmd {
     /// The branch's commits after a cursor (or a start), oldest first, each
     /// with its entity changes; prints the cursor to resume from.
     Poll(Poll),
+    /// Write the branch as it is at one head to FILE (the load format) and
+    /// print the cursor that resumes the feed right after that head.
+    Baseline(BaselineArgs),
+}
+
+#[derive(Args)]
+pub struct BaselineArgs {
+    #[command(flatten)]
+    pub graph: Graph,
+    #[arg(long, default_value = "main")]
+    pub branch: String,
+    /// Written as FILE.partial, renamed to FILE once whole.
+    #[arg(long, value_name = "FILE")]
+    pub out: PathBuf,
+    /// The feed's filter the cursor binds (and the types written).
+    #[arg(long = "type", value_name = "TYPE")]
+    pub types: Vec<String>,
+    #[arg(long)]
+    pub kind: Option<String>,
+    #[arg(long = "op", value_name = "OP")]
+    pub ops: Vec<String>,
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args)]

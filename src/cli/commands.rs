@@ -7,9 +7,9 @@ use omnigraph::{BlobCell, LoadMode, OmniError, Omnigraph, Target};
 use serde::Serialize;
 
 use super::args::{
-    BlobCellArgs, BlobCmd, BranchCmd, ChangesCmd, Cleanup, Cmd, CommitCmd, Export, Gc, Graph, Init,
-    Load, Merge, Mutate, Optimize, Poll, Query, SchemaCmd, Serve, Snapshot, StressWriter,
-    query_inputs, target,
+    BaselineArgs, BlobCellArgs, BlobCmd, BranchCmd, ChangesCmd, Cleanup, Cmd, CommitCmd, Export,
+    Gc, Graph, Init, Load, Merge, Mutate, Optimize, Poll, Query, SchemaCmd, Serve, Snapshot,
+    StressWriter, query_inputs, target,
 };
 use super::progress::Progress;
 use super::{demo, table};
@@ -62,9 +62,10 @@ pub async fn run(cmd: Cmd) -> Result<()> {
                 json,
             } => Box::pin(async move { commit_changes(&id, &graph, type_name, json).await }),
         },
-        Cmd::Changes {
-            cmd: ChangesCmd::Poll(a),
-        } => Box::pin(changes_poll(a)),
+        Cmd::Changes { cmd } => match cmd {
+            ChangesCmd::Poll(a) => Box::pin(changes_poll(a)),
+            ChangesCmd::Baseline(a) => Box::pin(changes_baseline(a)),
+        },
         Cmd::Export(a) => Box::pin(export(a)),
         Cmd::Blob { cmd } => match cmd {
             BlobCmd::Stat { cell, json } => Box::pin(blob_stat(cell, json)),
@@ -547,6 +548,46 @@ async fn changes_poll(a: Poll) -> Result<()> {
     }
 }
 
+async fn changes_baseline(a: BaselineArgs) -> Result<()> {
+    let g = Omnigraph::open_read_only(a.graph.uri()?).await?;
+    let req = omnigraph::ChangeRequest {
+        branch: a.branch,
+        types: a.types,
+        kind: a.kind,
+        ops: a.ops,
+        ..Default::default()
+    };
+    let mut partial = a.out.clone().into_os_string();
+    partial.push(".partial");
+    let partial = std::path::PathBuf::from(partial);
+    let written = async {
+        let mut file = std::io::BufWriter::new(std::fs::File::create(&partial)?);
+        let b = g.changes_baseline(&req, &mut file).await?;
+        file.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+        Ok::<_, OmniError>(b)
+    }
+    .await;
+    let b = match written {
+        Ok(b) => b,
+        Err(e) => {
+            let _ = std::fs::remove_file(&partial);
+            return Err(e);
+        }
+    };
+    std::fs::rename(&partial, &a.out)?;
+    match a.json {
+        true => print_json(&b),
+        false => println!(
+            "snapshot {} ({} lines in {})\ncursor {}",
+            b.snapshot_commit_id,
+            b.lines,
+            a.out.display(),
+            b.cursor
+        ),
+    }
+    Ok(())
+}
+
 async fn export(a: Export) -> Result<()> {
     let g = Omnigraph::open_read_only(a.graph.uri()?).await?;
     let mut out = std::io::BufWriter::with_capacity(1 << 20, std::io::stdout());
@@ -683,6 +724,15 @@ async fn stress_writer(a: StressWriter) -> Result<()> {
     // Its sidecars carry this owner: a harness that kills it can tell
     // which in-flight write was its.
     let owner = g.owner().expect("a read-write handle");
+    if a.dwell_ms > 0 {
+        #[cfg(feature = "fault-injection")]
+        g.substrate()
+            .dwell_inside_commit(std::time::Duration::from_millis(a.dwell_ms));
+        #[cfg(not(feature = "fault-injection"))]
+        return Err(OmniError::BadRequest(
+            "--dwell-ms needs a build with fault injection".into(),
+        ));
+    }
     writeln!(out, "OWNER {owner}")?;
     for n in a.start.. {
         writeln!(out, "BEGIN {n}")?;

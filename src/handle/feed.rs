@@ -103,7 +103,6 @@ pub struct ChangeBlock {
     pub schema: Option<Value>,
     pub changes: Vec<FeedChange>,
     /// The cursor that resumes right after this block.
-    #[serde(skip)]
     pub cursor: String,
 }
 
@@ -314,7 +313,76 @@ async fn block(
     })
 }
 
+/// A copy of a branch at one head, and the cursor that resumes the feed
+/// right after that head.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Baseline {
+    pub snapshot_commit_id: String,
+    pub cursor: String,
+    /// The export's lines.
+    #[serde(skip)]
+    pub lines: usize,
+}
+
 impl Omnigraph {
+    /// Write `req.branch` as it is at one head (the load format, the types
+    /// its filter keeps) to `out`, and return the cursor that resumes the
+    /// feed right after that head, under that filter: a consumer that
+    /// lost its place (a gap) starts again from here.
+    pub async fn changes_baseline(
+        &self,
+        req: &ChangeRequest,
+        out: &mut (dyn std::io::Write + Send),
+    ) -> Result<Baseline> {
+        let (snap, only, mut b) = self.baseline_head(req).await?;
+        b.lines = self.export_snapshot(&snap, only.as_deref(), out).await?;
+        Ok(b)
+    }
+
+    /// A baseline's head, checked before anything is written: the snapshot
+    /// to export, the types it writes (none: all) and its cursor.
+    pub async fn baseline_head(
+        &self,
+        req: &ChangeRequest,
+    ) -> Result<(Snapshot, Option<Vec<String>>, Baseline)> {
+        let snap = self.resolve(&Target::Branch(req.branch.clone())).await?;
+        let filter = Filter::of(req, snap.catalog())?;
+        let only: Option<Vec<String>> =
+            (!filter.types.is_empty() || filter.kind.is_some()).then(|| {
+                snap.catalog()
+                    .types
+                    .iter()
+                    .filter(|t| filter.wants_type(t))
+                    .map(|t| t.name.clone())
+                    .collect()
+            });
+        let head = snap.record.head.clone();
+        let state = self.cursor_state(req, snap.record.incarnation, &filter, Some(head.clone()));
+        let b = Baseline {
+            snapshot_commit_id: head,
+            cursor: encode(&state),
+            lines: 0,
+        };
+        Ok((snap, only, b))
+    }
+
+    fn cursor_state(
+        &self,
+        req: &ChangeRequest,
+        incarnation: u64,
+        filter: &Filter,
+        at: Option<String>,
+    ) -> CursorState {
+        CursorState {
+            v: CURSOR_VERSION,
+            g: digest(self.inner.graph.store.uri()),
+            b: req.branch.clone(),
+            i: incarnation,
+            f: filter.digest(),
+            at,
+        }
+    }
+
     /// One page of `req.branch`'s change feed: the commits after the
     /// cursor (or the start), oldest first, each whole.
     pub async fn changes_page(&self, req: &ChangeRequest) -> Result<ChangePage> {
@@ -323,14 +391,7 @@ impl Omnigraph {
         let rec = latest.branch(&req.branch)?;
         let snap = self.resolve(&Target::Branch(req.branch.clone())).await?;
         let filter = Filter::of(req, snap.catalog())?;
-        let state = |at: Option<String>| CursorState {
-            v: CURSOR_VERSION,
-            g: digest(g.store.uri()),
-            b: req.branch.clone(),
-            i: rec.incarnation,
-            f: filter.digest(),
-            at,
-        };
+        let state = |at: Option<String>| self.cursor_state(req, rec.incarnation, &filter, at);
         let after = match (&req.cursor, &req.start) {
             (Some(c), _) => {
                 let got = decode(c)?;

@@ -38,7 +38,8 @@ use crate::write::mutate::{self, MutationResult, MutationWork};
 use crate::write::optimize;
 use crate::write::schema_apply::{self, PlannedStep, SchemaApplyWork, SchemaPlan};
 pub use feed::{
-    ChangeBlock, ChangePage, ChangeRequest, DEFAULT_PAGE_COMMITS, FeedChange, Start as ChangeStart,
+    Baseline, ChangeBlock, ChangePage, ChangeRequest, DEFAULT_PAGE_COMMITS, FeedChange,
+    Start as ChangeStart,
 };
 use omnigraph_actors::host::Host;
 use omnigraph_actors::{Bugs, OpId, OpKind, Outcome, RecoveryReport};

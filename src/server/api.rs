@@ -366,6 +366,81 @@ pub struct LoadQuery {
     pub from: Option<String>,
 }
 
+/// A change-feed poll (`GET /graphs/{id}/changes`) or baseline: the
+/// branch (default `main`), a cursor or a start, the filter, and how long
+/// a poll that finds nothing new may wait for a commit.
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct FeedQuery {
+    #[serde(default)]
+    pub branch: Option<String>,
+    /// From a poll before; not with `start`.
+    #[serde(default)]
+    pub cursor: Option<String>,
+    /// `now` (default), `beginning` or `after:COMMIT`.
+    #[serde(default)]
+    pub start: Option<String>,
+    /// Types, comma-separated.
+    #[serde(default, rename = "type")]
+    pub types: Option<String>,
+    /// `node` or `edge`.
+    #[serde(default)]
+    pub kind: Option<String>,
+    /// Operations, comma-separated (`insert`, `update`, `delete`).
+    #[serde(default)]
+    pub op: Option<String>,
+    /// At most this many commits a page (default 100).
+    #[serde(default)]
+    pub limit: Option<usize>,
+    /// With nothing new, wait up to this long (at most 60,000) for a
+    /// commit before answering an empty page.
+    #[serde(default)]
+    pub wait_ms: Option<u64>,
+}
+
+impl FeedQuery {
+    pub fn request(&self) -> crate::Result<crate::ChangeRequest> {
+        if self.cursor.is_some() && self.start.is_some() {
+            return Err(OmniError::BadRequest(
+                "give cursor or start, not both".into(),
+            ));
+        }
+        let list = |v: &Option<String>| -> Vec<String> {
+            v.iter()
+                .flat_map(|s| s.split(','))
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .collect()
+        };
+        Ok(crate::ChangeRequest {
+            branch: self
+                .branch
+                .clone()
+                .unwrap_or_else(|| crate::MAIN.to_string()),
+            cursor: self.cursor.clone(),
+            start: self.start.as_deref().unwrap_or("now").parse()?,
+            types: list(&self.types),
+            kind: self.kind.clone(),
+            ops: list(&self.op),
+            limit: self.limit,
+        })
+    }
+}
+
+/// A page of the change feed (docs/changes.md).
+#[derive(Serialize, ToSchema)]
+pub struct FeedResponse {
+    /// Whole commits, oldest first: `{graph_commit_id, parent_commit_id,
+    /// merged_parent_commit_id?, branch, actor, authored_at, commit_kind,
+    /// schema?, changes: [{kind, type, id, op, before?, after?}], cursor}`.
+    #[schema(value_type = Vec<Object>)]
+    pub blocks: Vec<crate::ChangeBlock>,
+    pub cursor: String,
+    pub caught_up: bool,
+}
+
 /// One type a load wrote rows of.
 #[derive(Serialize, ToSchema)]
 pub struct LoadedType {

@@ -11,6 +11,7 @@ pub mod api;
 pub mod auth;
 mod blob;
 pub mod error;
+mod feed;
 pub mod metrics;
 pub mod openapi;
 mod routes;
@@ -116,6 +117,7 @@ impl ServerState {
 pub fn router(state: Shared) -> axum::Router {
     routes::routes()
         .merge(stream::routes())
+        .merge(feed::routes())
         .merge(blob::routes())
         .fallback(|| async { ApiError::Engine(OmniError::NotFound("no such route".into())) })
         .layer(axum::middleware::from_fn_with_state(

@@ -3,7 +3,7 @@
 
 use utoipa::OpenApi;
 
-use super::{blob, routes, stream};
+use super::{blob, feed, routes, stream};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -31,6 +31,8 @@ use super::{blob, routes, stream};
         routes::schema_apply,
         stream::load,
         stream::export,
+        stream::baseline,
+        feed::changes,
         blob::blob,
     )
 )]

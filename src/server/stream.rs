@@ -29,6 +29,7 @@ pub fn routes() -> Router<Shared> {
     Router::new()
         .route("/graphs/{id}/load/ndjson", post(load))
         .route("/graphs/{id}/export", post(export))
+        .route("/graphs/{id}/changes/baseline", post(baseline))
 }
 
 /// The request body as a blocking reader, for the loader's parser (which
@@ -129,6 +130,46 @@ pub async fn export(
     if let Some(names) = &req.type_names {
         crate::results::check_types(snap.catalog(), names)?;
     }
+    Ok(ndjson_export(g, snap, req.type_names).into_response())
+}
+
+#[utoipa::path(post, path = "/graphs/{id}/changes/baseline",
+    params(("id" = String, Path, description = "The graph"), FeedQuery),
+    responses((status = 200, content_type = "application/x-ndjson",
+               description = "The branch at one head in the load format (the types the filter keeps); headers Omnigraph-Snapshot-Commit and Omnigraph-Cursor name that head and the cursor that resumes the feed right after it. A failure midway ends the connection without the body's end"),
+              (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn baseline(
+    State(s): State<Shared>,
+    Path(id): Path<String>,
+    Extension(actor): Extension<Actor>,
+    QueryParams(q): QueryParams<FeedQuery>,
+) -> ApiResult<Response> {
+    let g = s.graph(&id, &actor)?;
+    let (snap, only, b) = g.baseline_head(&q.request()?).await?;
+    let header = |v: &str| {
+        header::HeaderValue::from_str(v)
+            .map_err(|_| OmniError::Storage(format!("{v:?} is no header value")))
+    };
+    let head = [
+        (
+            header::HeaderName::from_static("omnigraph-snapshot-commit"),
+            header(&b.snapshot_commit_id)?,
+        ),
+        (
+            header::HeaderName::from_static("omnigraph-cursor"),
+            header(&b.cursor)?,
+        ),
+    ];
+    Ok((head, ndjson_export(g, snap, only)).into_response())
+}
+
+/// `snap` (the types `only` names, or all) as an NDJSON response body,
+/// written as the export produces it.
+fn ndjson_export(
+    g: crate::Omnigraph,
+    snap: crate::Snapshot,
+    only: Option<Vec<String>>,
+) -> Response {
     let (tx, rx) = mpsc::channel::<std::io::Result<Bytes>>(CHUNKS_IN_FLIGHT);
     let rt = tokio::runtime::Handle::current();
     tokio::task::spawn_blocking(move || {
@@ -139,7 +180,7 @@ pub async fn export(
         });
         let done = rt.block_on(async {
             // The export flushes its last lines itself.
-            g.export_snapshot(&snap, req.type_names.as_deref(), &mut w)
+            g.export_snapshot(&snap, only.as_deref(), &mut w)
                 .await
                 .map(drop)
         });
@@ -153,11 +194,11 @@ pub async fn export(
         }
     });
     let stream = tokio_stream_of(rx);
-    Ok((
+    (
         [(header::CONTENT_TYPE, "application/x-ndjson")],
         Body::from_stream(stream),
     )
-        .into_response())
+        .into_response()
 }
 
 /// The receiver as a stream of body chunks.

@@ -203,22 +203,12 @@ pub async fn column(table: &Table, column: &str) -> Result<ArrayRef> {
 /// The bytes of a Blob property for the rows of a batch scanned with row
 /// ids, an external reference as its URI without the recorded ETag (its
 /// object is not read).
-pub async fn blobs(Table(ds): &Table, batch: &RecordBatch, prop: &str) -> Result<Vec<BlobInput>> {
+pub async fn blobs(table: &Table, batch: &RecordBatch, prop: &str) -> Result<Vec<BlobInput>> {
     let row_ids: Vec<u64> = batch
         .column_by_name(ROW_ID)
         .ok_or_else(|| OmniError::Storage("row ids missing from a blob scan".into()))?
         .as_primitive::<UInt64Type>()
         .values()
         .to_vec();
-    let mut out = Vec::with_capacity(row_ids.len());
-    for f in ds.take_blobs(&row_ids, prop).await? {
-        out.push(match f {
-            None => BlobInput::Null,
-            Some(f) => match f.uri() {
-                Some(uri) => BlobInput::Uri(super::blob::split_reference(uri)?.0.to_string()),
-                None => BlobInput::Bytes(f.read().await?.to_vec()),
-            },
-        });
-    }
-    Ok(out)
+    table.blob_values(&row_ids, prop).await
 }

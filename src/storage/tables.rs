@@ -142,7 +142,78 @@ impl Table {
             .iter()
             .map(|o| o - deleted.partition_point(|d| d < o) as u32)
             .collect();
-        Ok(frag.take(&logical, self.0.schema()).await?)
+        Ok(frag.take(&logical, &self.described()).await?)
+    }
+
+    /// The table's schema with each Blob column as its descriptor
+    /// (position and size, or the external reference): what a row holds,
+    /// without its bytes.
+    fn described(&self) -> lance::datatypes::Schema {
+        let mut schema = self.0.schema().clone();
+        schema.fields = schema
+            .fields
+            .into_iter()
+            .map(|f| lance::datatypes::BlobHandling::BlobsDescriptions.unload_if_needed(f))
+            .collect();
+        schema
+    }
+
+    /// [`Self::rows_at`], with the rows' ids (for their Blob values,
+    /// [`Self::blob_values`]).
+    pub async fn rows_and_ids_at(
+        &self,
+        fragment: u32,
+        offsets: &[u32],
+    ) -> Result<(RecordBatch, Vec<u64>)> {
+        let frag = self.0.get_fragment(fragment as usize).ok_or_else(|| {
+            OmniError::Storage(format!(
+                "fragment {fragment} is not in version {}",
+                self.version()
+            ))
+        })?;
+        let read = lance::dataset::fragment::FragReadConfig::default().with_row_id(true);
+        let batch = frag
+            .open(&self.described(), read)
+            .await?
+            .take_as_batch(offsets, None)
+            .await?;
+        let ids = batch
+            .column_by_name(super::scan::ROW_ID)
+            .and_then(|c| c.as_any().downcast_ref::<arrow_array::UInt64Array>())
+            .ok_or_else(|| OmniError::Storage("a take with row ids returned none".into()))?
+            .values()
+            .to_vec();
+        let keep: Vec<usize> = (0..batch.num_columns())
+            .filter(|&i| batch.schema().field(i).name() != super::scan::ROW_ID)
+            .collect();
+        Ok((batch.project(&keep)?, ids))
+    }
+
+    /// The names of the table's Blob columns.
+    pub fn blob_columns(&self) -> Vec<String> {
+        self.0
+            .schema()
+            .fields
+            .iter()
+            .filter(|f| f.is_blob())
+            .map(|f| f.name.clone())
+            .collect()
+    }
+
+    /// The values of Blob column `prop` for these row ids: the bytes, or
+    /// an external reference's URI (its object is not read).
+    pub async fn blob_values(&self, row_ids: &[u64], prop: &str) -> Result<Vec<BlobInput>> {
+        let mut out = Vec::with_capacity(row_ids.len());
+        for f in self.0.take_blobs(row_ids, prop).await? {
+            out.push(match f {
+                None => BlobInput::Null,
+                Some(f) => match f.uri() {
+                    Some(uri) => BlobInput::Uri(super::blob::split_reference(uri)?.0.to_string()),
+                    None => BlobInput::Bytes(f.read().await?.to_vec()),
+                },
+            });
+        }
+        Ok(out)
     }
 
     /// The persisted graph index this (edge) table version records, if any:

@@ -142,7 +142,7 @@ async fn a_feed_from_the_beginning_holds_every_commit_with_its_images() {
         assert!(!block[field].is_null(), "{field}: {block}");
     }
     assert!(block.get("merged_parent_commit_id").is_none(), "{block}");
-    assert!(block.get("cursor").is_none(), "{block}");
+    assert_eq!(block["cursor"], page.blocks[2].cursor.as_str());
 }
 
 #[tokio::test]
@@ -349,11 +349,55 @@ async fn a_cursor_past_what_a_cleanup_removed_is_a_gap() {
         }) => assert_eq!(first_unreadable_commit_id, first),
         other => panic!("expected a gap, got {other:?}"),
     }
-    // From now on the feed goes on.
-    let now = g.changes_page(&req(ChangeStart::Now)).await.unwrap();
+    // The baseline handshake: a copy of the branch at one head, and the
+    // cursor after that head; the feed goes on from there exactly.
+    let mut copy = Vec::new();
+    let base = g
+        .changes_baseline(&req(ChangeStart::Now), &mut copy)
+        .await
+        .unwrap();
+    let head = g.commits("main", Some(1)).await.unwrap()[0].id.clone();
+    assert_eq!(base.snapshot_commit_id, head);
+    let mut export = Vec::new();
+    g.export(&omnigraph::Target::main(), &mut export)
+        .await
+        .unwrap();
+    assert_eq!(copy, export, "the baseline is the branch at its head");
     mutate(g, "main", "insert Person { name: \"P5\" }").await;
-    let page = g.changes_page(&after(&now.cursor)).await.unwrap();
+    let page = g.changes_page(&after(&base.cursor)).await.unwrap();
     assert_eq!(ops(&page), [[change("insert", "Person", "P5")]]);
+}
+
+#[tokio::test]
+async fn a_baseline_binds_its_filter_and_writes_only_its_types() {
+    let t = loaded_graph().await;
+    let g = &t.g;
+    let mut people = req(ChangeStart::Now);
+    people.types = vec!["Person".into()];
+    let mut copy = Vec::new();
+    let base = g.changes_baseline(&people, &mut copy).await.unwrap();
+    let copy = String::from_utf8(copy).unwrap();
+    assert_eq!(copy.lines().count(), 3, "{copy}");
+    assert!(
+        copy.lines().all(|l| l.contains("\"type\":\"Person\"")),
+        "{copy}"
+    );
+    mutate(
+        g,
+        "main",
+        "insert Person { name: \"Dan\" }\ninsert Company { name: \"Beta\" }",
+    )
+    .await;
+    let mut next = after(&base.cursor);
+    next.types = vec!["Person".into()];
+    let page = g.changes_page(&next).await.unwrap();
+    assert_eq!(ops(&page), [[change("insert", "Person", "Dan")]]);
+    match g.changes_page(&after(&base.cursor)).await {
+        Err(OmniError::CursorRejected { reason }) => {
+            assert!(reason.contains("another filter"), "{reason}")
+        }
+        other => panic!("the baseline's cursor without its filter: {other:?}"),
+    }
 }
 
 #[tokio::test]
@@ -374,6 +418,46 @@ async fn the_cli_polls_and_follows() {
     let bad = cli(&["changes", "poll", &uri, "--cursor", "x.y"]);
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("error[CursorRejected]"));
+
+    // A baseline to a file: written whole, or not at all.
+    let file = t.dir.path().join("base.jsonl");
+    let out = cli(&[
+        "changes",
+        "baseline",
+        &uri,
+        "--out",
+        file.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let b: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(std::fs::read_to_string(&file).unwrap().lines().count(), 7);
+    assert!(
+        b["snapshot_commit_id"].is_string() && b["cursor"].is_string(),
+        "{b}"
+    );
+    let refused = t.dir.path().join("refused.jsonl");
+    let out = cli(&[
+        "changes",
+        "baseline",
+        &uri,
+        "--out",
+        refused.to_str().unwrap(),
+        "--type",
+        "Robot",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let left: Vec<_> = std::fs::read_dir(t.dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .filter(|n| n.starts_with("refused"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
 
     // Follow: each commit that lands is printed as a block line, then its
     // cursor.
@@ -397,5 +481,255 @@ async fn the_cli_polls_and_follows() {
         .await
         .unwrap();
     assert!(resumed.blocks.is_empty() && resumed.caught_up);
+    g.close().await;
+}
+
+/// A replica of a branch: the image of each entity by (type, id).
+type Replica = std::collections::BTreeMap<(String, String), Value>;
+
+/// The replica a branch's export describes, in the feed's image shape.
+async fn replica_of_export(g: &Omnigraph, branch: &str) -> Replica {
+    let mut out = Vec::new();
+    g.export(&omnigraph::Target::Branch(branch.into()), &mut out)
+        .await
+        .unwrap();
+    let mut r = Replica::new();
+    for line in String::from_utf8(out).unwrap().lines() {
+        let mut v: Value = serde_json::from_str(line).unwrap();
+        match v.get("edge").and_then(Value::as_str).map(str::to_string) {
+            Some(t) => {
+                let id = v["data"]["id"].as_str().unwrap().to_string();
+                v["data"].as_object_mut().unwrap().remove("id");
+                r.insert(
+                    (t, id),
+                    json!({"from": v["from"], "to": v["to"], "data": v["data"]}),
+                );
+            }
+            None => {
+                let t = v["type"].as_str().unwrap().to_string();
+                let id = v["data"]["name"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{v}"))
+                    .to_string();
+                r.insert((t, id), json!({"data": v["data"]}));
+            }
+        }
+    }
+    r
+}
+
+/// Apply one feed block (as `--follow` prints it) to a replica.
+fn apply(r: &mut Replica, block: &Value) {
+    for c in block["changes"].as_array().unwrap() {
+        let key = (
+            c["type"].as_str().unwrap().to_string(),
+            c["id"].as_str().unwrap().to_string(),
+        );
+        match c["op"].as_str().unwrap() {
+            "delete" => {
+                r.remove(&key);
+            }
+            _ => {
+                r.insert(key, c["after"].clone());
+            }
+        }
+    }
+}
+
+/// Writers on two handles (main, and a branch merged into main from time
+/// to time; inserts, updates and deletes of the same keys) while a
+/// consumer process follows main, is killed at random points and resumed
+/// from the last cursor it printed. Afterwards its replica is main's
+/// export; every commit was applied, again only when killed between a
+/// block and its cursor, and never one before the cursor it resumed from.
+async fn a_consumer_killed_and_resumed_mirrors_the_branch(place: Place) {
+    use rand::{Rng, SeedableRng};
+    let uri = place.uri("g.omni");
+    let g = Omnigraph::init(&uri, SCHEMA).await.unwrap();
+    g.load("main", PEOPLE, omnigraph::LoadMode::Overwrite)
+        .await
+        .unwrap();
+    g.branch_create("side", "main").await.unwrap();
+    let start = g.changes_page(&req(ChangeStart::Beginning)).await.unwrap();
+    let mut replica = Replica::new();
+    for b in &start.blocks {
+        apply(&mut replica, &serde_json::to_value(b).unwrap());
+    }
+    let writers = {
+        let main = Omnigraph::open(&uri).await.unwrap();
+        let side = Omnigraph::open(&uri).await.unwrap();
+        tokio::spawn(async move {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(51);
+            for i in 0..40 {
+                let k = rng.random_range(0..6);
+                let body = match rng.random_range(0..4) {
+                    0 => format!("delete Person where name = \"k{k}\""),
+                    1 => format!("update Person set {{ age: {i} }} where name = \"k{k}\""),
+                    2 => format!(
+                        "insert Person {{ name: \"k{i}x\" }}\ninsert Knows {{ from: \"k{i}x\", to: \"Alice\" }}"
+                    ),
+                    _ => format!("insert Person {{ name: \"k{k}\", age: {i} }}"),
+                };
+                // An insert of a key that exists is refused, as it should
+                // be; the feed shows only commits.
+                match main
+                    .mutate(
+                        "main",
+                        &format!("query m() {{ {body} }}"),
+                        "m",
+                        &Value::Null,
+                    )
+                    .await
+                {
+                    Ok(_) | Err(OmniError::KeyConflict { .. }) => {}
+                    Err(e) => panic!("{body}: {e}"),
+                }
+                if i % 8 == 3 {
+                    side.mutate(
+                        "side",
+                        &format!("query m() {{ insert Person {{ name: \"s{i}\", age: {i} }} }}"),
+                        "m",
+                        &Value::Null,
+                    )
+                    .await
+                    .unwrap();
+                    side.merge("side", "main").await.unwrap();
+                }
+            }
+            main.close().await;
+            side.close().await;
+        })
+    };
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let mut saved = start.cursor.clone();
+    let mut applied: Vec<String> = Vec::new();
+    let mut resumed_after: Vec<usize> = Vec::new();
+    let mut done = false;
+    while !done {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_omnigraph"))
+            .args(["changes", "poll", &uri, "--cursor", &saved, "--follow"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        resumed_after.push(applied.len());
+        let stdout = child.stdout.take().unwrap();
+        let kill_after: usize = rng.random_range(1..8);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                if tx.send(line.unwrap()).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut read = 0;
+        loop {
+            let line = match rx.recv_timeout(Duration::from_millis(200)) {
+                Ok(l) => l,
+                Err(_) if writers.is_finished() => {
+                    let head = g.commits("main", Some(1)).await.unwrap()[0].id.clone();
+                    done = applied.last() == Some(&head);
+                    if done {
+                        break;
+                    }
+                    continue;
+                }
+                Err(_) => continue,
+            };
+            let v: Value = serde_json::from_str(&line).unwrap();
+            match v.get("graph_commit_id") {
+                Some(id) => {
+                    apply(&mut replica, &v);
+                    applied.push(id.as_str().unwrap().to_string());
+                }
+                None => saved = v["cursor"].as_str().unwrap().to_string(),
+            }
+            read += 1;
+            if read == kill_after {
+                break;
+            }
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+    writers.await.unwrap();
+    assert_eq!(replica, replica_of_export(&g, "main").await);
+    // Every commit of main's first-parent history, in order; a repeat
+    // only of the block applied just before a kill.
+    let history: Vec<String> = g
+        .commits("main", None)
+        .await
+        .unwrap()
+        .into_iter()
+        .rev()
+        .map(|c| c.id)
+        .collect();
+    let mut unique = applied.clone();
+    unique.dedup();
+    let since = history.iter().position(|h| *h == unique[0]).unwrap();
+    assert_eq!(unique, history[since..], "every commit once, in order");
+    assert!(
+        applied.len() - unique.len() <= resumed_after.len(),
+        "at most one repeat per resume: {} applied, {} commits, {} resumes",
+        applied.len(),
+        unique.len(),
+        resumed_after.len()
+    );
+    assert!(
+        resumed_after.len() > 3,
+        "the consumer was killed and resumed"
+    );
+    g.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_consumer_killed_and_resumed_mirrors_the_branch_on_disk() {
+    a_consumer_killed_and_resumed_mirrors_the_branch(Place::local()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_consumer_killed_and_resumed_mirrors_the_branch_on_s3() {
+    a_consumer_killed_and_resumed_mirrors_the_branch(Place::s3()).await;
+}
+
+/// A type with a Blob property: its rows' changes are in the feed (a
+/// change of the Blob alone too), their images without the bytes.
+#[tokio::test]
+async fn changes_of_a_blob_bearing_type_are_in_the_feed() {
+    let dir = tempfile::tempdir().unwrap();
+    let uri = dir.path().join("g.omni").to_string_lossy().to_string();
+    let g = Omnigraph::init(&uri, crate::blobs::BLOB_SCHEMA)
+        .await
+        .unwrap();
+    let start = g.changes_page(&req(ChangeStart::Now)).await.unwrap();
+    g.load(
+        "main",
+        r#"{"type":"Asset","data":{"name":"a1","kind":"pic","data":"base64:aGVsbG8="}}"#,
+        omnigraph::LoadMode::Append,
+    )
+    .await
+    .unwrap();
+    let set = "query s($d: Blob) { update Asset set { data: $d } where name = \"a1\" }";
+    g.mutate("main", set, "s", &json!({ "d": "base64:d29ybGQ=" }))
+        .await
+        .unwrap();
+    let page = g.changes_page(&after(&start.cursor)).await.unwrap();
+    assert_eq!(
+        ops(&page),
+        [
+            [change("insert", "Asset", "a1")],
+            [change("update", "Asset", "a1")]
+        ]
+    );
+    let c = &page.blocks[1].changes[0];
+    assert_eq!(
+        c.after,
+        Some(json!({"data": {"name": "a1", "kind": "pic"}}))
+    );
+    let id = page.blocks[1].graph_commit_id.clone();
+    let listed = g.changes(&id, None).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].change, "update");
     g.close().await;
 }

@@ -1150,3 +1150,101 @@ async fn a_write_that_waits_past_its_limit_is_too_many_requests_with_retry_after
     );
     assert_eq!(s.stop().code(), Some(0));
 }
+
+/// The change feed over HTTP: a poll from the beginning, a cursor, a
+/// long-poll answered by the commit it waited for, the typed refusals, and
+/// the baseline with its cursor in its headers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_change_feed_polls_waits_and_gives_a_baseline() {
+    let (_dir, uri) = graph_on_disk().await;
+    let s = Server::start(&[("g", &uri)], &[]);
+    let c = s.client(Some("bob-token"));
+    let page = c
+        .get("/graphs/g/changes?start=beginning&type=Person,Company")
+        .await;
+    assert_eq!(page.0, StatusCode::OK, "{}", page.1);
+    assert_eq!(page.1["caught_up"], true);
+    let blocks = page.1["blocks"].as_array().unwrap();
+    assert_eq!(blocks.len(), 2);
+    assert_eq!(
+        blocks[1]["changes"].as_array().unwrap().len(),
+        4,
+        "{}",
+        blocks[1]
+    );
+    let cursor = page.1["cursor"].as_str().unwrap().to_string();
+
+    // A long-poll waits for the next commit and answers with it.
+    let waiting = {
+        let c = c.clone();
+        let path = format!("/graphs/g/changes?cursor={cursor}&type=Person,Company&wait_ms=60000");
+        tokio::spawn(async move { c.get(&path).await })
+    };
+    let m = c
+        .post(
+            "/graphs/g/mutate",
+            json!({"query": ADD, "params": {"n": "Waited"}}),
+        )
+        .await;
+    assert_eq!(m.0, StatusCode::OK, "{}", m.1);
+    let got = waiting.await.unwrap();
+    assert_eq!(got.0, StatusCode::OK, "{}", got.1);
+    assert_eq!(
+        got.1["blocks"][0]["graph_commit_id"],
+        m.1["commit"]["graph_commit_id"]
+    );
+    assert_eq!(got.1["blocks"][0]["actor"], "bob");
+    assert_eq!(
+        got.1["blocks"][0]["changes"][0]["after"]["data"]["name"],
+        "Waited"
+    );
+    // Nothing new and no wait: an empty page at once, the cursor kept.
+    let after = got.1["cursor"].as_str().unwrap().to_string();
+    let idle = c
+        .get(&format!(
+            "/graphs/g/changes?cursor={after}&type=Person,Company"
+        ))
+        .await;
+    assert_eq!(idle.1["blocks"], json!([]));
+    assert_eq!(idle.1["cursor"], after.as_str());
+
+    assert_error(
+        &c.get(&format!("/graphs/g/changes?cursor={after}")).await,
+        400,
+        "bad_request",
+        "CursorRejected",
+    );
+    assert_error(
+        &c.get("/graphs/g/changes?cursor=x&start=now").await,
+        400,
+        "bad_request",
+        "BadRequest",
+    );
+
+    // The baseline: the branch at one head, its cursor in the headers.
+    let r = c
+        .req(
+            reqwest::Method::POST,
+            "/graphs/g/changes/baseline?type=Person",
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let head = r.headers()["omnigraph-snapshot-commit"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let resume = r.headers()["omnigraph-cursor"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let body = r.text().await.unwrap();
+    assert_eq!(body.lines().count(), 4, "{body}");
+    assert_eq!(head, m.1["commit"]["graph_commit_id"].as_str().unwrap());
+    let from = c
+        .get(&format!("/graphs/g/changes?cursor={resume}&type=Person"))
+        .await;
+    assert_eq!(from.0, StatusCode::OK, "{}", from.1);
+    assert_eq!(from.1["blocks"], json!([]));
+}

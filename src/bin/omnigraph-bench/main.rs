@@ -6,6 +6,7 @@
 //! omnigraph-bench mutations [--n 300]        # mutation latency, writer scaling, latency vs history
 //! omnigraph-bench processes [--writes 25]     # appends from 4 and 16 processes vs as many tasks in one
 //! omnigraph-bench locks [--n 10000]           # the cross-process lock work of one 1-table commit
+//! omnigraph-bench feed GRAPH [--n 20]        # change-feed polls after small commits, and --follow's latency
 //! omnigraph-bench hops URI [--delay-ms 20] [--max-concurrent 8] [--n 5]
 //!                                             # serial hops per operation on object storage, see hops.rs
 //! omnigraph-bench queries DIR --graph URI [--repeats 10] [--reference FILE] [--json FILE] [--only VARIANT]
@@ -30,6 +31,7 @@ use omnigraph::{LoadMode, Omnigraph};
 
 mod blob;
 mod delta;
+mod feed;
 mod fleet;
 mod hops;
 mod merge;
@@ -736,6 +738,12 @@ fn main() {
                 .get(2)
                 .expect("usage: omnigraph-bench object-store URI [--n N]");
             rt.block_on(object_store(uri, flag("--n", 30)));
+        }
+        Some("feed") => {
+            let uri = args.get(2).expect(
+                "usage: omnigraph-bench feed GRAPH [--n 20] (a graph of the social workload)",
+            );
+            rt.block_on(feed::run(uri, flag("--n", 20)));
         }
         Some("hops") => {
             let uri = args.get(2).expect(

@@ -9,9 +9,8 @@ use serde::Serialize;
 
 use super::delta::{Rows, delta};
 use crate::error::{OmniError, Result};
-use crate::index::coverage::FragmentRows;
 use crate::storage::manifest::CommitRecord;
-use crate::storage::tables::Table;
+use crate::storage::tables::{BlobInput, Table};
 use crate::storage::{GraphStorage, Snapshot};
 
 /// A row among one side's reads: (batch, row).
@@ -24,22 +23,31 @@ pub type Loc = (usize, usize);
 #[derive(Default)]
 pub struct Side {
     pub batches: Vec<RecordBatch>,
+    /// Per batch, the values of its Blob columns by column index: a Blob
+    /// column holds a descriptor (where the bytes lie), and two rows hold
+    /// the same value only when their bytes are the same.
+    blobs: Vec<HashMap<usize, Vec<BlobInput>>>,
     pub left: HashMap<String, (Loc, (u32, u32))>,
     pub arrived: HashMap<String, (Loc, (u32, u32))>,
 }
 
 async fn read(
     table: &Table,
-    layout: &[FragmentRows],
     rows: &Rows,
     batches: &mut Vec<RecordBatch>,
+    blobs: &mut Vec<HashMap<usize, Vec<BlobInput>>>,
 ) -> Result<HashMap<String, (Loc, (u32, u32))>> {
-    let deleted: HashMap<u64, &Vec<u32>> = layout.iter().map(|f| (f.id, &f.deleted)).collect();
+    let blob_columns = table.blob_columns();
     let mut out = HashMap::new();
     for (frag, offsets) in rows {
-        let none = Vec::new();
-        let del = deleted.get(&u64::from(*frag)).copied().unwrap_or(&none);
-        let batch = table.rows_at(*frag, offsets, del).await?;
+        let (batch, ids) = table.rows_and_ids_at(*frag, offsets).await?;
+        let mut values = HashMap::new();
+        for name in &blob_columns {
+            if let Ok(c) = batch.schema().index_of(name) {
+                values.insert(c, table.blob_values(&ids, name).await?);
+            }
+        }
+        blobs.push(values);
         let ids = batch
             .column(0)
             .as_any()
@@ -56,22 +64,24 @@ async fn read(
 
 /// The change from `old` to `new`, two versions of one table's lineage.
 pub async fn side(old: &Table, new: &Table) -> Result<Side> {
-    // Each layout is read once (it lists deletion vectors): for the delta,
-    // and to find the live rows' positions.
+    // Each layout is read once (it lists deletion vectors).
     let (old_layout, new_layout) = (old.layout().await?, new.layout().await?);
     let d = delta(&old_layout, &new_layout);
     let mut s = Side::default();
-    s.left = read(old, &old_layout, &d.left, &mut s.batches).await?;
-    s.arrived = read(new, &new_layout, &d.arrived, &mut s.batches).await?;
+    s.left = read(old, &d.left, &mut s.batches, &mut s.blobs).await?;
+    s.arrived = read(new, &d.arrived, &mut s.batches, &mut s.blobs).await?;
     Ok(s)
 }
 
 impl Side {
     fn row_equal(&self, a: Loc, b: Loc) -> bool {
         let (x, y) = (&self.batches[a.0], &self.batches[b.0]);
-        (0..x.num_columns()).all(|c| {
-            crate::compiler::value::at(x.column(c), a.1)
-                == crate::compiler::value::at(y.column(c), b.1)
+        (0..x.num_columns()).all(|c| match self.blobs[a.0].get(&c) {
+            Some(values) => Some(&values[a.1]) == self.blobs[b.0].get(&c).map(|v| &v[b.1]),
+            None => {
+                crate::compiler::value::at(x.column(c), a.1)
+                    == crate::compiler::value::at(y.column(c), b.1)
+            }
         })
     }
 
