@@ -423,14 +423,24 @@ pub struct BaselineArgs {
     #[arg(long, value_name = "FILE")]
     pub out: PathBuf,
     /// The feed's filter the cursor binds (and the types written).
-    #[arg(long = "type", value_name = "TYPE")]
-    pub types: Vec<String>,
-    #[arg(long)]
-    pub kind: Option<String>,
-    #[arg(long = "op", value_name = "OP")]
-    pub ops: Vec<String>,
+    #[command(flatten)]
+    pub filter: FeedFilter,
     #[arg(long)]
     pub json: bool,
+}
+
+/// Which changes a feed keeps; a cursor binds it.
+#[derive(Args)]
+pub struct FeedFilter {
+    /// Only this type's changes (repeatable).
+    #[arg(long = "type", value_name = "TYPE")]
+    pub types: Vec<String>,
+    /// node | edge
+    #[arg(long)]
+    pub kind: Option<String>,
+    /// insert | update | delete (repeatable).
+    #[arg(long = "op", value_name = "OP")]
+    pub ops: Vec<String>,
 }
 
 #[derive(Args)]
@@ -445,15 +455,8 @@ pub struct Poll {
     /// Resume after what the poll that printed it delivered.
     #[arg(long)]
     pub cursor: Option<String>,
-    /// Only this type's changes (repeatable).
-    #[arg(long = "type", value_name = "TYPE")]
-    pub types: Vec<String>,
-    /// node | edge
-    #[arg(long)]
-    pub kind: Option<String>,
-    /// insert | update | delete (repeatable).
-    #[arg(long = "op", value_name = "OP")]
-    pub ops: Vec<String>,
+    #[command(flatten)]
+    pub filter: FeedFilter,
     /// At most this many commits (default 100).
     #[arg(long)]
     pub limit: Option<usize>,

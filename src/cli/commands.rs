@@ -520,9 +520,9 @@ async fn changes_poll(a: Poll) -> Result<()> {
         branch: a.branch,
         cursor: a.cursor,
         start: a.start.as_deref().unwrap_or("now").parse()?,
-        types: a.types,
-        kind: a.kind,
-        ops: a.ops,
+        types: a.filter.types,
+        kind: a.filter.kind,
+        ops: a.filter.ops,
         limit: a.limit,
     };
     if !a.follow {
@@ -552,9 +552,9 @@ async fn changes_baseline(a: BaselineArgs) -> Result<()> {
     let g = Omnigraph::open_read_only(a.graph.uri()?).await?;
     let req = omnigraph::ChangeRequest {
         branch: a.branch,
-        types: a.types,
-        kind: a.kind,
-        ops: a.ops,
+        types: a.filter.types,
+        kind: a.filter.kind,
+        ops: a.filter.ops,
         ..Default::default()
     };
     let mut partial = a.out.clone().into_os_string();

@@ -303,17 +303,23 @@ pub(crate) fn spawn_writer_dwelling(uri: &str, start: u64, dwell_ms: u64) -> Chi
     }
 }
 
-/// Stop a writer; a writer that exited by itself (an error) fails the test
-/// with what it printed.
+/// Stop a writer; a writer that exited by itself with an error fails the
+/// test with what it printed, except one whose lease lapsed (a process
+/// starved of the CPU past its short lease): to the protocol that is a
+/// process that died, its write in flight someone else's to resolve, and
+/// it is counted as killed.
 pub(crate) fn stop_writer(mut c: Child) -> Stopped {
     if let Ok(Some(status)) = c.proc.try_wait() {
         let mut err = String::new();
         if let Some(mut e) = c.proc.stderr.take() {
             let _ = std::io::Read::read_to_string(&mut e, &mut err);
         }
-        panic!("a writer exited by itself with {status}: {err}");
+        assert!(
+            err.contains("error[LeaseLost]"),
+            "a writer exited by itself with {status}: {err}"
+        );
     }
-    c.proc.kill().unwrap(); // SIGKILL
+    let _ = c.proc.kill(); // SIGKILL (a lapsed writer has exited already)
     c.proc.wait().unwrap();
     c.reader.join().unwrap();
     let mut stopped = Stopped {

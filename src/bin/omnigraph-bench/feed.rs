@@ -10,17 +10,21 @@ use serde_json::Value;
 
 use super::percentile;
 
+/// The cursor after main's head now.
+async fn now(g: &Omnigraph) -> String {
+    g.changes_page(&ChangeRequest {
+        branch: "main".into(),
+        start: ChangeStart::Now,
+        ..Default::default()
+    })
+    .await
+    .expect("poll")
+    .cursor
+}
+
 /// Poll latency after a commit of `k` updated people, `n` times.
 async fn polls(g: &Omnigraph, k: usize, n: usize) -> (f64, f64, usize) {
-    let mut cursor = g
-        .changes_page(&ChangeRequest {
-            branch: "main".into(),
-            start: ChangeStart::Now,
-            ..Default::default()
-        })
-        .await
-        .expect("poll")
-        .cursor;
+    let mut cursor = now(g).await;
     let mut ms = Vec::new();
     let mut changes = 0;
     for i in 0..n {
@@ -63,15 +67,7 @@ pub async fn run(uri: &str, n: usize) {
         println!("| {k} updated people | {c} | {p50:.2} | {p99:.2} |");
     }
     // Follow: a process printing blocks as they land.
-    let cursor = g
-        .changes_page(&ChangeRequest {
-            branch: "main".into(),
-            start: ChangeStart::Now,
-            ..Default::default()
-        })
-        .await
-        .expect("poll")
-        .cursor;
+    let cursor = now(&g).await;
     let bin = std::env::current_exe()
         .expect("the bench's path")
         .with_file_name("omnigraph");
