@@ -427,7 +427,7 @@ impl Graph {
     ) -> PyResult<Bound<'py, PyAny>> {
         let g = self.g()?;
         call(py, asynchronous, async move {
-            json(g.changes(&id, type_name.as_deref()).await?)
+            json(g.commit_changes(&id, type_name.as_deref()).await?)
         })
     }
 
@@ -456,7 +456,7 @@ impl Graph {
                 ops,
                 limit,
             };
-            json(g.changes_page(&req).await?)
+            json(g.changes(&req).await?)
         })
     }
 

@@ -264,6 +264,9 @@ pub struct StressWriter {
     /// Number of the first write.
     #[arg(long, default_value_t = 0)]
     pub start: u64,
+    /// Stop after this many writes (default: write until killed).
+    #[arg(long)]
+    pub count: Option<u64>,
 }
 
 #[derive(Subcommand)]

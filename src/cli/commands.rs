@@ -502,7 +502,7 @@ async fn commit_changes(
     json: bool,
 ) -> Result<()> {
     let g = Omnigraph::open_read_only(graph.uri()?).await?;
-    let changes = g.changes(id, type_name.as_deref()).await?;
+    let changes = g.commit_changes(id, type_name.as_deref()).await?;
     if json {
         print_json(&changes);
     } else {
@@ -516,7 +516,7 @@ const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(10);
 
 async fn changes_poll(a: Poll) -> Result<()> {
     let g = Omnigraph::open_read_only(a.graph.uri()?).await?;
-    let mut req = omnigraph::ChangeRequest {
+    let req = omnigraph::ChangeRequest {
         branch: a.branch,
         cursor: a.cursor,
         start: a.start.as_deref().unwrap_or("now").parse()?,
@@ -526,26 +526,23 @@ async fn changes_poll(a: Poll) -> Result<()> {
         limit: a.limit,
     };
     if !a.follow {
-        let page = g.changes_page(&req).await?;
+        let page = g.changes(&req).await?;
         match a.json {
             true => print_json(&page),
             false => table::print_feed(&page),
         }
         return Ok(());
     }
-    let mut out = std::io::stdout().lock();
-    loop {
-        let page = g.changes_page(&req).await?;
-        for b in &page.blocks {
-            writeln!(out, "{}", serde_json::to_string(b)?)?;
-            writeln!(out, "{}", serde_json::json!({ "cursor": b.cursor }))?;
-        }
+    let blocks = g.watch(req, FOLLOW_POLL).await?;
+    let mut blocks = std::pin::pin!(blocks);
+    while let Some(b) = futures::StreamExt::next(&mut blocks).await {
+        let b = b?;
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{}", serde_json::to_string(&b)?)?;
+        writeln!(out, "{}", serde_json::json!({ "cursor": b.cursor }))?;
         out.flush()?;
-        req.cursor = Some(page.cursor);
-        if page.caught_up {
-            tokio::time::sleep(FOLLOW_POLL).await;
-        }
     }
+    Ok(())
 }
 
 async fn changes_baseline(a: BaselineArgs) -> Result<()> {
@@ -734,7 +731,8 @@ async fn stress_writer(a: StressWriter) -> Result<()> {
         ));
     }
     writeln!(out, "OWNER {owner}")?;
-    for n in a.start.. {
+    let end = a.count.map_or(u64::MAX, |c| a.start.saturating_add(c));
+    for n in a.start..end {
         writeln!(out, "BEGIN {n}")?;
         out.flush()?;
         // One write touches two node rows and an edge between them: a

@@ -159,7 +159,7 @@ pub async fn run(dir: Option<PathBuf>) -> Result<(), OmniError> {
     println!("{}: commit {}", merged.name(), merged.commit());
     table::print_commit(&g.commit(merged.commit()).await?);
     println!();
-    table::print_changes(&g.changes(merged.commit(), None).await?);
+    table::print_changes(&g.commit_changes(merged.commit(), None).await?);
 
     step("branches");
     table::print_branches(&g.branch_list().await?);

@@ -139,7 +139,11 @@ impl Omnigraph {
 
     /// The entities commit `id` inserted, updated or deleted on its branch
     /// (a merge commit: on the target), optionally of one type only.
-    pub async fn changes(&self, id: &str, type_name: Option<&str>) -> Result<Vec<EntityChange>> {
+    pub async fn commit_changes(
+        &self,
+        id: &str,
+        type_name: Option<&str>,
+    ) -> Result<Vec<EntityChange>> {
         let rec = self.commit(id).await?;
         merge::changes::commit_changes(&self.inner.graph, &rec, type_name).await
     }

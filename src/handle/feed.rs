@@ -385,11 +385,10 @@ impl Omnigraph {
 
     /// One page of `req.branch`'s change feed: the commits after the
     /// cursor (or the start), oldest first, each whole.
-    pub async fn changes_page(&self, req: &ChangeRequest) -> Result<ChangePage> {
+    pub async fn changes(&self, req: &ChangeRequest) -> Result<ChangePage> {
         let g = &self.inner.graph;
-        let latest = g.manifests.refresh().await?;
-        let rec = latest.branch(&req.branch)?;
         let snap = self.resolve(&Target::Branch(req.branch.clone())).await?;
+        let rec = &snap.record;
         let filter = Filter::of(req, snap.catalog())?;
         let state = |at: Option<String>| self.cursor_state(req, rec.incarnation, &filter, at);
         let after = match (&req.cursor, &req.start) {
@@ -466,5 +465,44 @@ impl Omnigraph {
             cursor,
             caught_up: take == chain.len(),
         })
+    }
+
+    /// Follow `req.branch`'s feed: each block as it lands, oldest first,
+    /// from the request's cursor (or start, taken now: a `now` start
+    /// follows what lands after this call), looking again every `every`
+    /// once caught up. A bad request fails here; later, an error (a gap)
+    /// is the stream's last item. Each block's `cursor` resumes after it.
+    pub async fn watch(
+        &self,
+        mut req: ChangeRequest,
+        every: std::time::Duration,
+    ) -> Result<impl futures::Stream<Item = Result<ChangeBlock>> + Send + 'static> {
+        let first = self.changes(&req).await?;
+        req.cursor = Some(first.cursor);
+        let ready: std::collections::VecDeque<ChangeBlock> = first.blocks.into();
+        let state = (self.clone(), req, ready, false);
+        Ok(futures::stream::unfold(
+            state,
+            move |(g, mut req, mut ready, failed)| async move {
+                if failed {
+                    return None;
+                }
+                loop {
+                    if let Some(b) = ready.pop_front() {
+                        return Some((Ok(b), (g, req, ready, false)));
+                    }
+                    match g.changes(&req).await {
+                        Err(e) => return Some((Err(e), (g, req, ready, true))),
+                        Ok(page) => {
+                            req.cursor = Some(page.cursor);
+                            ready.extend(page.blocks);
+                            if ready.is_empty() && page.caught_up {
+                                tokio::time::sleep(every).await;
+                            }
+                        }
+                    }
+                }
+            },
+        ))
     }
 }

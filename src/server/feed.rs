@@ -38,7 +38,7 @@ pub async fn changes(
     let mut req = q.request()?;
     let until = Instant::now() + Duration::from_millis(q.wait_ms.unwrap_or(0).min(MAX_WAIT_MS));
     loop {
-        let page = g.changes_page(&req).await?;
+        let page = g.changes(&req).await?;
         if !page.blocks.is_empty() || !page.caught_up || Instant::now() >= until {
             return Ok(Json(FeedResponse {
                 blocks: page.blocks,

@@ -359,7 +359,7 @@ pub async fn changes(
     QueryParams(q): QueryParams<ChangesQuery>,
 ) -> ApiResult<Json<ChangeList>> {
     let g = s.graph(&id, &actor)?;
-    let list = g.changes(&cid, q.type_name.as_deref()).await?;
+    let list = g.commit_changes(&cid, q.type_name.as_deref()).await?;
     Ok(Json(ChangeList {
         graph_commit_id: cid,
         changes: list

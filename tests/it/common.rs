@@ -405,3 +405,27 @@ pub fn unresolved_intent_of(uri: &str, owner: &str) -> std::path::PathBuf {
     std::fs::write(&sidecar, serde_json::to_vec(&intent).unwrap()).unwrap();
     sidecar
 }
+
+/// A child process killed and reaped when dropped: a test that fails
+/// leaves none running to starve the tests after it.
+pub struct Reaped(pub std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl std::ops::Deref for Reaped {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Reaped {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}

@@ -63,7 +63,7 @@ async fn a_feed_from_the_beginning_holds_every_commit_with_its_images() {
     )
     .await;
     mutate(g, "main", "delete Person where name = \"Carol\"").await;
-    let page = g.changes_page(&req(ChangeStart::Beginning)).await.unwrap();
+    let page = g.changes(&req(ChangeStart::Beginning)).await.unwrap();
     assert!(page.caught_up);
     let history: Vec<String> = g
         .commits("main", None)
@@ -155,12 +155,12 @@ async fn a_cursor_resumes_right_after_what_it_delivered() {
     // Two commits a page: the init and the load, then the three inserts.
     let mut r = req(ChangeStart::Beginning);
     r.limit = Some(2);
-    let first = g.changes_page(&r).await.unwrap();
+    let first = g.changes(&r).await.unwrap();
     assert_eq!(first.blocks.len(), 2);
     assert!(!first.caught_up);
     let mut next = after(&first.cursor);
     next.limit = Some(2);
-    let second = g.changes_page(&next).await.unwrap();
+    let second = g.changes(&next).await.unwrap();
     assert_eq!(
         ops(&second),
         [
@@ -169,10 +169,7 @@ async fn a_cursor_resumes_right_after_what_it_delivered() {
         ]
     );
     // A block's own cursor resumes after it.
-    let from_a = g
-        .changes_page(&after(&second.blocks[0].cursor))
-        .await
-        .unwrap();
+    let from_a = g.changes(&after(&second.blocks[0].cursor)).await.unwrap();
     assert_eq!(
         ops(&from_a),
         [
@@ -180,27 +177,24 @@ async fn a_cursor_resumes_right_after_what_it_delivered() {
             [change("insert", "Person", "C")]
         ]
     );
-    let third = g.changes_page(&after(&second.cursor)).await.unwrap();
+    let third = g.changes(&after(&second.cursor)).await.unwrap();
     assert_eq!(ops(&third), [[change("insert", "Person", "C")]]);
     assert!(third.caught_up);
     // Caught up: an empty page keeps the cursor; a new commit comes next.
-    let idle = g.changes_page(&after(&third.cursor)).await.unwrap();
+    let idle = g.changes(&after(&third.cursor)).await.unwrap();
     assert!(idle.blocks.is_empty() && idle.caught_up);
     assert_eq!(idle.cursor, third.cursor);
     mutate(g, "main", "insert Person { name: \"D\" }").await;
-    let d = g.changes_page(&after(&idle.cursor)).await.unwrap();
+    let d = g.changes(&after(&idle.cursor)).await.unwrap();
     assert_eq!(ops(&d), [[change("insert", "Person", "D")]]);
     // `now` starts after the head; `after:COMMIT` after that commit.
-    let now = g.changes_page(&req(ChangeStart::Now)).await.unwrap();
+    let now = g.changes(&req(ChangeStart::Now)).await.unwrap();
     assert!(now.blocks.is_empty());
     let e = mutate(g, "main", "insert Person { name: \"E\" }").await;
-    let since_now = g.changes_page(&after(&now.cursor)).await.unwrap();
+    let since_now = g.changes(&after(&now.cursor)).await.unwrap();
     assert_eq!(ops(&since_now), [[change("insert", "Person", "E")]]);
     let d_id = d.blocks[0].graph_commit_id.clone();
-    let since_d = g
-        .changes_page(&req(ChangeStart::After(d_id)))
-        .await
-        .unwrap();
+    let since_d = g.changes(&req(ChangeStart::After(d_id))).await.unwrap();
     assert_eq!(since_d.blocks.len(), 1);
     assert_eq!(since_d.blocks[0].graph_commit_id, e);
 }
@@ -225,12 +219,12 @@ async fn a_filter_keeps_the_changes_it_names_and_binds_its_cursor() {
     let mut only = req(ChangeStart::Beginning);
     only.types = vec!["Person".into()];
     only.ops = vec!["update".into()];
-    let page = g.changes_page(&only).await.unwrap();
+    let page = g.changes(&only).await.unwrap();
     let changed: Vec<_> = ops(&page).into_iter().flatten().collect();
     assert_eq!(changed, [change("update", "Person", "Dan")]);
     let mut edges = req(ChangeStart::Beginning);
     edges.kind = Some("edge".into());
-    let page = g.changes_page(&edges).await.unwrap();
+    let page = g.changes(&edges).await.unwrap();
     assert!(
         page.blocks
             .iter()
@@ -242,7 +236,7 @@ async fn a_filter_keeps_the_changes_it_names_and_binds_its_cursor() {
     // A cursor carries its filter: another filter refuses it.
     let mut other = after(&page.cursor);
     other.kind = Some("node".into());
-    match g.changes_page(&other).await {
+    match g.changes(&other).await {
         Err(OmniError::CursorRejected { reason }) => {
             assert!(reason.contains("another filter"), "{reason}")
         }
@@ -251,11 +245,11 @@ async fn a_filter_keeps_the_changes_it_names_and_binds_its_cursor() {
     // A filter naming what the schema does not have is wrong input.
     let mut bad = req(ChangeStart::Beginning);
     bad.types = vec!["Robot".into()];
-    let e = g.changes_page(&bad).await.unwrap_err();
+    let e = g.changes(&bad).await.unwrap_err();
     assert_eq!(e.kind(), "BadRequest", "{e}");
     let mut bad = req(ChangeStart::Beginning);
     bad.ops = vec!["upsert".into()];
-    let e = g.changes_page(&bad).await.unwrap_err();
+    let e = g.changes(&bad).await.unwrap_err();
     assert_eq!(e.kind(), "BadRequest", "{e}");
 }
 
@@ -264,50 +258,49 @@ async fn a_cursor_of_another_branch_or_a_damaged_one_is_rejected() {
     let t = loaded_graph().await;
     let g = &t.g;
     g.branch_create("dev", "main").await.unwrap();
-    let main = g.changes_page(&req(ChangeStart::Now)).await.unwrap();
+    let main = g.changes(&req(ChangeStart::Now)).await.unwrap();
     let rejected = |r: omnigraph::Result<ChangePage>| match r {
         Err(OmniError::CursorRejected { reason }) => reason,
         other => panic!("expected CursorRejected, got {other:?}"),
     };
     let mut on_dev = after(&main.cursor);
     on_dev.branch = "dev".into();
-    assert!(rejected(g.changes_page(&on_dev).await).contains("branch 'main', not 'dev'"));
+    assert!(rejected(g.changes(&on_dev).await).contains("branch 'main', not 'dev'"));
     // One character changed: the checksum says so.
     let mut damaged = main.cursor.clone().into_bytes();
     damaged[3] = if damaged[3] == b'A' { b'B' } else { b'A' };
     let damaged = String::from_utf8(damaged).unwrap();
-    assert!(rejected(g.changes_page(&after(&damaged)).await).contains("checksum"));
-    assert!(rejected(g.changes_page(&after("not a cursor")).await).contains("not a cursor"));
+    assert!(rejected(g.changes(&after(&damaged)).await).contains("checksum"));
+    assert!(rejected(g.changes(&after("not a cursor")).await).contains("not a cursor"));
     // A branch deleted and made again is another branch.
     let mut dev = req(ChangeStart::Now);
     dev.branch = "dev".into();
-    let dev_cursor = g.changes_page(&dev).await.unwrap().cursor;
+    let dev_cursor = g.changes(&dev).await.unwrap().cursor;
     g.branch_delete("dev").await.unwrap();
     g.branch_create("dev", "main").await.unwrap();
     let mut again = after(&dev_cursor);
     again.branch = "dev".into();
-    assert!(rejected(g.changes_page(&again).await).contains("deleted and made again"));
+    assert!(rejected(g.changes(&again).await).contains("deleted and made again"));
     // A commit that is not on the branch's history.
     let x = mutate(g, "dev", "insert Person { name: \"OnDev\" }").await;
     assert!(
-        rejected(g.changes_page(&req(ChangeStart::After(x))).await)
-            .contains("not on branch 'main'")
+        rejected(g.changes(&req(ChangeStart::After(x))).await).contains("not on branch 'main'")
     );
     // Another graph's cursor.
     let other = loaded_graph().await;
-    assert!(rejected(other.g.changes_page(&after(&main.cursor)).await).contains("another graph"));
+    assert!(rejected(other.g.changes(&after(&main.cursor)).await).contains("another graph"));
 }
 
 #[tokio::test]
 async fn merges_and_schema_applies_are_blocks_of_their_own() {
     let t = loaded_graph().await;
     let g = &t.g;
-    let start = g.changes_page(&req(ChangeStart::Now)).await.unwrap();
+    let start = g.changes(&req(ChangeStart::Now)).await.unwrap();
     g.branch_create("x", "main").await.unwrap();
     mutate(g, "x", "insert Person { name: \"FromX\" }").await;
     mutate(g, "main", "insert Person { name: \"OnMain\" }").await;
     g.merge("x", "main").await.unwrap();
-    let page = g.changes_page(&after(&start.cursor)).await.unwrap();
+    let page = g.changes(&after(&start.cursor)).await.unwrap();
     assert_eq!(
         page.blocks.len(),
         2,
@@ -319,7 +312,7 @@ async fn merges_and_schema_applies_are_blocks_of_their_own() {
     assert_eq!(ops(&page)[1], [change("insert", "Person", "FromX")]);
     let wider = SCHEMA.replace("    age: I32?\n", "    age: I32?\n    nick: String?\n");
     g.apply_schema(&wider).await.unwrap();
-    let applied = g.changes_page(&after(&page.cursor)).await.unwrap();
+    let applied = g.changes(&after(&page.cursor)).await.unwrap();
     let b = &applied.blocks[0];
     assert_eq!(b.commit_kind, "schema_apply");
     assert!(b.changes.is_empty());
@@ -327,7 +320,7 @@ async fn merges_and_schema_applies_are_blocks_of_their_own() {
     assert_ne!(schema["from"], schema["to"]);
     // A commit that changes no entity (optimize: indexes) is an empty block.
     let built = g.optimize("main").await.unwrap();
-    let page = g.changes_page(&after(&applied.cursor)).await.unwrap();
+    let page = g.changes(&after(&applied.cursor)).await.unwrap();
     assert_eq!(
         page.blocks
             .iter()
@@ -342,7 +335,7 @@ async fn merges_and_schema_applies_are_blocks_of_their_own() {
 async fn a_cursor_past_what_a_cleanup_removed_is_a_gap() {
     let t = loaded_graph().await;
     let g = &t.g;
-    let old = g.changes_page(&req(ChangeStart::Now)).await.unwrap();
+    let old = g.changes(&req(ChangeStart::Now)).await.unwrap();
     let first = mutate(g, "main", "insert Person { name: \"P1\" }").await;
     for n in 2..5 {
         mutate(g, "main", &format!("insert Person {{ name: \"P{n}\" }}")).await;
@@ -354,7 +347,7 @@ async fn a_cursor_past_what_a_cleanup_removed_is_a_gap() {
     })
     .await
     .unwrap();
-    match g.changes_page(&after(&old.cursor)).await {
+    match g.changes(&after(&old.cursor)).await {
         Err(OmniError::ChangeFeedGap {
             first_unreadable_commit_id,
         }) => assert_eq!(first_unreadable_commit_id, first),
@@ -375,7 +368,7 @@ async fn a_cursor_past_what_a_cleanup_removed_is_a_gap() {
         .unwrap();
     assert_eq!(copy, export, "the baseline is the branch at its head");
     mutate(g, "main", "insert Person { name: \"P5\" }").await;
-    let page = g.changes_page(&after(&base.cursor)).await.unwrap();
+    let page = g.changes(&after(&base.cursor)).await.unwrap();
     assert_eq!(ops(&page), [[change("insert", "Person", "P5")]]);
 }
 
@@ -401,9 +394,9 @@ async fn a_baseline_binds_its_filter_and_writes_only_its_types() {
     .await;
     let mut next = after(&base.cursor);
     next.types = vec!["Person".into()];
-    let page = g.changes_page(&next).await.unwrap();
+    let page = g.changes(&next).await.unwrap();
     assert_eq!(ops(&page), [[change("insert", "Person", "Dan")]]);
-    match g.changes_page(&after(&base.cursor)).await {
+    match g.changes(&after(&base.cursor)).await {
         Err(OmniError::CursorRejected { reason }) => {
             assert!(reason.contains("another filter"), "{reason}")
         }
@@ -488,7 +481,7 @@ async fn the_cli_polls_and_follows() {
     assert_eq!(block["graph_commit_id"], commit.as_str());
     assert_eq!(block["changes"][0]["id"], "Followed");
     let resumed = g
-        .changes_page(&after(resume["cursor"].as_str().unwrap()))
+        .changes(&after(resume["cursor"].as_str().unwrap()))
         .await
         .unwrap();
     assert!(resumed.blocks.is_empty() && resumed.caught_up);
@@ -561,22 +554,31 @@ async fn a_consumer_killed_and_resumed_mirrors_the_branch(place: Place, writes: 
         .await
         .unwrap();
     g.branch_create("side", "main").await.unwrap();
-    let start = g.changes_page(&req(ChangeStart::Beginning)).await.unwrap();
+    let start = g.changes(&req(ChangeStart::Beginning)).await.unwrap();
     let mut replica = Replica::new();
     for b in &start.blocks {
         apply(&mut replica, &serde_json::to_value(b).unwrap());
     }
-    // Another process appends to main all along (two people and an edge
-    // a write), beside the two handles below.
-    let appender = std::process::Command::new(env!("CARGO_BIN_EXE_omnigraph"))
-        .args(["stress-writer", "--store", &uri, "--start", "5000000"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    // Two other processes append to main, as often as the handle writes
+    // (two people and an edge a write), beside this process's handle and
+    // the processes that write the side branch and merge it below.
+    let appenders: Vec<Reaped> = ["5000000", "6000000"]
+        .into_iter()
+        .map(|start| {
+            Reaped(
+                std::process::Command::new(env!("CARGO_BIN_EXE_omnigraph"))
+                    .args(["stress-writer", "--store", &uri, "--start", start])
+                    .args(["--count", &writes.to_string()])
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap(),
+            )
+        })
+        .collect();
     let writers = {
         let main = Omnigraph::open(&uri).await.unwrap();
-        let side = Omnigraph::open(&uri).await.unwrap();
+        let uri = uri.clone();
         tokio::spawn(async move {
             let mut rng = rand::rngs::StdRng::seed_from_u64(51);
             for i in 0..writes {
@@ -602,25 +604,16 @@ async fn a_consumer_killed_and_resumed_mirrors_the_branch(place: Place, writes: 
                     }
                 }
                 if i % 8 == 3 {
-                    side.mutate(
-                        "side",
-                        &format!("query m() {{ insert Person {{ name: \"s{i}\", age: {i} }} }}"),
-                        "m",
-                        &Value::Null,
-                    )
-                    .await
-                    .unwrap();
-                    loop {
-                        match side.merge("side", "main").await {
-                            Ok(_) => break,
-                            Err(e) if e.exit_code() == 4 => continue,
-                            Err(e) => panic!("merge: {e}"),
-                        }
-                    }
+                    // The side branch's write and its merge, each a
+                    // process of its own (a merge another writer got in
+                    // the way of exits 4 and is tried again).
+                    let insert =
+                        format!("query m() {{ insert Person {{ name: \"s{i}\", age: {i} }} }}");
+                    cli_until_done(&["mutate", &uri, "--branch", "side", "-e", &insert]).await;
+                    cli_until_done(&["branch", "merge", "side", "--into", "main", &uri]).await;
                 }
             }
             main.close().await;
-            side.close().await;
         })
     };
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
@@ -628,27 +621,28 @@ async fn a_consumer_killed_and_resumed_mirrors_the_branch(place: Place, writes: 
     let mut applied: Vec<String> = Vec::new();
     let mut resumed_after: Vec<usize> = Vec::new();
     let mut done = false;
-    let mut appender = Some(appender);
+    let mut appenders = Some(appenders);
     let mut appender_stopped = false;
     while !done {
         if writers.is_finished()
-            && let Some(mut a) = appender.take()
+            && let Some(all) = appenders.take()
         {
-            if let Some(status) = a.try_wait().unwrap() {
+            for mut a in all {
+                let status = a.wait().unwrap();
                 let mut err = String::new();
                 std::io::Read::read_to_string(&mut a.stderr.take().unwrap(), &mut err).unwrap();
-                panic!("the other writer process exited by itself with {status}: {err}");
+                assert!(status.success(), "another writer process failed: {err}");
             }
-            a.kill().unwrap();
-            a.wait().unwrap();
             appender_stopped = true;
         }
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_omnigraph"))
-            .args(["changes", "poll", &uri, "--cursor", &saved, "--follow"])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut child = Reaped(
+            std::process::Command::new(env!("CARGO_BIN_EXE_omnigraph"))
+                .args(["changes", "poll", &uri, "--cursor", &saved, "--follow"])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
         resumed_after.push(applied.len());
         let stdout = child.stdout.take().unwrap();
         // A block's line and its cursor's: a kill after an odd count
@@ -672,7 +666,10 @@ async fn a_consumer_killed_and_resumed_mirrors_the_branch(place: Place, writes: 
         loop {
             let line = match rx.recv_timeout(Duration::from_millis(200)) {
                 Ok(l) => l,
-                Err(_) if writers.is_finished() && appender_stopped => {
+                // The writers are done: wait for the other processes'
+                // last writes at the top of the loop.
+                Err(_) if writers.is_finished() && !appender_stopped => break,
+                Err(_) if writers.is_finished() => {
                     let head = g.commits("main", Some(1)).await.unwrap()[0].id.clone();
                     done = applied.last() == Some(&head);
                     if done {
@@ -700,12 +697,18 @@ async fn a_consumer_killed_and_resumed_mirrors_the_branch(place: Place, writes: 
     }
     writers.await.unwrap();
     assert_eq!(replica, replica_of_export(&g, "main").await);
-    assert!(
-        replica
-            .keys()
-            .any(|(t, id)| t == "Person" && id.starts_with('p')),
-        "the other process's writes are in the replica"
-    );
+    for (prefix, what) in [
+        ("p5", "the first appender"),
+        ("p6", "the second appender"),
+        ("s", "the side branch"),
+    ] {
+        assert!(
+            replica
+                .keys()
+                .any(|(t, id)| t == "Person" && id.starts_with(prefix)),
+            "{what}'s writes are in the replica"
+        );
+    }
     // Every commit of main's first-parent history, in order; a repeat
     // only of the block applied just before a kill.
     let history: Vec<String> = g
@@ -734,6 +737,31 @@ async fn a_consumer_killed_and_resumed_mirrors_the_branch(place: Place, writes: 
     g.close().await;
 }
 
+/// Run the CLI until it succeeds, again while another writer got in its
+/// way (exit 4).
+async fn cli_until_done(args: &[&str]) {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        loop {
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_omnigraph"))
+                .args(&args)
+                .output()
+                .unwrap();
+            match out.status.code() {
+                Some(0) => return,
+                Some(4) => continue,
+                _ => panic!(
+                    "{args:?}: {}: {}",
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr)
+                ),
+            }
+        }
+    })
+    .await
+    .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_consumer_killed_and_resumed_mirrors_the_branch_on_disk() {
     a_consumer_killed_and_resumed_mirrors_the_branch(Place::local(), 40).await;
@@ -754,7 +782,7 @@ async fn changes_of_a_blob_bearing_type_are_in_the_feed() {
     let g = Omnigraph::init(&uri, crate::blobs::BLOB_SCHEMA)
         .await
         .unwrap();
-    let start = g.changes_page(&req(ChangeStart::Now)).await.unwrap();
+    let start = g.changes(&req(ChangeStart::Now)).await.unwrap();
     g.load(
         "main",
         r#"{"type":"Asset","data":{"name":"a1","kind":"pic","data":"base64:aGVsbG8="}}"#,
@@ -766,7 +794,7 @@ async fn changes_of_a_blob_bearing_type_are_in_the_feed() {
     g.mutate("main", set, "s", &json!({ "d": "base64:d29ybGQ=" }))
         .await
         .unwrap();
-    let page = g.changes_page(&after(&start.cursor)).await.unwrap();
+    let page = g.changes(&after(&start.cursor)).await.unwrap();
     assert_eq!(
         ops(&page),
         [
@@ -780,8 +808,70 @@ async fn changes_of_a_blob_bearing_type_are_in_the_feed() {
         Some(json!({"data": {"name": "a1", "kind": "pic"}}))
     );
     let id = page.blocks[1].graph_commit_id.clone();
-    let listed = g.changes(&id, None).await.unwrap();
+    let listed = g.commit_changes(&id, None).await.unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].change, "update");
     g.close().await;
+}
+
+/// The embedded follow: a stream of blocks as they land, each with the
+/// cursor that resumes after it, ending with the gap a cleanup made.
+#[tokio::test]
+async fn watch_streams_blocks_as_they_land_and_ends_at_a_gap() {
+    use futures::StreamExt;
+    let t = loaded_graph().await;
+    let g = t.g.clone();
+    let blocks = g.watch(req(ChangeStart::Now), Duration::from_millis(5));
+    let mut blocks = Box::pin(blocks.await.unwrap());
+    let mut landed = Vec::new();
+    for n in 0..3 {
+        landed.push(mutate(&g, "main", &format!("insert Person {{ name: \"W{n}\" }}")).await);
+        let b = blocks.next().await.unwrap().unwrap();
+        assert_eq!(b.graph_commit_id, landed[n]);
+        assert_eq!(
+            b.changes
+                .iter()
+                .map(|c| (c.op, c.id.as_str()))
+                .collect::<Vec<_>>(),
+            [("insert", format!("W{n}").as_str())]
+        );
+        let resumed = g.changes(&after(&b.cursor)).await.unwrap();
+        assert!(resumed.blocks.is_empty() && resumed.caught_up);
+    }
+    // Two commits before the next look: both, in order.
+    let more = [
+        mutate(&g, "main", "insert Person { name: \"W3\" }").await,
+        mutate(&g, "main", "delete Person where name = \"W0\"").await,
+    ];
+    for id in &more {
+        assert_eq!(&blocks.next().await.unwrap().unwrap().graph_commit_id, id);
+    }
+    // A cleanup removes the next commit's data: the gap, naming it.
+    let old = g.changes(&req(ChangeStart::Now)).await.unwrap();
+    let first = mutate(&g, "main", "insert Person { name: \"W9\" }").await;
+    mutate(&g, "main", "insert Person { name: \"W10\" }").await;
+    g.cleanup(RetentionPolicy {
+        older_than: Duration::ZERO,
+        keep_versions: Some(1),
+        dry_run: false,
+    })
+    .await
+    .unwrap();
+    // A gap found at the first look fails the call; found later, it is the
+    // stream's last item.
+    match g.watch(after(&old.cursor), Duration::from_millis(5)).await {
+        Err(OmniError::ChangeFeedGap {
+            first_unreadable_commit_id,
+        }) => assert_eq!(first_unreadable_commit_id, first),
+        Err(e) => panic!("expected a gap, got {e}"),
+        Ok(_) => panic!("expected a gap, the watch started"),
+    }
+    let mut stale = blocks;
+    match stale.next().await {
+        Some(Err(OmniError::ChangeFeedGap {
+            first_unreadable_commit_id,
+        })) => assert_eq!(first_unreadable_commit_id, first),
+        other => panic!("expected a gap, got {other:?}"),
+    }
+    assert!(stale.next().await.is_none(), "a gap ends the stream");
 }

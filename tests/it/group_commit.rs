@@ -93,7 +93,7 @@ async fn mutations_queued_on_a_branch_share_one_commit_and_each_keeps_its_own_an
         assert!(has_person(&t.g, n).await, "{n} was acknowledged");
     }
     // Every row is attributed to the mutation that wrote it.
-    let changes = t.g.changes(&commit, None).await.unwrap();
+    let changes = t.g.commit_changes(&commit, None).await.unwrap();
     assert_eq!(changes.len(), 16);
     for c in &changes {
         let place = names.iter().position(|n| *n == c.id).expect("one of ours");
@@ -104,7 +104,7 @@ async fn mutations_queued_on_a_branch_share_one_commit_and_each_keeps_its_own_an
         );
     }
     // A commit of its own names no member.
-    let own = t.g.changes(&alone.commit, None).await.unwrap();
+    let own = t.g.commit_changes(&alone.commit, None).await.unwrap();
     assert_eq!((own[0].member, own[0].mutation.clone()), (None, None));
 }
 
@@ -177,7 +177,7 @@ async fn a_member_that_breaks_a_rule_fails_alone_and_the_others_commit() {
     );
     assert_eq!(count(&t.g, "main", "WorksAt").await, 2, "Alice's and N0's");
     let by: BTreeMap<(String, String), (Option<u32>, Option<String>)> =
-        t.g.changes(&commit, None)
+        t.g.commit_changes(&commit, None)
             .await
             .unwrap()
             .into_iter()
@@ -338,7 +338,7 @@ async fn loads_queued_on_a_branch_share_one_commit_and_each_row_names_its_load()
         assert!(has_person(&t.g, n).await, "{n}");
     }
     assert_eq!(count(&t.g, "main", "Knows").await, 2 + 8);
-    for c in t.g.changes(&commit, None).await.unwrap() {
+    for c in t.g.commit_changes(&commit, None).await.unwrap() {
         assert_eq!(c.mutation.as_deref(), Some("load"), "{c:?}");
         if c.type_name == "Person" {
             let i = names.iter().position(|n| *n == c.id).expect("ours");

@@ -223,7 +223,7 @@ async fn changes_on_both_sides_merge_entity_by_entity_and_property_by_property()
     let list = g.commits("main", Some(1)).await.unwrap();
     assert_eq!(list[0].parents.len(), 2);
     // What the merge changed on main.
-    let changes = g.changes(commit, None).await.unwrap();
+    let changes = g.commit_changes(commit, None).await.unwrap();
     let shown: Vec<(String, String, String)> = changes
         .iter()
         .map(|c| (c.change.to_string(), c.type_name.clone(), c.id.clone()))
@@ -238,7 +238,7 @@ async fn changes_on_both_sides_merge_entity_by_entity_and_property_by_property()
         !shown.iter().any(|(_, t, id)| t == "Person" && id == "Bob"),
         "{shown:?}"
     );
-    let only = g.changes(commit, Some("Company")).await.unwrap();
+    let only = g.commit_changes(commit, Some("Company")).await.unwrap();
     assert!(
         only.is_empty(),
         "the merge changed no Company on main: {only:?}"
@@ -409,12 +409,12 @@ async fn bad_merges_and_unknown_commits_are_typed_errors_that_write_nothing() {
         matches!(g.commit("01NOPE").await, Err(OmniError::NotFound(m)) if m.contains("01NOPE"))
     );
     assert!(matches!(
-        g.changes("01NOPE", None).await,
+        g.commit_changes("01NOPE", None).await,
         Err(OmniError::NotFound(_))
     ));
     let head = g.snapshot(&Target::main()).await.unwrap().head_commit;
     assert!(
-        matches!(g.changes(&head, Some("Nope")).await, Err(OmniError::NotFound(m)) if m.contains("Nope"))
+        matches!(g.commit_changes(&head, Some("Nope")).await, Err(OmniError::NotFound(m)) if m.contains("Nope"))
     );
     assert_eq!(fingerprint(g).await, before);
 }

@@ -12,7 +12,7 @@ use super::percentile;
 
 /// The cursor after main's head now.
 async fn now(g: &Omnigraph) -> String {
-    g.changes_page(&ChangeRequest {
+    g.changes(&ChangeRequest {
         branch: "main".into(),
         start: ChangeStart::Now,
         ..Default::default()
@@ -43,7 +43,7 @@ async fn polls(g: &Omnigraph, k: usize, n: usize) -> (f64, f64, usize) {
             .expect("a merge load");
         let t0 = Instant::now();
         let page = g
-            .changes_page(&ChangeRequest {
+            .changes(&ChangeRequest {
                 branch: "main".into(),
                 cursor: Some(cursor.clone()),
                 ..Default::default()
