@@ -169,6 +169,20 @@ pub enum OmniError {
         "change feed gap: a cleanup removed what commit {first_unreadable_commit_id} changed; take a baseline (`omnigraph changes baseline`) and resume from its cursor"
     )]
     ChangeFeedGap { first_unreadable_commit_id: String },
+    /// The policy in force does not let this actor do this here.
+    #[error(
+        "policy denied: actor {} may not {action}{}{} ({reason}); nothing was changed",
+        who(.actor),
+        on(" on branch", .branch),
+        on(" targeting branch", .target_branch)
+    )]
+    PolicyDenied {
+        actor: String,
+        action: String,
+        branch: Option<String>,
+        target_branch: Option<String>,
+        reason: String,
+    },
     /// An external blob's object is no longer the one its reference
     /// recorded: another ETag (or version), another length, or gone.
     #[error(
@@ -190,6 +204,22 @@ pub enum OmniError {
     Backend(#[source] BackendError),
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
+}
+
+/// A denied call's actor as its error names it.
+fn who(actor: &str) -> String {
+    match actor {
+        "" => "(none)".into(),
+        a => format!("'{a}'"),
+    }
+}
+
+/// ` on branch 'b'`, or nothing.
+fn on(what: &str, branch: &Option<String>) -> String {
+    branch
+        .as_ref()
+        .map(|b| format!("{what} '{b}'"))
+        .unwrap_or_default()
 }
 
 fn show_conflicts(c: &[MergeConflict]) -> String {
@@ -254,6 +284,7 @@ impl OmniError {
             | Self::AlreadyExists(_)
             | Self::CursorRejected { .. }
             | Self::ChangeFeedGap { .. }
+            | Self::PolicyDenied { .. }
             | Self::ReadOnly(_) => 2,
             Self::ReadSetChanged
             | Self::SchemaChanged { .. }
@@ -299,6 +330,7 @@ impl OmniError {
             Self::BlobChanged { .. } => "BlobChanged",
             Self::CursorRejected { .. } => "CursorRejected",
             Self::ChangeFeedGap { .. } => "ChangeFeedGap",
+            Self::PolicyDenied { .. } => "PolicyDenied",
             Self::AlreadyCurrent => "AlreadyCurrent",
             Self::MergeConflicts(_) => "MergeConflicts",
             Self::NotFound(_) => "NotFound",
@@ -408,6 +440,13 @@ mod exit_codes {
             OmniError::CursorRejected { reason: s() },
             OmniError::ChangeFeedGap {
                 first_unreadable_commit_id: s(),
+            },
+            OmniError::PolicyDenied {
+                actor: s(),
+                action: s(),
+                branch: None,
+                target_branch: None,
+                reason: s(),
             },
             OmniError::MergeConflicts(Vec::new()),
             OmniError::NotFound(s()),

@@ -16,6 +16,7 @@ pub mod error;
 pub mod exec;
 pub mod handle;
 pub mod index;
+pub mod policy;
 pub mod server;
 pub mod storage;
 pub mod util;
@@ -39,8 +40,8 @@ pub use exec::blob::{Blob, BlobCell, BlobReader};
 pub use exec::run::QueryResult;
 pub use handle::{
     Baseline, BranchInfo, ChangeBlock, ChangePage, ChangeRequest, ChangeStart, CommitHold,
-    FeedChange, LoadReport, Omnigraph, OptimizeReport, Options, SchemaCommit, SnapshotInfo,
-    TableInfo, TableLocation,
+    FeedChange, LoadReport, Omnigraph, OpenOptions, OptimizeReport, SchemaCommit, SnapshotInfo,
+    TableInfo, TableLocation, default_actor,
 };
 pub use storage::index_files::GcReport;
 pub use storage::manifest::CommitRecord;

@@ -13,6 +13,8 @@ methods as coroutines); `connect(url, graph, token)` a `RemoteGraph` on an
 
 from __future__ import annotations
 
+from typing import Any
+
 from . import _omnigraph
 from ._errors import InputError, MergeConflictError, OmnigraphError, RetryableError
 from ._graph import AsyncGraph, Graph
@@ -50,6 +52,17 @@ def _check_uri(uri: object) -> str:
     return uri
 
 
+def _path(p: Any) -> str | None:
+    """A policy file's path as text (a `str` or an `os.PathLike`)."""
+    import os
+
+    if p is None:
+        return None
+    if not isinstance(p, (str, os.PathLike)):
+        raise TypeError(f"policy must be a file's path, not {type(p).__name__}")
+    return os.fspath(p)
+
+
 def init(uri: str, schema: str, actor: str | None = None) -> Graph:
     """Create a graph at `uri` with `schema` (schema source text, `.pg`).
     `actor` is recorded in every commit this handle makes (default: $USER)."""
@@ -58,10 +71,14 @@ def init(uri: str, schema: str, actor: str | None = None) -> Graph:
     return Graph(_omnigraph.init(_check_uri(uri), schema, actor, False))
 
 
-def open(uri: str, read_only: bool = False, actor: str | None = None) -> Graph:  # noqa: A001
+def open(  # noqa: A001
+    uri: str, read_only: bool = False, actor: str | None = None, policy: str | None = None
+) -> Graph:
     """Open the graph at `uri`. A read-only handle refuses writes and leaves
-    recovery to writers."""
-    return Graph(_omnigraph.open(_check_uri(uri), bool(read_only), actor, False))
+    recovery to writers. `actor` is who acts (recorded in commits); with
+    `policy` (a policy file: YAML rules, or Cedar in a `.cedar` file) every
+    call is checked and a refused one raises `PolicyDenied`."""
+    return Graph(_omnigraph.open(_check_uri(uri), bool(read_only), actor, _path(policy), False))
 
 
 async def init_async(uri: str, schema: str, actor: str | None = None) -> AsyncGraph:
@@ -71,6 +88,10 @@ async def init_async(uri: str, schema: str, actor: str | None = None) -> AsyncGr
     return AsyncGraph(await _omnigraph.init(_check_uri(uri), schema, actor, True))
 
 
-async def open_async(uri: str, read_only: bool = False, actor: str | None = None) -> AsyncGraph:
+async def open_async(
+    uri: str, read_only: bool = False, actor: str | None = None, policy: str | None = None
+) -> AsyncGraph:
     """`open` for asyncio: an `AsyncGraph`."""
-    return AsyncGraph(await _omnigraph.open(_check_uri(uri), bool(read_only), actor, True))
+    return AsyncGraph(
+        await _omnigraph.open(_check_uri(uri), bool(read_only), actor, _path(policy), True)
+    )

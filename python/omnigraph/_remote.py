@@ -45,6 +45,7 @@ _KINDS_BY_EXIT = {
         "AlreadyExists",
         "CursorRejected",
         "ChangeFeedGap",
+        "PolicyDenied",
     },
     4: {"ReadSetChanged", "SchemaChanged", "Contended", "PreconditionFailed"},
     5: {"MergeConflicts"},

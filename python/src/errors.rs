@@ -51,6 +51,18 @@ fn build(py: Python<'_>, e: &OmniError) -> PyResult<PyErr> {
             exc.setattr("line", *line)?;
             exc.setattr("column", *column)?;
         }
+        OmniError::PolicyDenied {
+            actor,
+            action,
+            branch,
+            target_branch,
+            ..
+        } => {
+            exc.setattr("actor", actor)?;
+            exc.setattr("action", action)?;
+            exc.setattr("branch", branch.as_deref())?;
+            exc.setattr("target_branch", target_branch.as_deref())?;
+        }
         OmniError::KeyConflict { type_name, id } => {
             exc.setattr("type_name", type_name)?;
             exc.setattr("id", id)?;

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use omnigraph::BlobCell;
 use omnigraph::StorageSession;
 use omnigraph::blob_range as blob;
-use omnigraph::{LoadMode, OmniError, Omnigraph, Options, TableInput, Target};
+use omnigraph::{LoadMode, OmniError, Omnigraph, OpenOptions, TableInput, Target};
 use parking_lot::RwLock;
 use pyo3::IntoPyObjectExt;
 use pyo3::prelude::*;
@@ -98,11 +98,11 @@ fn memory_session() -> StorageSession {
     }
 }
 
-fn options(uri: &str, actor: Option<String>) -> Options {
-    let mut o = Options::default();
-    if let Some(a) = actor {
-        o.actor = a;
-    }
+fn options(uri: &str, actor: Option<String>) -> OpenOptions {
+    let mut o = OpenOptions {
+        actor,
+        ..Default::default()
+    };
     if uri.starts_with("memory://") {
         o.session = Some(memory_session());
     }
@@ -143,10 +143,16 @@ pub fn open(
     uri: String,
     read_only: bool,
     actor: Option<String>,
+    policy: Option<String>,
     asynchronous: bool,
 ) -> PyResult<Bound<'_, PyAny>> {
     call(py, asynchronous, async move {
-        let opts = options(&uri, actor);
+        let mut opts = options(&uri, actor);
+        if let Some(p) = policy {
+            opts.policy = Some(std::sync::Arc::new(omnigraph::policy::Policy::load(
+                std::path::Path::new(&p),
+            )?));
+        }
         let g = match read_only {
             true => Omnigraph::open_read_only_with(&uri, opts).await?,
             false => Omnigraph::open_with(&uri, opts).await?,

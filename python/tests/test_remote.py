@@ -32,8 +32,11 @@ def served(tmp_path):
         graph.load('{"type": "Doc", "data": {"slug": "d1", "body": "base64:aGVsbG8gYmxvYg=="}}')
     tokens = tmp_path / "tokens.json"
     tokens.write_text(json.dumps(TOKENS))
+    # Tokens alone allow only reads: this policy lets every actor write.
+    policy = tmp_path / "policy.yaml"
+    policy.write_text('version: 1\nrules:\n  - id: all\n    allow: { actors: "*", actions: ["*"] }\n')
     proc = subprocess.Popen(
-        [binary(), "serve", "--graph", f"g={uri}", "--listen", "127.0.0.1:0", "--tokens", str(tokens)],
+        [binary(), "serve", "--graph", f"g={uri}", "--listen", "127.0.0.1:0", "--tokens", str(tokens), "--policy", str(policy)],
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -14,6 +14,14 @@ use omnigraph::{LoadMode, OmniError, Target};
     about = "A typed property-graph database on Lance"
 )]
 pub struct Cli {
+    /// Act as ACTOR: the author every commit records, and the actor a
+    /// policy decides for (else OMNIGRAPH_ACTOR).
+    #[arg(long = "as", value_name = "ACTOR", global = true)]
+    pub actor: Option<String>,
+    /// Enforce the policy in FILE: YAML rules, or Cedar in a `.cedar` file
+    /// (else OMNIGRAPH_POLICY; `serve` reloads it on SIGHUP).
+    #[arg(long = "policy", value_name = "FILE", global = true)]
+    pub policy: Option<PathBuf>,
     #[command(subcommand)]
     pub cmd: Cmd,
 }
@@ -102,6 +110,11 @@ pub enum Cmd {
         /// Where to create the demo graph (default: a fresh temporary folder).
         #[arg(long)]
         dir: Option<PathBuf>,
+    },
+    /// Check a policy file, test it against cases, explain a decision.
+    Policy {
+        #[command(subcommand)]
+        cmd: PolicyCmd,
     },
 }
 
@@ -616,4 +629,42 @@ impl Serve {
             })
             .collect()
     }
+}
+
+#[derive(Subcommand)]
+pub enum PolicyCmd {
+    /// Compile a policy file and check it (exit 2 naming what is wrong).
+    Validate {
+        file: PathBuf,
+        /// Print the Cedar the file compiles to.
+        #[arg(long)]
+        cedar: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Decide every case of a cases file (exit 1 if any is not as expected).
+    Test {
+        file: PathBuf,
+        #[arg(long, value_name = "CASES.yaml")]
+        cases: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The decision for one call and the rule that made it.
+    Explain {
+        file: PathBuf,
+        #[arg(long)]
+        actor: String,
+        #[arg(long)]
+        action: String,
+        /// The branch the call reads or writes.
+        #[arg(long)]
+        branch: Option<String>,
+        /// The branch the call changes (a merge's target, the branch
+        /// created or deleted, main for a schema apply).
+        #[arg(long)]
+        target_branch: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
 }

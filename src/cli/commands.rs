@@ -3,13 +3,14 @@
 
 use std::io::Write;
 
-use omnigraph::{BlobCell, LoadMode, OmniError, Omnigraph, Target};
+use omnigraph::{BlobCell, LoadMode, OmniError, Target};
 use serde::Serialize;
 
+use super::access;
 use super::args::{
     BaselineArgs, BlobCellArgs, BlobCmd, BranchCmd, ChangesCmd, Cleanup, Cmd, CommitCmd, Export,
-    Gc, Graph, Init, Load, Merge, Mutate, Optimize, Poll, Query, SchemaCmd, Serve, Snapshot,
-    StressWriter, query_inputs, target,
+    Gc, Graph, Init, Load, Merge, Mutate, Optimize, PolicyCmd, Poll, Query, SchemaCmd, Serve,
+    Snapshot, StressWriter, query_inputs, target,
 };
 use super::progress::Progress;
 use super::{demo, table};
@@ -89,6 +90,7 @@ pub async fn run(cmd: Cmd) -> Result<()> {
         Cmd::StressWriter(a) => Box::pin(stress_writer(a)),
         Cmd::Serve(a) => Box::pin(serve(a)),
         Cmd::Demo { dir } => Box::pin(demo::run(dir)),
+        Cmd::Policy { cmd } => Box::pin(async move { policy(cmd) }),
     };
     fut.await
 }
@@ -128,7 +130,7 @@ async fn schema(cmd: SchemaCmd) -> Result<()> {
             version,
             json,
         } => {
-            let g = Omnigraph::open_read_only(graph.uri()?).await?;
+            let g = access::open_read_only(graph.uri()?).await?;
             let target = version.map(|v| Target::Version {
                 version: v,
                 branch: "main".into(),
@@ -147,7 +149,7 @@ async fn schema(cmd: SchemaCmd) -> Result<()> {
             json,
         } => {
             let src = read_schema(&schema)?;
-            let g = Omnigraph::open_read_only(graph.uri()?).await?;
+            let g = access::open_read_only(graph.uri()?).await?;
             let plan = g.plan_schema(&src).await?;
             if json {
                 print_json(&plan);
@@ -169,7 +171,7 @@ async fn schema(cmd: SchemaCmd) -> Result<()> {
             json,
         } => {
             let src = read_schema(&schema)?;
-            let g = Omnigraph::open(graph.uri()?).await?;
+            let g = access::open(graph.uri()?).await?;
             let r = g.apply_schema(&src).await;
             g.close().await;
             let r = r?;
@@ -196,7 +198,7 @@ async fn init(a: Init) -> Result<()> {
     let src = std::fs::read_to_string(&a.schema).map_err(|e| {
         OmniError::BadRequest(format!("cannot read schema {}: {e}", a.schema.display()))
     })?;
-    let g = Omnigraph::init(a.graph.uri()?, &src).await?;
+    let g = access::init(a.graph.uri()?, &src).await?;
     let snap = g.snapshot(&Target::main()).await;
     let uri = g.uri().to_string();
     g.close().await;
@@ -215,7 +217,7 @@ async fn init(a: Init) -> Result<()> {
 }
 
 async fn load(a: Load) -> Result<()> {
-    let g = Omnigraph::open(a.graph.uri()?).await?;
+    let g = access::open(a.graph.uri()?).await?;
     let file = std::fs::File::open(&a.data)
         .map_err(|e| OmniError::BadRequest(format!("cannot read {}: {e}", a.data.display())))?;
     let total = file.metadata().map(|m| m.len()).unwrap_or(0);
@@ -239,7 +241,7 @@ async fn load(a: Load) -> Result<()> {
 }
 
 async fn branch_create(name: &str, from: &str, graph: &Graph, json: bool) -> Result<()> {
-    let g = Omnigraph::open(graph.uri()?).await?;
+    let g = access::open(graph.uri()?).await?;
     let b = g.branch_create(name, from).await;
     g.close().await;
     let b = b?;
@@ -255,7 +257,7 @@ async fn branch_create(name: &str, from: &str, graph: &Graph, json: bool) -> Res
 }
 
 async fn branch_list(graph: &Graph, json: bool) -> Result<()> {
-    let g = Omnigraph::open_read_only(graph.uri()?).await?;
+    let g = access::open_read_only(graph.uri()?).await?;
     let list = g.branch_list().await?;
     if json {
         print_json(&list);
@@ -266,7 +268,7 @@ async fn branch_list(graph: &Graph, json: bool) -> Result<()> {
 }
 
 async fn branch_delete(name: &str, graph: &Graph, json: bool) -> Result<()> {
-    let g = Omnigraph::open(graph.uri()?).await?;
+    let g = access::open(graph.uri()?).await?;
     let r = g.branch_delete(name).await;
     g.close().await;
     r?;
@@ -279,7 +281,7 @@ async fn branch_delete(name: &str, graph: &Graph, json: bool) -> Result<()> {
 }
 
 async fn branch_merge(a: Merge) -> Result<()> {
-    let g = Omnigraph::open(a.graph.uri()?).await?;
+    let g = access::open(a.graph.uri()?).await?;
     let started = std::time::Instant::now();
     let merged = g.merge(&a.source, &a.into).await;
     let deleted = match (&merged, a.delete_branch) {
@@ -338,7 +340,7 @@ async fn branch_merge(a: Merge) -> Result<()> {
 }
 
 async fn optimize(a: Optimize) -> Result<()> {
-    let g = Omnigraph::open(a.graph.uri()?).await?;
+    let g = access::open(a.graph.uri()?).await?;
     let started = std::time::Instant::now();
     let r = g.optimize(&a.branch).await;
     g.close().await;
@@ -353,7 +355,7 @@ async fn optimize(a: Optimize) -> Result<()> {
 }
 
 async fn gc(a: Gc) -> Result<()> {
-    let g = Omnigraph::open(a.graph.uri()?).await?;
+    let g = access::open(a.graph.uri()?).await?;
     let r = g.gc(a.dry_run).await;
     g.close().await;
     let r = r?;
@@ -371,7 +373,7 @@ async fn cleanup(a: Cleanup) -> Result<()> {
         keep_versions: a.keep_versions,
         dry_run: a.dry_run,
     };
-    let g = Omnigraph::open(a.graph.uri()?).await?;
+    let g = access::open(a.graph.uri()?).await?;
     let r = g.cleanup(policy).await;
     g.close().await;
     let r = r?;
@@ -384,7 +386,7 @@ async fn cleanup(a: Cleanup) -> Result<()> {
 }
 
 async fn snapshot(a: Snapshot) -> Result<()> {
-    let g = Omnigraph::open_read_only(a.graph.uri()?).await?;
+    let g = access::open_read_only(a.graph.uri()?).await?;
     let snap = g.snapshot(&a.at.target()?).await?;
     if a.json {
         print_json(&snap);
@@ -396,7 +398,7 @@ async fn snapshot(a: Snapshot) -> Result<()> {
 
 async fn query(a: Query) -> Result<()> {
     let (uri, source, name, params) = query_inputs(a.input)?;
-    let g = Omnigraph::open_read_only(&uri).await?;
+    let g = access::open_read_only(&uri).await?;
     // The process reads the graph as its open found it (one look at the head).
     let at = g.as_opened(&target(a.branch, a.snapshot, a.version)?);
     let json = !matches!(a.format, omnigraph::results::Format::Table);
@@ -448,7 +450,7 @@ async fn query(a: Query) -> Result<()> {
 
 async fn mutate(a: Mutate) -> Result<()> {
     let (uri, source, name, params) = query_inputs(a.input)?;
-    let g = Omnigraph::open(&uri).await?;
+    let g = access::open(&uri).await?;
     let r = g
         .mutate_if(&a.branch, &source, &name, &params, a.if_commit.as_deref())
         .await;
@@ -474,7 +476,7 @@ async fn mutate(a: Mutate) -> Result<()> {
 }
 
 async fn commit_list(graph: &Graph, branch: &str, limit: Option<usize>, json: bool) -> Result<()> {
-    let g = Omnigraph::open_read_only(graph.uri()?).await?;
+    let g = access::open_read_only(graph.uri()?).await?;
     let commits = g.commits(branch, limit).await?;
     if json {
         print_json(&commits);
@@ -485,7 +487,7 @@ async fn commit_list(graph: &Graph, branch: &str, limit: Option<usize>, json: bo
 }
 
 async fn commit_show(id: &str, graph: &Graph, json: bool) -> Result<()> {
-    let g = Omnigraph::open_read_only(graph.uri()?).await?;
+    let g = access::open_read_only(graph.uri()?).await?;
     let c = g.commit(id).await?;
     if json {
         print_json(&c);
@@ -501,7 +503,7 @@ async fn commit_changes(
     type_name: Option<String>,
     json: bool,
 ) -> Result<()> {
-    let g = Omnigraph::open_read_only(graph.uri()?).await?;
+    let g = access::open_read_only(graph.uri()?).await?;
     let changes = g.commit_changes(id, type_name.as_deref()).await?;
     if json {
         print_json(&changes);
@@ -515,7 +517,7 @@ async fn commit_changes(
 const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(10);
 
 async fn changes_poll(a: Poll) -> Result<()> {
-    let g = Omnigraph::open_read_only(a.graph.uri()?).await?;
+    let g = access::open_read_only(a.graph.uri()?).await?;
     let req = omnigraph::ChangeRequest {
         branch: a.branch,
         cursor: a.cursor,
@@ -546,7 +548,7 @@ async fn changes_poll(a: Poll) -> Result<()> {
 }
 
 async fn changes_baseline(a: BaselineArgs) -> Result<()> {
-    let g = Omnigraph::open_read_only(a.graph.uri()?).await?;
+    let g = access::open_read_only(a.graph.uri()?).await?;
     let req = omnigraph::ChangeRequest {
         branch: a.branch,
         types: a.filter.types,
@@ -586,7 +588,7 @@ async fn changes_baseline(a: BaselineArgs) -> Result<()> {
 }
 
 async fn export(a: Export) -> Result<()> {
-    let g = Omnigraph::open_read_only(a.graph.uri()?).await?;
+    let g = access::open_read_only(a.graph.uri()?).await?;
     let mut out = std::io::BufWriter::with_capacity(1 << 20, std::io::stdout());
     g.export(&a.at.target()?, &mut out).await?;
     out.flush()?;
@@ -600,7 +602,7 @@ async fn blob_policy(
     json: bool,
 ) -> Result<()> {
     let policy = if allow.is_empty() && revoke.is_empty() {
-        Omnigraph::open_read_only(graph.uri()?)
+        access::open_read_only(graph.uri()?)
             .await?
             .external_blob_policy()
             .await?
@@ -614,7 +616,7 @@ async fn blob_policy(
         for base in &revoke {
             omnigraph::parse_blob_base(base).map_err(OmniError::BadRequest)?;
         }
-        let g = Omnigraph::open(graph.uri()?).await?;
+        let g = access::open(graph.uri()?).await?;
         let mut changed = Ok(omnigraph::BlobPolicy::default());
         for base in &allow {
             changed = g.allow_external_blobs(base).await;
@@ -647,7 +649,7 @@ async fn blob_policy(
 
 /// Open the graph read-only and read the cell the arguments name.
 async fn read_blob(a: BlobCellArgs) -> Result<omnigraph::Blob> {
-    let g = Omnigraph::open_read_only(&a.store).await?;
+    let g = access::open_read_only(&a.store).await?;
     let at = target(a.branch, a.snapshot, a.version)?;
     g.read_blob_at(&at, &BlobCell::new(&a.type_name, &a.id, &a.property))
         .await
@@ -716,7 +718,7 @@ async fn blob_get(
 }
 
 async fn stress_writer(a: StressWriter) -> Result<()> {
-    let g = Omnigraph::open(a.graph.uri()?).await?;
+    let g = access::open(a.graph.uri()?).await?;
     let mut out = std::io::stdout();
     // Its sidecars carry this owner: a harness that kills it can tell
     // which in-flight write was its.
@@ -780,13 +782,34 @@ async fn serve(a: Serve) -> Result<()> {
     let state = omnigraph::server::ServerState::open(omnigraph::server::Config {
         graphs,
         tokens,
+        policy: access::policy(),
         max_body_bytes: a.max_body_bytes,
     })
     .await?;
+    if let Some(path) = access::policy_path() {
+        reload_on_hangup(state.clone(), path)?;
+    }
     let addr = listener.local_addr()?;
     println!("OMNIGRAPH_LISTEN_ADDR={addr}");
     std::io::stdout().flush()?;
     omnigraph::server::serve(listener, state, stop_signal()?).await
+}
+
+/// On each SIGHUP (heard on a thread of its own), put the policy file in
+/// force again; one that does not load leaves the old one, logged.
+fn reload_on_hangup(state: omnigraph::server::Shared, path: std::path::PathBuf) -> Result<()> {
+    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGHUP])?;
+    std::thread::spawn(move || {
+        for _ in signals.forever() {
+            match state.reload_policy(&path) {
+                Ok(()) => tracing::warn!(policy = %path.display(), "policy reloaded"),
+                Err(e) => {
+                    tracing::error!(policy = %path.display(), "policy not reloaded, the old one stays: {e}")
+                }
+            }
+        }
+    });
+    Ok(())
 }
 
 /// Resolves at the first SIGTERM or SIGINT (heard on a thread of its own).
@@ -803,4 +826,76 @@ fn stop_signal() -> Result<impl std::future::Future<Output = ()> + Send + 'stati
     Ok(async move {
         let _ = rx.await;
     })
+}
+
+fn policy(cmd: PolicyCmd) -> Result<()> {
+    use omnigraph::policy::{Action, Call, Policy, file};
+    match cmd {
+        PolicyCmd::Validate { file, cedar, json } => {
+            let p = Policy::load(&file)?;
+            match (json, cedar) {
+                (true, _) => print_json(&serde_json::json!({
+                    "valid": true,
+                    "rules": p.rules(),
+                    "cedar": p.cedar(),
+                })),
+                (false, true) => print!("{}", p.cedar()),
+                (false, false) => println!("{}: valid, {} rules", file.display(), p.rules()),
+            }
+        }
+        PolicyCmd::Test { file, cases, json } => {
+            let p = Policy::load(&file)?;
+            let text = std::fs::read_to_string(&cases).map_err(|e| {
+                OmniError::BadRequest(format!("cannot read the cases {}: {e}", cases.display()))
+            })?;
+            let results = file::run_cases(&p, &text, &cases.display().to_string())?;
+            let failed = results.iter().filter(|r| !r.passed).count();
+            if json {
+                print_json(&serde_json::json!({
+                    "passed": results.len() - failed,
+                    "failed": failed,
+                    "cases": results,
+                }));
+            } else {
+                for r in &results {
+                    let got = if r.decision.allowed { "allow" } else { "deny" };
+                    let mark = if r.passed { "ok  " } else { "FAIL" };
+                    println!("{mark} {}: {got} ({})", r.id, r.decision.reason());
+                }
+                println!("{} passed, {failed} failed", results.len() - failed);
+            }
+            if failed > 0 {
+                std::io::stdout().flush()?;
+                std::process::exit(1);
+            }
+        }
+        PolicyCmd::Explain {
+            file,
+            actor,
+            action,
+            branch,
+            target_branch,
+            json,
+        } => {
+            let p = Policy::load(&file)?;
+            let action: Action = action.parse()?;
+            let d = p.decide(&Call {
+                actor: Some(&actor),
+                action,
+                branch: branch.as_deref(),
+                target_branch: target_branch.as_deref(),
+            });
+            let decision = if d.allowed { "allow" } else { "deny" };
+            if json {
+                print_json(&serde_json::json!({
+                    "decision": decision,
+                    "rules": d.rules,
+                    "reason": d.reason(),
+                }));
+            } else {
+                println!("{decision}: {}", d.reason());
+            }
+        }
+    }
+    Ok(())
 }

@@ -3,6 +3,7 @@
 //! and the guided demo. Errors go to stderr as `error[Kind]: message` with
 //! an exit code per kind.
 
+mod access;
 mod args;
 mod commands;
 mod demo;
@@ -42,7 +43,10 @@ pub fn main() {
         .enable_all()
         .build()
         .expect("tokio runtime");
-    let result = runtime.block_on(commands::run(cli.cmd));
+    let result = runtime.block_on(async {
+        access::configure(cli.actor, cli.policy)?;
+        commands::run(cli.cmd).await
+    });
     if let Err(e) = result {
         eprintln!("error[{}]: {e}", e.kind());
         std::process::exit(e.exit_code());

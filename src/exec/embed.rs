@@ -22,7 +22,7 @@ fn setting(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
 
-/// Where and how text queries are embedded (a handle's [`crate::Options`]).
+/// Where and how text queries are embedded (a handle's [`crate::OpenOptions`]).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct EmbedConfig {
     /// The endpoint's base URL (`/embeddings` is appended).

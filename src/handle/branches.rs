@@ -14,6 +14,7 @@ pub struct BranchInfo {
 
 impl Omnigraph {
     pub async fn branch_create(&self, name: &str, from: &str) -> Result<BranchInfo> {
+        self.authorize(Action::BranchCreate, Some(from), Some(name))?;
         let latest = self.inner.graph.manifests.refresh().await?;
         validate_branch_name(name, latest.branches.keys())?;
         if !latest.branches.contains_key(from) {
@@ -28,7 +29,7 @@ impl Omnigraph {
             None,
         )
         .await?;
-        self.branch_list()
+        self.branches()
             .await?
             .into_iter()
             .find(|b| b.name == name)
@@ -36,6 +37,11 @@ impl Omnigraph {
     }
 
     pub async fn branch_list(&self) -> Result<Vec<BranchInfo>> {
+        self.authorize(Action::Read, None, None)?;
+        self.branches().await
+    }
+
+    async fn branches(&self) -> Result<Vec<BranchInfo>> {
         let latest = self.inner.graph.manifests.refresh().await?;
         Ok(latest
             .branches
@@ -50,6 +56,7 @@ impl Omnigraph {
     }
 
     pub async fn branch_delete(&self, name: &str) -> Result<()> {
+        self.authorize(Action::BranchDelete, None, Some(name))?;
         if name == MAIN {
             return Err(OmniError::BadRequest(
                 "the main branch cannot be deleted".into(),
@@ -76,6 +83,7 @@ impl Omnigraph {
     /// now; a later advance of it is not merged. Any conflict writes nothing
     /// and is `MergeConflicts`, listing them all.
     pub async fn merge(&self, source: &str, target: &str) -> Result<MergeOutcome> {
+        self.authorize(Action::BranchMerge, Some(source), Some(target))?;
         self.writes("merge")?;
         if source == target {
             return Err(OmniError::BadRequest(format!(
@@ -129,12 +137,15 @@ impl Omnigraph {
 
     /// One commit's record (`NotFound` for an id no published version carries).
     pub async fn commit(&self, id: &str) -> Result<CommitRecord> {
-        self.inner
+        let rec = self
+            .inner
             .graph
             .manifests
             .commit(id)
             .await?
-            .ok_or_else(|| OmniError::NotFound(format!("commit {id}")))
+            .ok_or_else(|| OmniError::NotFound(format!("commit {id}")))?;
+        self.authorize(Action::Read, Some(rec.branch.as_str()), None)?;
+        Ok(rec)
     }
 
     /// The entities commit `id` inserted, updated or deleted on its branch
@@ -150,6 +161,7 @@ impl Omnigraph {
 
     /// The commits reachable from a branch head, newest first.
     pub async fn commits(&self, branch: &str, limit: Option<usize>) -> Result<Vec<CommitRecord>> {
+        self.authorize(Action::Read, Some(branch), None)?;
         let snap = self.resolve(&Target::Branch(branch.to_string())).await?;
         let mut out = Vec::new();
         let mut next = Some(snap.record.head.clone());

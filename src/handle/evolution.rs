@@ -18,6 +18,7 @@ pub struct SchemaCommit {
 impl Omnigraph {
     /// The catalog of the schema the graph accepts now.
     pub async fn catalog(&self) -> Result<Arc<Catalog>> {
+        self.authorize(Action::Read, None, None)?;
         Ok(self.inner.graph.current_schema().await?.catalog.clone())
     }
 
@@ -26,6 +27,7 @@ impl Omnigraph {
     /// rows. Nothing is written. A change the data cannot follow is the
     /// error the apply would give.
     pub async fn plan_schema(&self, source: &str) -> Result<SchemaPlan> {
+        self.authorize(Action::Read, None, None)?;
         Ok(schema_apply::plan(&self.inner.graph, source).await?.3)
     }
 
@@ -33,6 +35,7 @@ impl Omnigraph {
     /// on `main`. It waits for every write in flight (the schema gate is
     /// exclusive) and fails `SchemaChanged` if another apply lands first.
     pub async fn apply_schema(&self, source: &str) -> Result<SchemaCommit> {
+        self.authorize(Action::SchemaApply, None, Some(MAIN))?;
         self.writes("apply a schema")?;
         // Planned here without reading rows (bad input fails before any
         // gate); the rows are checked once, under the gates.
@@ -75,8 +78,14 @@ impl Omnigraph {
     /// The accepted schema's source now, or at a target's graph version.
     pub async fn schema_source(&self, target: Option<&Target>) -> Result<String> {
         let schema = match target {
-            Some(t) => self.resolve(t).await?.schema,
-            None => self.inner.graph.current_schema().await?,
+            Some(t) => {
+                self.allow_read(Action::Read, t).await?;
+                self.resolve(t).await?.schema
+            }
+            None => {
+                self.authorize(Action::Read, None, None)?;
+                self.inner.graph.current_schema().await?
+            }
         };
         Ok(schema.source.clone())
     }

@@ -345,6 +345,7 @@ impl Omnigraph {
         &self,
         req: &ChangeRequest,
     ) -> Result<(Snapshot, Option<Vec<String>>, Baseline)> {
+        self.authorize(Action::Export, Some(req.branch.as_str()), None)?;
         let snap = self.resolve(&Target::Branch(req.branch.clone())).await?;
         let filter = Filter::of(req, snap.catalog())?;
         let only: Option<Vec<String>> =
@@ -386,6 +387,7 @@ impl Omnigraph {
     /// One page of `req.branch`'s change feed: the commits after the
     /// cursor (or the start), oldest first, each whole.
     pub async fn changes(&self, req: &ChangeRequest) -> Result<ChangePage> {
+        self.authorize(Action::Read, Some(req.branch.as_str()), None)?;
         let g = &self.inner.graph;
         let snap = self.resolve(&Target::Branch(req.branch.clone())).await?;
         let rec = &snap.record;

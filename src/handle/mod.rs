@@ -22,6 +22,7 @@ use crate::exec::embed::EmbedConfig;
 use crate::exec::export;
 use crate::exec::params;
 use crate::exec::run::{self, QueryResult};
+use crate::policy::{Action, Policy};
 use crate::storage::external;
 use crate::storage::index_files::{self, GcReport};
 use crate::storage::manifest::{CommitRecord, MAIN, validate_branch_name};
@@ -44,6 +45,7 @@ pub use feed::{
 use omnigraph_actors::host::Host;
 use omnigraph_actors::{Bugs, OpId, OpKind, Outcome, RecoveryReport};
 
+mod access;
 mod branches;
 mod evolution;
 mod feed;
@@ -59,11 +61,16 @@ pub use reads::{SnapshotInfo, TableInfo, TableLocation};
 pub use upkeep::OptimizeReport;
 pub use writes::LoadReport;
 
-/// Options when opening or creating a graph.
+/// OpenOptions when opening or creating a graph.
 #[derive(Clone, Debug)]
-pub struct Options {
-    /// Recorded as the actor of every commit this handle makes.
-    pub actor: String,
+pub struct OpenOptions {
+    /// Who acts: recorded as the author of every commit this handle makes
+    /// (none: the user's name) and the actor a policy decides for (none:
+    /// every call is refused while a policy is in force).
+    pub actor: Option<String>,
+    /// Who may do what (docs/policy.md): checked at the head of every
+    /// verb; none, no check.
+    pub policy: Option<Arc<Policy>>,
     /// Share a storage session with other handles (needed to reopen a
     /// `memory://` graph).
     pub session: Option<StorageSession>,
@@ -94,14 +101,15 @@ pub struct Options {
     pub crash_at: Option<crate::storage::substrate::CrashPoint>,
 }
 
-impl Default for Options {
+impl Default for OpenOptions {
     fn default() -> Self {
         let gate_wait_ms = std::env::var("OMNIGRAPH_GATE_WAIT_MS")
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(omnigraph_actors::limits::GATE_WAIT_LIMIT_MS);
         Self {
-            actor: std::env::var("USER").unwrap_or_else(|_| "omnigraph".into()),
+            actor: None,
+            policy: None,
             session: None,
             gate_wait: std::time::Duration::from_millis(gate_wait_ms),
             lease: crate::storage::locks::lease_time(),
@@ -112,6 +120,18 @@ impl Default for Options {
             crash_at: None,
         }
     }
+}
+
+impl OpenOptions {
+    /// The author commits record: the actor, else the user's name.
+    pub fn recorded_actor(&self) -> String {
+        self.actor.clone().unwrap_or_else(default_actor)
+    }
+}
+
+/// The author of commits when no actor is named: the user's name.
+pub fn default_actor() -> String {
+    std::env::var("USER").unwrap_or_else(|_| "omnigraph".into())
 }
 
 /// The write side of a handle: absent on a read-only one.
@@ -132,6 +152,12 @@ struct Inner {
     recovery: RecoveryReport,
     /// Mutations waiting to commit together.
     groups: group::Groups,
+    /// The actor the handle was opened for.
+    actor: Option<Arc<str>>,
+    /// The policy in force (a server swaps it when told to reload).
+    policy: parking_lot::RwLock<Option<Arc<Policy>>>,
+    /// Calls the policy refused, by action.
+    denials: access::Denials,
 }
 
 impl Drop for Inner {
@@ -147,7 +173,7 @@ impl Drop for Inner {
 
 /// The handle's Lance session: the caller's, or a new one that counts its
 /// object-store requests.
-fn session_of(opts: &Options) -> (StorageSession, Arc<Counters>) {
+fn session_of(opts: &OpenOptions) -> (StorageSession, Arc<Counters>) {
     match &opts.session {
         Some(s) => (s.clone(), Arc::new(Counters::default())),
         None => counted_session_with(opts.latency),
@@ -187,14 +213,16 @@ fn outcome_to_result(outcome: Outcome, detail: Option<OmniError>) -> Result<(Opt
 impl Omnigraph {
     /// Create a graph at `uri` with the given schema source.
     pub async fn init(uri: &str, schema_source: &str) -> Result<Self> {
-        Self::init_with(uri, schema_source, Options::default()).await
+        Self::init_with(uri, schema_source, OpenOptions::default()).await
     }
 
-    pub async fn init_with(uri: &str, schema_source: &str, opts: Options) -> Result<Self> {
+    pub async fn init_with(uri: &str, schema_source: &str, opts: OpenOptions) -> Result<Self> {
         let schema_source = &schema_apply::normalise(schema_source);
         let catalog = schema::compile(schema_source)?;
         let (session, requests) = session_of(&opts);
-        let graph = GraphStorage::init(session, uri, schema_source, catalog, &opts.actor).await?;
+        let graph =
+            GraphStorage::init(session, uri, schema_source, catalog, &opts.recorded_actor())
+                .await?;
         Self::start(graph, requests, opts).await
     }
 
@@ -202,17 +230,17 @@ impl Omnigraph {
     /// interrupted writes of processes that are gone before this returns
     /// (a live process's write in flight is left to it).
     pub async fn open(uri: &str) -> Result<Self> {
-        Self::open_with(uri, Options::default()).await
+        Self::open_with(uri, OpenOptions::default()).await
     }
 
     /// Open an existing graph for reads only: nothing is written, no lock is
     /// taken and no intent is resolved; every read sees the last published
     /// state, which is always consistent. Writes fail with `ReadOnly`.
     pub async fn open_read_only(uri: &str) -> Result<Self> {
-        Self::open_read_only_with(uri, Options::default()).await
+        Self::open_read_only_with(uri, OpenOptions::default()).await
     }
 
-    pub async fn open_read_only_with(uri: &str, opts: Options) -> Result<Self> {
+    pub async fn open_read_only_with(uri: &str, opts: OpenOptions) -> Result<Self> {
         let (session, requests) = session_of(&opts);
         let graph = Arc::new(GraphStorage::open(session, uri).await?);
         Ok(Self {
@@ -225,6 +253,9 @@ impl Omnigraph {
                 writes: None,
                 recovery: RecoveryReport::default(),
                 groups: Default::default(),
+                actor: opts.actor.map(Into::into),
+                policy: parking_lot::RwLock::new(opts.policy),
+                denials: Default::default(),
             }),
             actor: None,
         })
@@ -251,18 +282,22 @@ impl Omnigraph {
         })
     }
 
-    pub async fn open_with(uri: &str, opts: Options) -> Result<Self> {
+    pub async fn open_with(uri: &str, opts: OpenOptions) -> Result<Self> {
         let (session, requests) = session_of(&opts);
         let graph = GraphStorage::open(session, uri).await?;
         Self::start(graph, requests, opts).await
     }
 
-    async fn start(graph: GraphStorage, requests: Arc<Counters>, opts: Options) -> Result<Self> {
+    async fn start(
+        graph: GraphStorage,
+        requests: Arc<Counters>,
+        opts: OpenOptions,
+    ) -> Result<Self> {
         let graph = Arc::new(graph);
         let substrate = Arc::new(
             LanceSubstrate::new(
                 graph.clone(),
-                opts.actor.clone(),
+                opts.recorded_actor(),
                 opts.gate_wait,
                 opts.lease,
                 opts.lock_linger,
@@ -295,6 +330,9 @@ impl Omnigraph {
                 writes: Some(Writes { substrate, host }),
                 recovery,
                 groups: Default::default(),
+                actor: opts.actor.map(Into::into),
+                policy: parking_lot::RwLock::new(opts.policy),
+                denials: Default::default(),
             }),
             actor: None,
         })

@@ -45,6 +45,7 @@ impl Omnigraph {
     /// after the branch moves on. An external value is returned as its
     /// reference, without touching the object. A null cell is `NotFound`.
     pub async fn read_blob_at(&self, target: &Target, cell: &BlobCell) -> Result<Blob> {
+        self.allow_read(Action::Read, target).await?;
         blob::read(&self.inner.graph, target, cell).await
     }
 
@@ -68,6 +69,7 @@ impl Omnigraph {
     }
 
     pub async fn snapshot(&self, target: &Target) -> Result<SnapshotInfo> {
+        self.allow_read(Action::Read, target).await?;
         let snap = self.resolve(target).await?;
         let mut types = Vec::new();
         for t in &snap.catalog().types {
@@ -94,6 +96,7 @@ impl Omnigraph {
     /// Where type `type_name`'s table is at `target`: its dataset's URI,
     /// Lance branch and version, for tools that read Lance directly.
     pub async fn table_location(&self, target: &Target, type_name: &str) -> Result<TableLocation> {
+        self.allow_read(Action::Read, target).await?;
         let snap = self.resolve(target).await?;
         let t = snap
             .catalog()
@@ -129,6 +132,7 @@ impl Omnigraph {
         // writers on its threads: each query spends a unit of the task's
         // budget, and yields once it is spent.
         tokio::task::coop::consume_budget().await;
+        self.allow_read(Action::Read, target).await?;
         let parsed = self.inner.plans.parsed(source, name)?;
         let known = self.as_opened(target);
         if known == *target {
@@ -235,6 +239,7 @@ impl Omnigraph {
         params: &serde_json::Value,
         run: bool,
     ) -> Result<(Option<QueryResult>, Vec<crate::exec::explain::PlanStep>)> {
+        self.allow_read(Action::Read, target).await?;
         let (snap, plan) = self.planned(target, source, name).await?;
         let values = params::bind_params(&plan, params)?;
         let profile = crate::exec::explain::Profile::default();
@@ -296,6 +301,7 @@ impl Omnigraph {
         target: &Target,
         out: &mut (dyn std::io::Write + Send),
     ) -> Result<usize> {
+        self.allow_read(Action::Export, target).await?;
         let snap = self.resolve(target).await?;
         self.export_snapshot(&snap, None, out).await
     }
@@ -308,6 +314,7 @@ impl Omnigraph {
         only: Option<&[String]>,
         out: &mut (dyn std::io::Write + Send),
     ) -> Result<usize> {
+        self.authorize(Action::Export, Some(snap.branch.as_str()), None)?;
         // Boxed: Lance's scan futures nest deep enough that a caller's own
         // async fn could otherwise overflow the compiler's layout query depth.
         Box::pin(export::export(&self.inner.graph, snap, only, out)).await

@@ -24,6 +24,7 @@ impl Omnigraph {
     /// with `dry_run`, nothing is removed and the report lists what would
     /// be. Not a write: it changes nothing any version reads.
     pub async fn gc(&self, dry_run: bool) -> Result<GcReport> {
+        self.authorize(Action::Cleanup, None, None)?;
         let w = self.writes("gc")?;
         index_files::collect(&w.substrate, dry_run).await
     }
@@ -38,6 +39,7 @@ impl Omnigraph {
     /// next finishes the job. A read of a removed version is
     /// `VersionExpired`; the commit history stays listable.
     pub async fn cleanup(&self, policy: RetentionPolicy) -> Result<CleanupReport> {
+        self.authorize(Action::Cleanup, None, None)?;
         let w = self.writes("cleanup")?;
         // This handle's answered writes are done: their sidecars must not
         // keep what they no longer need.
@@ -49,6 +51,7 @@ impl Omnigraph {
     /// commit (none when all are current). Loads and mutations never build
     /// indexes; searches cover the rows an index does not, flat.
     pub async fn optimize(&self, branch: &str) -> Result<OptimizeReport> {
+        self.authorize(Action::Cleanup, None, None)?;
         // Whether anything is stale is decided under the write's gates: with
         // nothing to build it writes nothing (not even a sidecar).
         let ran = self
@@ -82,11 +85,13 @@ impl Omnigraph {
     /// The graph's external-blob policy: the URI bases a Blob cell may
     /// reference (none until one is allowed; `file://` only when named).
     pub async fn external_blob_policy(&self) -> Result<BlobPolicy> {
+        self.authorize(Action::Read, None, None)?;
         Ok(external::read_policy(&self.inner.graph.store).await?.1)
     }
 
     /// Allow external Blob references under `base` from now on.
     pub async fn allow_external_blobs(&self, base: &str) -> Result<BlobPolicy> {
+        self.authorize(Action::Admin, None, None)?;
         self.writes("allow external blobs")?;
         external::update_policy(&self.inner.graph.store, |p| {
             p.with_allowed(base).map_err(OmniError::BadRequest)
@@ -97,6 +102,7 @@ impl Omnigraph {
     /// Stop allowing new external Blob references under `base` (cells that
     /// already hold one keep it).
     pub async fn revoke_external_blobs(&self, base: &str) -> Result<BlobPolicy> {
+        self.authorize(Action::Admin, None, None)?;
         self.writes("revoke external blobs")?;
         external::update_policy(&self.inner.graph.store, |p| {
             p.without(base).map_err(OmniError::BadRequest)

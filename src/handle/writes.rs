@@ -26,6 +26,15 @@ pub struct LoadReport {
 const MUTATION_COMPILES: u32 = 2;
 
 impl Omnigraph {
+    /// A load changes `branch`; one that makes it from `from` creates it.
+    fn allow_load(&self, branch: &str, from: Option<&str>) -> Result<()> {
+        self.authorize(Action::Change, Some(branch), None)?;
+        match from {
+            Some(f) => self.authorize(Action::BranchCreate, Some(f), Some(branch)),
+            None => Ok(()),
+        }
+    }
+
     /// Load JSONL text into `branch` as one commit.
     pub async fn load(&self, branch: &str, jsonl: &str, mode: LoadMode) -> Result<LoadReport> {
         let bytes = jsonl.as_bytes().to_vec();
@@ -47,6 +56,7 @@ impl Omnigraph {
         R: Read + Send + 'static,
         P: Fn(u64) + Send + Sync + 'static,
     {
+        self.allow_load(branch, from)?;
         self.load_prepared(branch, from, move |catalog: &Catalog| {
             prepare_input(catalog, input, mode, &progress)
         })
@@ -67,6 +77,7 @@ impl Omnigraph {
     where
         P: Fn(u64) + Send + Sync + 'static,
     {
+        self.allow_load(branch, from)?;
         let rows = Rows::default();
         let seen = rows.clone();
         self.load_prepared(branch, from, move |catalog: &Catalog| {
@@ -229,6 +240,7 @@ impl Omnigraph {
         params: &serde_json::Value,
         expected_head: Option<&str>,
     ) -> Result<MutationResult> {
+        self.authorize(Action::Change, Some(branch), None)?;
         self.writes("mutate")?;
         let file = parser::parse(source)?;
         let decl = check::find(&file, name)?;

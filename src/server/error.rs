@@ -62,6 +62,7 @@ pub fn status_of(e: &OmniError) -> (StatusCode, &'static str) {
     use OmniError::*;
     match e {
         NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+        PolicyDenied { .. } => (StatusCode::FORBIDDEN, "forbidden"),
         VersionExpired { .. } | ChangeFeedGap { .. } => (StatusCode::GONE, "not_found"),
         AlreadyExists(_)
         | KeyConflict { .. }

@@ -43,6 +43,8 @@ struct Counts {
     writes: BTreeMap<String, u64>,
     /// graph → writes refused because another writer got in the way.
     contended: BTreeMap<String, u64>,
+    /// Policy reloads that put a new policy in force, and that failed.
+    reloads: [u64; 2],
 }
 
 #[derive(Default)]
@@ -86,12 +88,21 @@ impl Metrics {
         bump(&mut self.counts.lock().writes, graph);
     }
 
+    pub fn policy_reload(&self, ok: bool) {
+        self.counts.lock().reloads[usize::from(!ok)] += 1;
+    }
+
     pub fn write_contended(&self, graph: &str) {
         bump(&mut self.counts.lock().contended, graph);
     }
 
-    /// The text exposition, with `open_handles` graphs open.
-    pub fn render(&self, open_handles: usize) -> String {
+    /// The text exposition, with `open_handles` graphs open and the
+    /// calls each graph's policy refused, by action.
+    pub fn render(
+        &self,
+        open_handles: usize,
+        denials: &[(String, crate::policy::Action, u64)],
+    ) -> String {
         let c = self.counts.lock();
         let mut o = String::new();
         o.push_str("# HELP omnigraph_http_requests_total HTTP requests answered.\n");
@@ -142,6 +153,24 @@ impl Metrics {
             "Writes that waited on another writer past their limit or lost a race, per graph.",
             &c.contended,
         );
+        o.push_str("# HELP omnigraph_policy_denials_total Calls the policy refused, per graph and action.\n");
+        o.push_str("# TYPE omnigraph_policy_denials_total counter\n");
+        for (g, action, n) in denials {
+            let _ = writeln!(
+                o,
+                "omnigraph_policy_denials_total{{graph=\"{}\",action=\"{}\"}} {n}",
+                label(g),
+                action.name()
+            );
+        }
+        o.push_str("# HELP omnigraph_policy_reloads_total Policy reloads (SIGHUP), by outcome.\n");
+        o.push_str("# TYPE omnigraph_policy_reloads_total counter\n");
+        for (outcome, n) in ["ok", "failed"].iter().zip(c.reloads) {
+            let _ = writeln!(
+                o,
+                "omnigraph_policy_reloads_total{{outcome=\"{outcome}\"}} {n}"
+            );
+        }
         o.push_str("# HELP omnigraph_open_handles Graph handles this server holds open.\n");
         o.push_str("# TYPE omnigraph_open_handles gauge\n");
         let _ = writeln!(o, "omnigraph_open_handles {open_handles}");
@@ -159,7 +188,7 @@ mod tests {
         m.request("/q", "POST", 200, Duration::from_micros(50));
         m.request("/q", "POST", 200, Duration::from_millis(3));
         m.request("/q", "POST", 500, Duration::from_secs(60));
-        let t = m.render(1);
+        let t = m.render(1, &[]);
         assert!(t.contains("route=\"/q\",le=\"0.0001\"} 1\n"), "{t}");
         assert!(t.contains("route=\"/q\",le=\"0.005\"} 2\n"), "{t}");
         assert!(t.contains("route=\"/q\",le=\"30\"} 2\n"), "{t}");

@@ -28,7 +28,8 @@ use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 
 use crate::error::{OmniError, Result};
-use crate::{Omnigraph, Options};
+use crate::policy::{Action, Policy};
+use crate::{Omnigraph, OpenOptions};
 use auth::Tokens;
 use error::{ApiError, ApiResult};
 
@@ -45,6 +46,9 @@ pub struct Config {
     pub graphs: Vec<(String, String)>,
     /// `None`: no authentication (every request acts as `default_actor`).
     pub tokens: Option<Tokens>,
+    /// Who may do what (needs tokens: a policy decides for known actors).
+    /// With tokens and none, every actor may only read (default-deny).
+    pub policy: Option<Arc<Policy>>,
     pub max_body_bytes: usize,
 }
 
@@ -67,7 +71,17 @@ pub struct Actor(pub Arc<str>);
 impl ServerState {
     /// Open every graph read-write (each id once).
     pub async fn open(config: Config) -> Result<Shared> {
-        let default_actor = Options::default().actor;
+        let default_actor = crate::default_actor();
+        let policy = match (&config.tokens, config.policy) {
+            (None, Some(p)) => {
+                return Err(OmniError::BadRequest(format!(
+                    "the policy {} needs tokens: without them no request names its actor (give --tokens FILE or OMNIGRAPH_TOKENS)",
+                    p.source()
+                )));
+            }
+            (Some(_), None) => Some(Arc::new(Policy::read_only())),
+            (_, p) => p,
+        };
         let mut graphs = BTreeMap::new();
         for (id, uri) in config.graphs {
             if id.is_empty() || id.contains('/') {
@@ -80,7 +94,12 @@ impl ServerState {
                     "graph id {id:?} is given twice"
                 )));
             }
-            let g = Omnigraph::open(&uri).await?;
+            let opts = OpenOptions {
+                actor: Some(default_actor.clone()),
+                policy: policy.clone(),
+                ..Default::default()
+            };
+            let g = Omnigraph::open_with(&uri, opts).await?;
             graphs.insert(id, g);
         }
         if graphs.is_empty() {
@@ -103,6 +122,36 @@ impl ServerState {
             .get(id)
             .map(|g| g.acting_as(&actor.0))
             .ok_or_else(|| OmniError::NotFound(format!("graph {id:?}")).into())
+    }
+
+    /// Put the policy in `path` in force for every graph from the next
+    /// request on; a policy that does not load leaves the one in force
+    /// (the error says why). A server with no tokens has no actors to
+    /// decide for, and refuses.
+    pub fn reload_policy(&self, path: &std::path::Path) -> Result<()> {
+        let loaded = match self.tokens {
+            None => Err(OmniError::BadRequest(
+                "this server has no tokens: a policy cannot be put in force".into(),
+            )),
+            Some(_) => Policy::load(path).map(Arc::new),
+        };
+        self.metrics.policy_reload(loaded.is_ok());
+        let p = loaded?;
+        for g in self.graphs.values() {
+            g.set_policy(Some(p.clone()));
+        }
+        Ok(())
+    }
+
+    /// Each graph's refused calls by action.
+    pub fn denials(&self) -> Vec<(String, Action, u64)> {
+        let mut out = Vec::new();
+        for (id, g) in &self.graphs {
+            for (a, n) in g.denials() {
+                out.push((id.clone(), a, n));
+            }
+        }
+        out
     }
 
     /// Close every handle (their actors stop, their locks are released).

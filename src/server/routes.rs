@@ -83,7 +83,7 @@ pub async fn openapi() -> Response {
 pub async fn metrics(State(s): State<Shared>) -> Response {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        s.metrics.render(s.graphs.len()),
+        s.metrics.render(s.graphs.len(), &s.denials()),
     )
         .into_response()
 }

@@ -442,7 +442,7 @@ pub async fn writer_processes_killed_among_live_ones_lose_nothing_in(place: Plac
         // observer's own lease, the default 10 s here); until then its
         // intent is a live process's and is rightly left alone.
         let lease: u64 = CHILD_LEASE_MS.parse().expect("a number of ms");
-        let margin = omnigraph::Options::default().lease / 4;
+        let margin = omnigraph::OpenOptions::default().lease / 4;
         std::thread::sleep(Duration::from_millis(lease) + margin);
     }
     let people = check_graph(&uri, &acked).await;

@@ -295,6 +295,11 @@ impl Untouched {
         }
     }
 
+    /// Every file of the graph then, with its size.
+    pub fn files(&self) -> &std::collections::BTreeMap<String, u64> {
+        &self.files
+    }
+
     pub async fn check(&self, t: &TestGraph, what: &dyn std::fmt::Display) {
         assert_eq!(
             self.visible,

@@ -29,6 +29,7 @@ mod load;
 mod merge;
 mod mutate;
 mod outage;
+mod policy;
 mod processes;
 mod query;
 mod recovery;

@@ -134,7 +134,7 @@ async fn opens_during_another_processes_commit_leave_its_intent_alone() {
     // A read-write open resolves only dead writers' intents. (Were it to
     // try the live one, the live writer's gate locks would hold it up: a
     // short wait limit turns that into a quick failure here.)
-    let opts = omnigraph::Options {
+    let opts = omnigraph::OpenOptions {
         gate_wait: std::time::Duration::from_millis(100),
         ..Default::default()
     };

@@ -15,8 +15,8 @@ const TWO_TABLES: &str = "{\"type\":\"Person\",\"data\":{\"name\":\"Dan\"}}\n{\"
 /// certainly dead once it has lapsed.
 pub const TEST_LEASE: std::time::Duration = std::time::Duration::from_millis(1000);
 
-pub fn test_options() -> omnigraph::Options {
-    omnigraph::Options {
+pub fn test_options() -> omnigraph::OpenOptions {
+    omnigraph::OpenOptions {
         lease: TEST_LEASE,
         ..Default::default()
     }
@@ -203,7 +203,7 @@ async fn a_crash_during_recovery_is_finished_by_the_next_open() {
     drop(g);
     // Recovery halts after restoring the landed table, before it re-points
     // the branch: the open reports the intent it could not finish.
-    let opts = omnigraph::Options {
+    let opts = omnigraph::OpenOptions {
         crash_at: Some(CrashPoint::AfterRestore),
         ..Default::default()
     };

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use omnigraph::storage::background;
 use omnigraph::storage::requests::{Latency, Requests};
-use omnigraph::{LoadMode, Omnigraph, Options, Target};
+use omnigraph::{LoadMode, Omnigraph, OpenOptions, Target};
 use serde_json::{Value, json};
 
 use crate::common::*;
@@ -18,8 +18,8 @@ use crate::common::*;
 /// together overlap and requests sent one after another do not.
 const DELAY: Duration = Duration::from_millis(40);
 
-fn opts() -> Options {
-    Options {
+fn opts() -> OpenOptions {
+    OpenOptions {
         latency: Latency {
             delay: DELAY,
             max_concurrent: 8,
@@ -27,7 +27,7 @@ fn opts() -> Options {
         // No renewal or end of a linger falls inside a measurement.
         lease: Duration::from_secs(120),
         lock_linger: Duration::from_secs(60),
-        ..Options::default()
+        ..OpenOptions::default()
     }
 }
 
@@ -140,7 +140,7 @@ async fn a_merge_of_a_one_commit_branch_takes_the_round_trips_it_did() {
 async fn a_cli_write_on_a_slow_store_leaves_no_sidecar() {
     let place = Place::s3();
     let uri = place.uri("cli.omni");
-    Omnigraph::init_with(&uri, SCHEMA, Options::default())
+    Omnigraph::init_with(&uri, SCHEMA, OpenOptions::default())
         .await
         .unwrap()
         .close()

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::common::Lcg;
 use omnigraph::exec::embed::EmbedConfig;
-use omnigraph::{LoadMode, OmniError, Omnigraph, Options, Target};
+use omnigraph::{LoadMode, OmniError, Omnigraph, OpenOptions, Target};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -152,7 +152,7 @@ fn ref_top(mut scored: Vec<(String, f64)>, higher_is_better: bool, n: usize) -> 
 
 // ---- helpers --------------------------------------------------------------
 
-async fn graph(docs: &[Doc], opts: Options) -> (tempfile::TempDir, Omnigraph) {
+async fn graph(docs: &[Doc], opts: OpenOptions) -> (tempfile::TempDir, Omnigraph) {
     let dir = tempfile::tempdir().unwrap();
     let uri = dir.path().join("g.omni").to_string_lossy().to_string();
     let g = Omnigraph::init_with(&uri, SCHEMA, opts).await.unwrap();
@@ -214,7 +214,7 @@ const Q: [f64; 4] = [0.3, -0.2, 0.9, 0.1];
 #[tokio::test]
 async fn nearest_is_exact_and_filters_apply_before_ranking() {
     let docs = corpus(120, 7);
-    let (_d, g) = graph(&docs, Options::default()).await;
+    let (_d, g) = graph(&docs, OpenOptions::default()).await;
     let m = Target::main();
     let nn = |filter: &str| {
         format!(
@@ -260,7 +260,7 @@ async fn nearest_is_exact_and_filters_apply_before_ranking() {
 #[tokio::test]
 async fn bm25_ranks_as_the_formula_and_skips_rows_without_a_token() {
     let docs = corpus(150, 11);
-    let (_d, g) = graph(&docs, Options::default()).await;
+    let (_d, g) = graph(&docs, OpenOptions::default()).await;
     let m = Target::main();
     for text in ["graph fusion", "LANCE", "rank rank edge", "nothingmatches"] {
         let want = ref_bm25(&docs, text);
@@ -279,7 +279,7 @@ async fn bm25_ranks_as_the_formula_and_skips_rows_without_a_token() {
 #[tokio::test]
 async fn rrf_is_exactly_the_fusion_of_the_two_rankings_the_same_query_gives() {
     let docs = corpus(150, 3);
-    let (_d, g) = graph(&docs, Options::default()).await;
+    let (_d, g) = graph(&docs, OpenOptions::default()).await;
     let m = Target::main();
     let params = json!({ "v": Q, "t": "graph search token" });
     let filter = "$w: Author { name: \"w1\" }\n $w wrote $d";
@@ -319,7 +319,7 @@ async fn rrf_is_exactly_the_fusion_of_the_two_rankings_the_same_query_gives() {
 #[tokio::test]
 async fn text_filters_combine_with_traversal_and_see_fresh_rows_only_in_new_snapshots() {
     let docs = corpus(100, 5);
-    let (_d, g) = graph(&docs, Options::default()).await;
+    let (_d, g) = graph(&docs, OpenOptions::default()).await;
     let m = Target::main();
     let matching = |func: &str, text: &str| {
         let q = ref_tokens(text);
@@ -492,15 +492,15 @@ async fn endpoint(mode: Endpoint) -> (String, std::sync::Arc<parking_lot::Mutex<
     (url, seen)
 }
 
-fn embed_opts(url: Option<String>) -> Options {
-    Options {
+fn embed_opts(url: Option<String>) -> OpenOptions {
+    OpenOptions {
         embed: EmbedConfig {
             url,
             key: Some("sekret".into()),
             timeout_ms: Some(400),
             ..Default::default()
         },
-        ..Options::default()
+        ..OpenOptions::default()
     }
 }
 
@@ -563,7 +563,7 @@ async fn embedding_failures_are_typed_errors() {
 #[tokio::test]
 async fn bad_vector_parameters_are_refused() {
     let docs = corpus(10, 2);
-    let (_d, g) = graph(&docs, Options::default()).await;
+    let (_d, g) = graph(&docs, OpenOptions::default()).await;
     let m = Target::main();
     for (v, says) in [
         (json!([1.0, 2.0]), "expected 4 values, got 2"),
@@ -583,7 +583,7 @@ async fn bad_vector_parameters_are_refused() {
 #[tokio::test]
 async fn the_cli_searches_reports_how_and_refuses_bad_searches() {
     let docs = corpus(40, 4);
-    let (dir, g) = graph(&docs, Options::default()).await;
+    let (dir, g) = graph(&docs, OpenOptions::default()).await;
     g.close().await;
     let uri = dir.path().join("g.omni").to_string_lossy().to_string();
     let cli = |query: &str, params: &str| {

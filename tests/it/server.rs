@@ -19,6 +19,11 @@ const REQUEST_LIMIT: Duration = Duration::from_secs(60);
 
 const TOKENS: &str = r#"{"alice": "alice-token", "bob": "bob-token"}"#;
 
+/// A policy that lets every token's actor do anything: tokens alone allow
+/// only reads (tests/it/policy.rs holds the rest).
+pub const ALLOW_ALL: &str =
+    "version: 1\nrules:\n  - id: all\n    allow: { actors: \"*\", actions: [\"*\"] }\n";
+
 const QUERIES: &str = r#"
 query person($n: String) { match { $p: Person { name: $n } } return { $p.name, $p.age } }
 query people() { match { $p: Person } return { $p.name } order { $p.name } }
@@ -29,6 +34,7 @@ struct Server {
     child: Child,
     base: String,
     _tokens: tempfile::NamedTempFile,
+    _policy: Option<tempfile::NamedTempFile>,
 }
 
 impl Server {
@@ -38,11 +44,21 @@ impl Server {
         let tokens = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(tokens.path(), TOKENS).unwrap();
         let mut cmd = serve_command(graphs);
+        let mut policy = None;
         if !extra.contains(&"--unauthenticated") {
             cmd.arg("--tokens").arg(tokens.path());
+            if !extra.contains(&"--policy") {
+                let p = allow_all();
+                cmd.arg("--policy").arg(p.path());
+                policy = Some(p);
+            }
         }
-        cmd.args(extra).env_remove("OMNIGRAPH_TOKENS");
-        Self::spawn(cmd, tokens)
+        cmd.args(extra)
+            .env_remove("OMNIGRAPH_TOKENS")
+            .env_remove("OMNIGRAPH_POLICY");
+        let mut s = Self::spawn(cmd, tokens);
+        s._policy = policy;
+        s
     }
 
     /// Start `cmd` and wait for the address it prints.
@@ -68,6 +84,7 @@ impl Server {
             child,
             base: format!("http://{addr}"),
             _tokens: tokens,
+            _policy: None,
         }
     }
 
@@ -94,6 +111,13 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A file of [`ALLOW_ALL`].
+pub fn allow_all() -> tempfile::NamedTempFile {
+    let p = tempfile::Builder::new().suffix(".yaml").tempfile().unwrap();
+    std::fs::write(p.path(), ALLOW_ALL).unwrap();
+    p
 }
 
 /// `omnigraph serve` on `graphs`, on any free loopback port.
@@ -372,7 +396,10 @@ async fn a_server_without_tokens_refuses_to_start_unless_told() {
     }
     // The same JSON in OMNIGRAPH_TOKENS.
     let mut cmd = serve_command(&[("g", &uri)]);
-    cmd.env("OMNIGRAPH_TOKENS", r#"{"carol": "carol-token"}"#);
+    let policy = allow_all();
+    cmd.env("OMNIGRAPH_TOKENS", r#"{"carol": "carol-token"}"#)
+        .arg("--policy")
+        .arg(policy.path());
     let from_env = Server::spawn(cmd, tempfile::NamedTempFile::new().unwrap());
     assert_error(
         &from_env.client(Some("alice-token")).get("/graphs").await,
@@ -1110,8 +1137,11 @@ async fn a_write_that_waits_past_its_limit_is_too_many_requests_with_retry_after
     let tokens = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(tokens.path(), TOKENS).unwrap();
     let mut cmd = serve_command(&[("g", &uri)]);
+    let policy = allow_all();
     cmd.arg("--tokens")
         .arg(tokens.path())
+        .arg("--policy")
+        .arg(policy.path())
         .env("OMNIGRAPH_GATE_WAIT_MS", "200");
     let s = Server::spawn(cmd, tokens);
     let c = s.client(Some("alice-token"));
@@ -1247,4 +1277,251 @@ async fn the_change_feed_polls_waits_and_gives_a_baseline() {
         .await;
     assert_eq!(from.0, StatusCode::OK, "{}", from.1);
     assert_eq!(from.1["blocks"], json!([]));
+}
+
+/// An HTTP call of the policy matrix, acting with `c`'s token.
+async fn policy_call(c: &Client, op: crate::policy::Op, actor: &str) -> (StatusCode, Value) {
+    use crate::policy::{Op, READ, insert, wider_schema};
+    let post = |path: &str, body: Value| c.req(reqwest::Method::POST, path).json(&body).send();
+    let r = match op {
+        Op::ReadMain => post("/graphs/g/query", json!({ "query": READ })).await,
+        Op::ExportMain => post("/graphs/g/export", json!({ "branch": "main" })).await,
+        Op::ChangeMain => {
+            post(
+                "/graphs/g/mutate",
+                json!({ "query": insert(actor, "main"), "branch": "main" }),
+            )
+            .await
+        }
+        Op::ChangeDev => {
+            post(
+                "/graphs/g/mutate",
+                json!({ "query": insert(actor, "dev"), "branch": "dev" }),
+            )
+            .await
+        }
+        Op::CreateBranch => {
+            post(
+                "/graphs/g/branches",
+                json!({ "name": format!("{actor}-feature"), "from": "main" }),
+            )
+            .await
+        }
+        Op::DeleteBranch => {
+            c.req(reqwest::Method::DELETE, "/graphs/g/branches/dev2")
+                .send()
+                .await
+        }
+        Op::MergeDevIntoMain => {
+            post(
+                "/graphs/g/branches/merge",
+                json!({ "source": "dev", "target": "main" }),
+            )
+            .await
+        }
+        Op::ApplySchema => {
+            post(
+                "/graphs/g/schema/apply",
+                json!({ "schema_source": wider_schema() }),
+            )
+            .await
+        }
+        Op::Cleanup | Op::Admin => unreachable!("no route"),
+    }
+    .unwrap();
+    let status = r.status();
+    let text = r.text().await.unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+const TEAM_TOKENS: &str =
+    r#"{"agent": "agent-token", "rev": "rev-token", "stranger": "stranger-token"}"#;
+
+fn serve_team(uri: &str, policy: &std::path::Path) -> Server {
+    let tokens = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(tokens.path(), TEAM_TOKENS).unwrap();
+    let mut cmd = serve_command(&[("g", uri)]);
+    cmd.arg("--tokens").arg(tokens.path());
+    cmd.arg("--policy").arg(policy);
+    Server::spawn(cmd, tokens)
+}
+
+/// Each token's actor as the policy decides, over HTTP: a denial is 403
+/// `PolicyDenied` and leaves every file as it was, an allow writes; an
+/// actor header cannot change who a token is; `/metrics` counts denials
+/// by action.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_policy_decides_for_each_tokens_actor() {
+    use crate::policy::{ACTORS, OPS, Op, TEAM, team_graph};
+    let t = team_graph().await;
+    let policy = t.dir.path().join("team.yaml");
+    std::fs::write(&policy, TEAM).unwrap();
+    let s = serve_team(&t.uri(), &policy);
+    let mut denials: std::collections::BTreeMap<&str, u64> = Default::default();
+    for actor in ACTORS {
+        let c = s.client(Some(format!("{actor}-token").as_str()));
+        for op in OPS
+            .into_iter()
+            .filter(|o| !matches!(o, Op::Cleanup | Op::Admin))
+        {
+            let what = format!("{actor} {op:?}");
+            let before = Untouched::of(&t).await;
+            let got = policy_call(&c, op, actor).await;
+            if op.allowed(actor) {
+                assert_eq!(got.0, StatusCode::OK, "{what}: {}", got.1);
+                if op.writes() {
+                    let after = files(&t.dir.path().join("g.omni"));
+                    assert_ne!(
+                        before.files(),
+                        &after,
+                        "{what} was allowed and wrote nothing"
+                    );
+                }
+            } else {
+                assert_error(&got, 403, "forbidden", "PolicyDenied");
+                let (action, _) = op.action();
+                assert!(
+                    got.1["error"]
+                        .as_str()
+                        .unwrap()
+                        .contains(&format!("'{actor}' may not {action}")),
+                    "{what}: {}",
+                    got.1
+                );
+                *denials.entry(action).or_default() += 1;
+                before.check(&t, &what).await;
+            }
+        }
+    }
+    // A header naming another actor changes nothing: the token decides.
+    let agent = s.client(Some("agent-token"));
+    let spoofed = agent
+        .req(reqwest::Method::POST, "/graphs/g/schema/apply")
+        .header("x-actor-id", "rev")
+        .header("omnigraph-actor", "rev")
+        .json(&json!({ "schema_source": SCHEMA }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(spoofed.status().as_u16(), 403);
+    *denials.entry("schema_apply").or_default() += 1;
+    assert_error(
+        &s.client(Some("nobody-token"))
+            .get("/graphs/g/snapshot")
+            .await,
+        401,
+        "unauthorized",
+        "Unauthorized",
+    );
+    let metrics = agent.metrics().await;
+    for (action, n) in denials {
+        let line = format!("omnigraph_policy_denials_total{{graph=\"g\",action=\"{action}\"}} {n}");
+        assert!(metrics.contains(&line), "{line} in:\n{metrics}");
+    }
+    assert_eq!(s.stop().code(), Some(0));
+}
+
+/// Tokens and no policy: reads only (default-deny); a policy and no
+/// tokens: the server refuses to start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tokens_without_a_policy_allow_only_reads() {
+    let (dir, uri) = graph_on_disk().await;
+    let tokens = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(tokens.path(), TOKENS).unwrap();
+    let mut cmd = serve_command(&[("g", &uri)]);
+    cmd.arg("--tokens")
+        .arg(tokens.path())
+        .env_remove("OMNIGRAPH_POLICY");
+    let s = Server::spawn(cmd, tokens);
+    let c = s.client(Some("alice-token"));
+    let read = c
+        .post(
+            "/graphs/g/query",
+            json!({ "query": QUERIES, "name": "people" }),
+        )
+        .await;
+    assert_eq!(read.0, StatusCode::OK, "{}", read.1);
+    let write = c
+        .post(
+            "/graphs/g/mutate",
+            json!({"query": ADD, "params": {"n": "Zed"}}),
+        )
+        .await;
+    assert_error(&write, 403, "forbidden", "PolicyDenied");
+    assert!(
+        write.1["error"].as_str().unwrap().contains("default-deny"),
+        "{}",
+        write.1
+    );
+    let merge = c.post("/graphs/g/branches", json!({"name": "x"})).await;
+    assert_error(&merge, 403, "forbidden", "PolicyDenied");
+    assert_eq!(s.stop().code(), Some(0));
+    let policy = dir.path().join("p.yaml");
+    std::fs::write(&policy, ALLOW_ALL).unwrap();
+    let out = serve_command(&[("g", &uri)])
+        .arg("--unauthenticated")
+        .arg("--policy")
+        .arg(&policy)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("needs tokens"));
+}
+
+/// SIGHUP puts the policy file in force again; a bad file keeps the old
+/// policy (and counts as a failed reload).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sighup_reloads_the_policy_and_a_bad_file_keeps_the_old_one() {
+    use crate::policy::{TEAM, insert, team_graph};
+    let t = team_graph().await;
+    let policy = t.dir.path().join("team.yaml");
+    std::fs::write(&policy, TEAM).unwrap();
+    let s = serve_team(&t.uri(), &policy);
+    let agent = s.client(Some("agent-token"));
+    let write = |n: &str| json!({ "query": insert(n, "main"), "branch": "main" });
+    assert_eq!(
+        agent.post("/graphs/g/mutate", write("a1")).await.0.as_u16(),
+        403
+    );
+    let reloads = |outcome: &'static str, n: u64| {
+        let agent = agent.clone();
+        async move {
+            for _ in 0..400 {
+                let m = agent.metrics().await;
+                if m.contains(&format!(
+                    "omnigraph_policy_reloads_total{{outcome=\"{outcome}\"}} {n}"
+                )) {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+            panic!("no {outcome} reload number {n}");
+        }
+    };
+    std::fs::write(&policy, ALLOW_ALL).unwrap();
+    signal(&s.child, "HUP");
+    reloads("ok", 1).await;
+    assert_eq!(
+        agent.post("/graphs/g/mutate", write("a2")).await.0,
+        StatusCode::OK
+    );
+    std::fs::write(&policy, "version: 1\nrules: [ {id: r} ]\n").unwrap();
+    signal(&s.child, "HUP");
+    reloads("failed", 1).await;
+    assert_eq!(
+        agent.post("/graphs/g/mutate", write("a3")).await.0,
+        StatusCode::OK,
+        "the old policy stays in force"
+    );
+    std::fs::write(&policy, TEAM).unwrap();
+    signal(&s.child, "HUP");
+    reloads("ok", 2).await;
+    assert_eq!(
+        agent.post("/graphs/g/mutate", write("a4")).await.0.as_u16(),
+        403
+    );
+    assert_eq!(s.stop().code(), Some(0));
 }

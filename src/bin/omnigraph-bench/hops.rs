@@ -15,7 +15,7 @@
 use std::time::{Duration, Instant};
 
 use omnigraph::storage::requests::{Latency, Requests, counted_session_with, lance_one_row};
-use omnigraph::{LoadMode, Omnigraph, Options, Target};
+use omnigraph::{LoadMode, Omnigraph, OpenOptions, Target};
 use serde_json::json;
 
 const SCHEMA: &str = "node Person { name: String @key\n age: I32? }\nedge Knows: Person -> Person";
@@ -28,10 +28,10 @@ struct Run {
     reqs: Requests,
 }
 
-fn opts(latency: Latency) -> Options {
-    Options {
+fn opts(latency: Latency) -> OpenOptions {
+    OpenOptions {
         latency,
-        ..Options::default()
+        ..OpenOptions::default()
     }
 }
 

@@ -35,6 +35,7 @@ mod feed;
 mod fleet;
 mod hops;
 mod merge;
+mod policy;
 mod retention;
 mod schema;
 mod search;
@@ -739,6 +740,7 @@ fn main() {
                 .expect("usage: omnigraph-bench object-store URI [--n N]");
             rt.block_on(object_store(uri, flag("--n", 30)));
         }
+        Some("policy") => rt.block_on(policy::run(flag("--n", 100_000))),
         Some("feed") => {
             let uri = args.get(2).expect(
                 "usage: omnigraph-bench feed GRAPH [--n 20] (a graph of the social workload)",
@@ -873,7 +875,7 @@ fn main() {
         }
         _ => {
             eprintln!(
-                "usage: omnigraph-bench (load DIR [--repeats N] | append [--n N] | processes [--writes N] | locks [--n N] | object-store URI [--n N] | hops URI [--delay-ms D] [--max-concurrent C] [--n N] | fleet GRAPH [--branches N] [--writers-per-branch M] [--processes P] [--seconds S] | queries DIR --graph URI [--repeats N] [--reference FILE] [--json FILE] | merge DIR --graph URI [--sizes N,..] | search DIR --graph URI [--repeats N] | blob DIR [--mib N] [--repeats N] | schema DIR [--repeats N] | delta DIR --graph URI [--repeats N] [--json FILE] | server DIR --graph URI [--n N] [--seconds N] | retention DIR [--marks N,..])"
+                "usage: omnigraph-bench (load DIR [--repeats N] | append [--n N] | processes [--writes N] | locks [--n N] | object-store URI [--n N] | hops URI [--delay-ms D] [--max-concurrent C] [--n N] | fleet GRAPH [--branches N] [--writers-per-branch M] [--processes P] [--seconds S] | queries DIR --graph URI [--repeats N] [--reference FILE] [--json FILE] | merge DIR --graph URI [--sizes N,..] | search DIR --graph URI [--repeats N] | blob DIR [--mib N] [--repeats N] | schema DIR [--repeats N] | delta DIR --graph URI [--repeats N] [--json FILE] | server DIR --graph URI [--n N] [--seconds N] | retention DIR [--marks N,..] | policy [--n N])"
             );
             std::process::exit(2);
         }

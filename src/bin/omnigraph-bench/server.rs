@@ -43,6 +43,18 @@ impl Drop for Served {
     }
 }
 
+/// A policy file that lets the bench's actor do anything (tokens alone
+/// allow only reads).
+fn allow_all() -> std::path::PathBuf {
+    let path = std::env::temp_dir().join(format!("omnigraph-bench-{}.yaml", std::process::id()));
+    std::fs::write(
+        &path,
+        "version: 1\nrules:\n  - id: all\n    allow: { actors: \"*\", actions: [\"*\"] }\n",
+    )
+    .expect("the policy file");
+    path
+}
+
 fn serve(uri: &str) -> Served {
     let exe = std::env::current_exe().expect("exe");
     let bin = exe.with_file_name("omnigraph");
@@ -50,6 +62,8 @@ fn serve(uri: &str) -> Served {
         .args(["serve", "--listen", "127.0.0.1:0", "--graph"])
         .arg(format!("g={uri}"))
         .env("OMNIGRAPH_TOKENS", format!("{{\"bench\": \"{TOKEN}\"}}"))
+        .arg("--policy")
+        .arg(allow_all())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("{}: {e} (build --bin omnigraph too)", bin.display()));
