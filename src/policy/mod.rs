@@ -8,6 +8,7 @@ pub mod file;
 
 use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
+use std::sync::Arc;
 
 use cedar_policy::{
     Authorizer, Context, Decision as CedarDecision, Entities, Entity, EntityId, EntityTypeName,
@@ -174,6 +175,31 @@ pub struct Policy {
     source: String,
     /// Why a call no rule allows is refused, when there is more to say.
     default_denial: Option<&'static str>,
+    /// The decisions made so far, by call: a policy is a pure function of
+    /// the call (its actor, action and branches), so a repeated call is
+    /// answered without evaluating the rules again. A reload makes a new
+    /// policy, with none.
+    decided: parking_lot::Mutex<HashMap<String, Arc<Decision>>>,
+}
+
+/// Decisions kept per policy; past it, the kept ones are dropped.
+pub const DECIDED_MAX: usize = 4096;
+
+/// A call's key: each name with its length, so no two calls share one.
+fn call_key(call: &Call, actor: &str) -> String {
+    let mut key = String::with_capacity(64);
+    for part in [Some(actor), call.branch, call.target_branch] {
+        match part {
+            Some(p) => {
+                key.push_str(&p.len().to_string());
+                key.push(':');
+                key.push_str(p);
+            }
+            None => key.push('~'),
+        }
+    }
+    key.push_str(call.action.name());
+    key
 }
 
 impl std::fmt::Debug for Policy {
@@ -268,6 +294,7 @@ impl Policy {
             cedar: cedar.to_string(),
             source: source.to_string(),
             default_denial: None,
+            decided: Default::default(),
         })
     }
 
@@ -342,12 +369,31 @@ impl Policy {
     /// The decision for `call`: allowed only when a rule allows it and no
     /// rule denies it; a call with no actor never is.
     pub fn decide(&self, call: &Call) -> Decision {
+        (*self.decided(call)).clone()
+    }
+
+    fn decided(&self, call: &Call) -> Arc<Decision> {
         let Some(actor) = call.actor else {
-            return Decision {
+            return Arc::new(Decision {
                 allowed: false,
                 rules: Vec::new(),
-            };
+            });
         };
+        let key = call_key(call, actor);
+        if let Some(d) = self.decided.lock().get(&key) {
+            return d.clone();
+        }
+        let d = Arc::new(self.evaluate(call, actor));
+        let mut kept = self.decided.lock();
+        if kept.len() >= DECIDED_MAX {
+            kept.clear();
+        }
+        kept.insert(key, d.clone());
+        d
+    }
+
+    /// Cedar's decision for `call`.
+    fn evaluate(&self, call: &Call, actor: &str) -> Decision {
         let mut context = Vec::with_capacity(2);
         if let Some(b) = call.branch {
             context.push(("branch".to_string(), self.branch(b)));
@@ -389,7 +435,7 @@ impl Policy {
     /// `Ok` when `call` is allowed, else `PolicyDenied` naming the actor,
     /// the action, the branches and why.
     pub fn check(&self, call: &Call) -> Result<()> {
-        let d = self.decide(call);
+        let d = self.decided(call);
         if d.allowed {
             return Ok(());
         }
@@ -455,6 +501,24 @@ mod tests {
         match p.check(&nobody) {
             Err(OmniError::PolicyDenied { reason, .. }) => assert!(reason.contains("no actor")),
             other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_kept_decision_answers_only_the_same_call() {
+        let cedar = "@id(\"ab-on-c\")\npermit (principal == Omnigraph::Actor::\"ab\", action, resource) when { context has branch && context.branch.name == \"c\" };";
+        let p = Policy::from_cedar(cedar, &HashMap::new(), vec![], "t").unwrap();
+        let call = |actor, branch, target| Call {
+            actor: Some(actor),
+            action: Action::Read,
+            branch,
+            target_branch: target,
+        };
+        for _ in 0..2 {
+            assert!(p.decide(&call("ab", Some("c"), None)).allowed);
+            assert!(!p.decide(&call("a", Some("bc"), None)).allowed);
+            assert!(!p.decide(&call("ab", None, Some("c"))).allowed);
+            assert_eq!(p.decide(&call("ab", Some("c"), None)).rules, ["ab-on-c"]);
         }
     }
 
