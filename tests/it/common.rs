@@ -295,9 +295,10 @@ impl Untouched {
         }
     }
 
-    /// Every file of the graph then, with its size.
-    pub fn files(&self) -> &std::collections::BTreeMap<String, u64> {
-        &self.files
+    /// Assert that an allowed write changed the graph's files.
+    pub fn assert_written(&self, t: &TestGraph, what: &dyn std::fmt::Display) {
+        let now = files(&t.dir.path().join("g.omni"));
+        assert_ne!(self.files, now, "{what} was allowed and wrote nothing");
     }
 
     pub async fn check(&self, t: &TestGraph, what: &dyn std::fmt::Display) {

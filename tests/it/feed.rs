@@ -34,6 +34,17 @@ async fn mutate(g: &Omnigraph, branch: &str, body: &str) -> String {
         .commit
 }
 
+/// Remove every version but the newest.
+async fn cleanup_all(g: &Omnigraph) {
+    g.cleanup(RetentionPolicy {
+        older_than: Duration::ZERO,
+        keep_versions: Some(1),
+        dry_run: false,
+    })
+    .await
+    .unwrap();
+}
+
 /// Each block's changes as (op, type, id).
 fn ops(page: &ChangePage) -> Vec<Vec<(String, String, String)>> {
     page.blocks
@@ -340,13 +351,7 @@ async fn a_cursor_past_what_a_cleanup_removed_is_a_gap() {
     for n in 2..5 {
         mutate(g, "main", &format!("insert Person {{ name: \"P{n}\" }}")).await;
     }
-    g.cleanup(RetentionPolicy {
-        older_than: Duration::ZERO,
-        keep_versions: Some(1),
-        dry_run: false,
-    })
-    .await
-    .unwrap();
+    cleanup_all(g).await;
     match g.changes(&after(&old.cursor)).await {
         Err(OmniError::ChangeFeedGap {
             first_unreadable_commit_id,
@@ -850,13 +855,7 @@ async fn watch_streams_blocks_as_they_land_and_ends_at_a_gap() {
     let old = g.changes(&req(ChangeStart::Now)).await.unwrap();
     let first = mutate(&g, "main", "insert Person { name: \"W9\" }").await;
     mutate(&g, "main", "insert Person { name: \"W10\" }").await;
-    g.cleanup(RetentionPolicy {
-        older_than: Duration::ZERO,
-        keep_versions: Some(1),
-        dry_run: false,
-    })
-    .await
-    .unwrap();
+    cleanup_all(&g).await;
     // A gap found at the first look fails the call; found later, it is the
     // stream's last item.
     match g.watch(after(&old.cursor), Duration::from_millis(5)).await {

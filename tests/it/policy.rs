@@ -223,12 +223,7 @@ async fn the_embedded_handle_allows_and_denies_by_actor_action_and_branch() {
             match (op.allowed(actor), embedded(&g, op, actor).await) {
                 (true, Ok(())) => {
                     if op.writes() {
-                        let after = files(&t.dir.path().join("g.omni"));
-                        assert_ne!(
-                            before.files(),
-                            &after,
-                            "{what} was allowed and wrote nothing"
-                        );
+                        before.assert_written(&t, &what);
                     }
                 }
                 (
@@ -280,12 +275,7 @@ async fn the_cli_allows_and_denies_alike() {
             if op.allowed(actor) {
                 assert_eq!(out.status.code(), Some(0), "{what}: {stderr}");
                 if op.writes() {
-                    let after = files(&t.dir.path().join("g.omni"));
-                    assert_ne!(
-                        before.files(),
-                        &after,
-                        "{what} was allowed and wrote nothing"
-                    );
+                    before.assert_written(&t, &what);
                 }
             } else {
                 assert_eq!(out.status.code(), Some(2), "{what}: {stderr}");

@@ -1373,12 +1373,7 @@ async fn a_policy_decides_for_each_tokens_actor() {
             if op.allowed(actor) {
                 assert_eq!(got.0, StatusCode::OK, "{what}: {}", got.1);
                 if op.writes() {
-                    let after = files(&t.dir.path().join("g.omni"));
-                    assert_ne!(
-                        before.files(),
-                        &after,
-                        "{what} was allowed and wrote nothing"
-                    );
+                    before.assert_written(&t, &what);
                 }
             } else {
                 assert_error(&got, 403, "forbidden", "PolicyDenied");
