@@ -10,6 +10,7 @@ use omnigraph::{OmniError, Omnigraph, OpenOptions};
 
 type Result<T> = std::result::Result<T, OmniError>;
 
+#[derive(Default)]
 struct Access {
     actor: Option<String>,
     policy: Option<Arc<Policy>>,
@@ -40,11 +41,7 @@ pub fn configure(actor: Option<String>, policy: Option<PathBuf>) -> Result<()> {
 }
 
 fn access() -> &'static Access {
-    ACCESS.get_or_init(|| Access {
-        actor: None,
-        policy: None,
-        policy_path: None,
-    })
+    ACCESS.get_or_init(Access::default)
 }
 
 /// The policy file in force, if any (`serve` reloads it on SIGHUP).

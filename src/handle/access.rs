@@ -49,11 +49,7 @@ impl Omnigraph {
             target_branch: target,
         });
         if checked.is_err() {
-            let i = Action::ALL
-                .iter()
-                .position(|a| *a == action)
-                .expect("listed");
-            self.inner.denials.0[i].fetch_add(1, Ordering::Relaxed);
+            self.inner.denials.0[action.index()].fetch_add(1, Ordering::Relaxed);
         }
         checked
     }

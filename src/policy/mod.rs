@@ -82,7 +82,8 @@ impl Action {
         Scopes { branch, target }
     }
 
-    fn index(self) -> usize {
+    /// Its place in [`Action::ALL`].
+    pub fn index(self) -> usize {
         Action::ALL.iter().position(|a| *a == self).expect("listed")
     }
 }
