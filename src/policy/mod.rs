@@ -7,12 +7,14 @@
 pub mod file;
 
 use std::collections::{HashMap, HashSet};
+use std::fmt::Write;
 use std::str::FromStr;
 use std::sync::Arc;
 
 use cedar_policy::{
-    Authorizer, Context, Decision as CedarDecision, Entities, Entity, EntityId, EntityTypeName,
-    EntityUid, PolicySet, Request, RestrictedExpression, Schema, ValidationMode, Validator,
+    ActionConstraint, Authorizer, Context, Decision as CedarDecision, Entities, Entity, EntityId,
+    EntityTypeName, EntityUid, PolicyId, PolicySet, Request, RestrictedExpression, Schema,
+    ValidationMode, Validator,
 };
 
 use crate::error::{OmniError, Result};
@@ -163,6 +165,14 @@ pub const DEFAULT_PROTECTED: &str = "main";
 /// A compiled policy, ready to decide.
 pub struct Policy {
     set: PolicySet,
+    /// By action (its place in [`Action::ALL`]), the rules whose scope
+    /// may name it: a call is decided by those alone, as a rule whose scope
+    /// names other actions never applies to it (the schema has no action
+    /// groups, so `action in [..]` is one of equality).
+    by_action: Vec<PolicySet>,
+    /// Each rule's name (its `@id`, else Cedar's id), looked up once: an
+    /// annotation's key is parsed on every lookup.
+    names: HashMap<PolicyId, String>,
     entities: Entities,
     authorizer: Authorizer,
     /// Names and `*` patterns of the protected branches.
@@ -192,9 +202,7 @@ fn call_key(call: &Call, actor: &str) -> String {
     for part in [Some(actor), call.branch, call.target_branch] {
         match part {
             Some(p) => {
-                key.push_str(&p.len().to_string());
-                key.push(':');
-                key.push_str(p);
+                let _ = write!(key, "{}:{p}", p.len());
             }
             None => key.push('~'),
         }
@@ -231,6 +239,26 @@ pub fn glob(pat: &str, name: &str) -> bool {
                 .any(|i| glob(rest, &tail[i..]))
         }
     }
+}
+
+/// The rules of `set` whose action scope may name `action`; all of them
+/// when the set has templates (a linked rule cannot be moved alone).
+fn for_action(set: &PolicySet, action: Action) -> PolicySet {
+    if set.templates().next().is_some() {
+        return set.clone();
+    }
+    let me = uid("Omnigraph::Action", action.name());
+    let applies = |p: &cedar_policy::Policy| match p.action_constraint() {
+        ActionConstraint::Any => true,
+        ActionConstraint::Eq(a) => a == me,
+        ActionConstraint::In(list) => list.contains(&me),
+    };
+    let mut kept = PolicySet::new();
+    for p in set.policies().filter(|p| applies(p)) {
+        kept.add(p.clone())
+            .expect("ids are distinct in the set they came from");
+    }
+    kept
 }
 
 impl Policy {
@@ -281,8 +309,18 @@ impl Policy {
             );
         let entities =
             Entities::from_entities(entities, None).map_err(|e| bad(format!("groups: {e}")))?;
+        let by_action = Action::ALL.iter().map(|a| for_action(&set, *a)).collect();
+        let names = set
+            .policies()
+            .map(|p| {
+                let name = p.annotation("id").map(str::to_string);
+                (p.id().clone(), name.unwrap_or_else(|| p.id().to_string()))
+            })
+            .collect();
         Ok(Self {
             set,
+            by_action,
+            names,
             entities,
             authorizer: Authorizer::new(),
             protected,
@@ -413,17 +451,18 @@ impl Policy {
             None,
         )
         .expect("a request without a schema is valid");
-        let response = self
-            .authorizer
-            .is_authorized(&request, &self.set, &self.entities);
+        let response = self.authorizer.is_authorized(
+            &request,
+            &self.by_action[call.action.index()],
+            &self.entities,
+        );
         let rules = response
             .diagnostics()
             .reason()
             .map(|id| {
-                self.set
-                    .policy(id)
-                    .and_then(|p| p.annotation("id"))
-                    .map(str::to_string)
+                self.names
+                    .get(id)
+                    .cloned()
                     .unwrap_or_else(|| id.to_string())
             })
             .collect();
@@ -520,6 +559,54 @@ mod tests {
             assert!(!p.decide(&call("a", Some("bc"), None)).allowed);
             assert!(!p.decide(&call("ab", None, Some("c"))).allowed);
             assert_eq!(p.decide(&call("ab", Some("c"), None)).rules, ["ab-on-c"]);
+        }
+    }
+
+    #[test]
+    fn each_action_is_decided_by_every_rule_whose_scope_names_it() {
+        // One rule of each shape of action scope: any action, one action,
+        // a list; and a deny of any action. The rules a decision names
+        // show which were weighed.
+        let cedar = r#"@id("any-on-x")
+permit (principal, action, resource) when { context has branch && context.branch.name == "x" };
+@id("one")
+permit (principal, action == Omnigraph::Action::"export", resource);
+@id("list")
+permit (principal, action in [Omnigraph::Action::"read", Omnigraph::Action::"export"], resource);
+@id("nobody-on-y")
+forbid (principal == Omnigraph::Actor::"nobody", action, resource) when { context has branch && context.branch.name == "y" };
+"#;
+        let p = Policy::from_cedar(cedar, &HashMap::new(), vec![], "t").unwrap();
+        for a in Action::ALL {
+            let on = |actor, branch| Call {
+                actor: Some(actor),
+                action: a,
+                branch: Some(branch),
+                target_branch: None,
+            };
+            let mut want: Vec<&str> = Vec::new();
+            if matches!(a, Action::Read | Action::Export) {
+                want.push("list");
+            }
+            if a == Action::Export {
+                want.push("one");
+            }
+            let mut got = p.decide(&on("someone", "w")).rules;
+            got.sort();
+            want.sort();
+            assert_eq!(got, want, "{a:?}");
+            assert_eq!(
+                p.decide(&on("someone", "w")).allowed,
+                !want.is_empty(),
+                "{a:?}"
+            );
+            assert!(p.decide(&on("someone", "x")).allowed, "{a:?}");
+            let denied = p.decide(&on("nobody", "y"));
+            assert_eq!(
+                (denied.allowed, denied.rules),
+                (false, vec!["nobody-on-y".to_string()]),
+                "{a:?}"
+            );
         }
     }
 
