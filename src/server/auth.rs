@@ -1,5 +1,7 @@
-//! Bearer tokens: read from `{"actor": "token", ...}` JSON, kept only as
-//! SHA-256 digests, and matched in constant time to the actor they name.
+//! Bearer tokens: read from `{"actor": "token", ...}` JSON (a value
+//! `sha256:HEX` is the token's digest, so the file need not hold the token
+//! itself), kept only as SHA-256 digests, and matched in constant time to
+//! the actor they name.
 
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -12,6 +14,21 @@ pub struct Tokens {
 
 fn digest(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
+}
+
+/// A token given by its digest: `sha256:` and 64 hex digits, as
+/// `printf %s TOKEN | sha256sum` prints them.
+pub const DIGEST_PREFIX: &str = "sha256:";
+
+fn from_hex(hex: &str) -> Option<[u8; 32]> {
+    if hex.len() != 64 || !hex.is_ascii() {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(out)
 }
 
 impl Tokens {
@@ -28,7 +45,14 @@ impl Tokens {
             if actor.is_empty() || token.is_empty() {
                 return Err(bad("an actor or a token is empty".into()));
             }
-            let d = digest(token);
+            let d = match token.strip_prefix(DIGEST_PREFIX) {
+                Some(hex) => from_hex(hex).ok_or_else(|| {
+                    bad(format!(
+                        "the token of actor {actor:?} starts with {DIGEST_PREFIX:?} but is not 64 hex digits (a SHA-256 digest)"
+                    ))
+                })?,
+                None => digest(token),
+            };
             if let Some((_, other)) = digests.iter().find(|(o, _)| *o == d) {
                 return Err(bad(format!(
                     "actors {other:?} and {actor:?} have the same token"
@@ -70,6 +94,18 @@ mod tests {
     }
 
     #[test]
+    fn a_token_may_be_given_by_its_digest() {
+        // printf %s s3cret | sha256sum
+        let hex = "1ec1c26b50d5d3c58d9583181af8076655fe00756bf7285940ba3670f99fcba0";
+        let text = format!(r#"{{"alice": "sha256:{hex}", "bob": "other"}}"#);
+        let t = Tokens::parse(&text, "test").unwrap();
+        assert_eq!(t.actor("s3cret"), Some("alice"));
+        assert_eq!(t.actor(&format!("sha256:{hex}")), None);
+        assert_eq!(t.actor(hex), None);
+        assert_eq!(t.actor("other"), Some("bob"));
+    }
+
+    #[test]
     fn bad_token_files_are_refused_with_the_reason() {
         for (text, why) in [
             ("{}", "no tokens"),
@@ -77,6 +113,11 @@ mod tests {
             (r#"{"a": 1}"#, "is not a string"),
             (r#"{"a": "x", "b": "x"}"#, "the same token"),
             (r#"{"a": ""}"#, "empty"),
+            (r#"{"a": "sha256:abc"}"#, "not 64 hex digits"),
+            (
+                r#"{"a": "sha256:zz1fed5c9d9cec8e7c6e2ad3e2c0e4ba8cf8b1ad7a85c2bdd52e88d13fd5fb3e"}"#,
+                "not 64 hex digits",
+            ),
         ] {
             match Tokens::parse(text, "f.json") {
                 Err(OmniError::BadRequest(m)) => {
