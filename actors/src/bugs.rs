@@ -34,6 +34,7 @@ pub const NAMES: &[&str] = &[
     "view-before-lock",
     "view-outlives-lock",
     "known-table-ignores-line",
+    "known-branch-ignores-schema",
     "abandon-beside-a-landing",
     "stale-commit-failures",
     "group-keeps-a-refused-member",
@@ -73,6 +74,7 @@ pub struct Bugs {
     view_before_lock: bool,
     view_outlives_lock: bool,
     known_table_ignores_line: bool,
+    known_branch_ignores_schema: bool,
     abandon_beside_a_landing: bool,
     stale_commit_failures: bool,
     group_keeps_a_refused_member: bool,
@@ -114,6 +116,7 @@ impl Bugs {
             "view-before-lock" => b.view_before_lock = true,
             "view-outlives-lock" => b.view_outlives_lock = true,
             "known-table-ignores-line" => b.known_table_ignores_line = true,
+            "known-branch-ignores-schema" => b.known_branch_ignores_schema = true,
             "abandon-beside-a-landing" => b.abandon_beside_a_landing = true,
             "stale-commit-failures" => b.stale_commit_failures = true,
             "group-keeps-a-refused-member" => b.group_keeps_a_refused_member = true,
@@ -233,6 +236,12 @@ impl Bugs {
     /// line and version the writer's snapshot names.
     pub fn known_table_ignores_line(&self) -> bool {
         self.known_table_ignores_line
+    }
+    /// A branch gate's owner answers a grant from the view it knows
+    /// whatever happened to the schema gate since (a schema apply moves
+    /// every branch's head without its gate).
+    pub fn known_branch_ignores_schema(&self) -> bool {
+        self.known_branch_ignores_schema
     }
     /// A write whose table commits answered with a conflict drops its
     /// intent even though another of its table commits landed.
@@ -357,6 +366,9 @@ impl Bugs {
         false
     }
     pub const fn known_table_ignores_line(&self) -> bool {
+        false
+    }
+    pub const fn known_branch_ignores_schema(&self) -> bool {
         false
     }
     pub const fn abandon_beside_a_landing(&self) -> bool {

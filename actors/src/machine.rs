@@ -20,6 +20,11 @@ pub enum Msg {
         op: OpId,
         mode: GateMode,
         expect: Option<GateView>,
+        /// For a branch gate: the schema gate's tenure (see `Locked`) the
+        /// writer holds it under. A schema apply moves every branch's head
+        /// under the schema gate alone, so a branch owner gives a view it
+        /// knows only to a lease under the tenure it was known under.
+        under: Option<u64>,
     },
     /// The lease holds the gate, in this process and across processes;
     /// its view is being read and follows as `Granted`. A writer asks for
@@ -27,6 +32,10 @@ pub enum Msg {
     /// together rather than one after another (each still after its lock).
     Locked {
         op: OpId,
+        /// The owner's tenure: a schema owner moves it whenever the schema
+        /// may change under a lease (an exclusive lease granted, its
+        /// cross-process lock taken anew).
+        tenure: u64,
     },
     Granted {
         op: OpId,

@@ -106,6 +106,12 @@ pub struct GateOwner {
     /// snapshot's line and version): a known view stands in for a read
     /// only where it is that.
     expects: BTreeMap<OpId, GateView>,
+    /// The schema tenure each lease of a branch gate holds it under.
+    unders: BTreeMap<OpId, u64>,
+    /// The schema tenure `known` was known under, for a branch gate.
+    known_under: Option<u64>,
+    /// This gate's tenure (see `Msg::Locked`).
+    tenure: u64,
     /// The exclusive holder that said its effects are over (`Settled`):
     /// `known` is what it left, and it changes nothing before it releases.
     settled: Option<OpId>,
@@ -136,6 +142,9 @@ impl GateOwner {
             known: None,
             known_epoch: 0,
             expects: BTreeMap::new(),
+            unders: BTreeMap::new(),
+            known_under: None,
+            tenure: 0,
             settled: None,
             violations: Vec::new(),
         }
@@ -182,8 +191,15 @@ impl GateOwner {
 
     /// Replace what is known of the view (`None`: forget it).
     fn know(&mut self, view: Option<GateView>) {
+        self.know_under(view, None);
+    }
+
+    /// Replace what is known of the view, known under schema tenure
+    /// `under` (a branch gate's; `None`: not known, and so never given).
+    fn know_under(&mut self, view: Option<GateView>, under: Option<u64>) {
         self.known_epoch += 1;
         self.known = view;
+        self.known_under = under;
     }
 
     /// Bring the cross-process lock in line with the in-process holders,
@@ -278,7 +294,13 @@ impl GateOwner {
     fn read_view(&mut self, leases: Vec<Lease>) -> Vec<Effect> {
         let mut fx: Vec<Effect> = leases
             .iter()
-            .map(|l| Effect::Send(l.who.clone(), Msg::Locked { op: l.op.clone() }))
+            .map(|l| {
+                let locked = Msg::Locked {
+                    op: l.op.clone(),
+                    tenure: self.tenure,
+                };
+                Effect::Send(l.who.clone(), locked)
+            })
             .collect();
         let mut unread = Vec::new();
         for l in leases {
@@ -308,6 +330,10 @@ impl GateOwner {
             OwnerKind::Table(_) if !self.bugs.known_table_ignores_line() => {
                 (self.expects.get(op) == Some(known)).then_some(known)
             }
+            OwnerKind::Branch(_) if !self.bugs.known_branch_ignores_schema() => {
+                let under = self.unders.get(op).copied();
+                (under.is_some() && under == self.known_under).then_some(known)
+            }
             _ => Some(known),
         }
     }
@@ -333,6 +359,9 @@ impl GateOwner {
     fn granted(&mut self, leases: Vec<Lease>) -> Vec<Effect> {
         for l in &leases {
             debug!(op = %l.op, gate = ?self.kind, mode = ?l.mode, "gate granted in process");
+            if l.mode == GateMode::Exclusive {
+                self.tenure += 1;
+            }
         }
         if self.bugs.view_before_lock() && !leases.is_empty() {
             // The planted bug: the leases hear "held" and get a view read
@@ -380,6 +409,7 @@ impl GateOwner {
         };
         debug!(op = %op, gate = ?self.kind, "gate released");
         self.expects.remove(&op);
+        let under = self.unders.remove(&op);
         if self.settled.as_ref() == Some(&op) {
             self.settled = None;
         }
@@ -388,7 +418,7 @@ impl GateOwner {
             // shared holder (changes need the gate exclusive) that knows
             // what it left.
             (None, _) | (Some(GateMode::Shared), Some(_)) => {}
-            (Some(_), left) => self.know(left),
+            (Some(_), left) => self.know_under(left, under),
         }
         self.awaiting_lock.retain(|l| l.op != op);
         self.told_busy.retain(|o| o != &op);
@@ -412,10 +442,18 @@ impl Machine for GateOwner {
     fn on_msg(&mut self, now: Tick, from: Addr, msg: Msg) -> Vec<Effect> {
         self.now = now;
         match msg {
-            Msg::Acquire { op, mode, expect } => {
+            Msg::Acquire {
+                op,
+                mode,
+                expect,
+                under,
+            } => {
                 debug!(op = %op, gate = ?self.kind, ?mode, "gate requested");
                 if let Some(e) = expect {
                     self.expects.insert(op.clone(), e);
+                }
+                if let Some(u) = under {
+                    self.unders.insert(op.clone(), u);
                 }
                 let granted = self.gate.request(from, op, mode);
                 self.granted(granted)
@@ -426,7 +464,8 @@ impl Machine for GateOwner {
             }
             Msg::Settled { op, left } => {
                 if self.held_mode(&op) == Some(GateMode::Exclusive) {
-                    self.know(Some(left));
+                    let under = self.unders.get(&op).copied();
+                    self.know_under(Some(left), under);
                     self.settled = Some(op);
                 }
                 Vec::new()
@@ -537,7 +576,12 @@ impl Machine for GateOwner {
                     GateView::Schema(_) | GateView::Branch(_) | GateView::Table(_)
                 );
                 if read && epoch == self.known_epoch && self.lock_held.is_some() {
-                    self.know(Some(view.clone()));
+                    // Known under the leases' schema tenure, when they
+                    // share one.
+                    let mut unders = leases.iter().map(|l| self.unders.get(&l.op).copied());
+                    let first = unders.next().flatten();
+                    let under = first.filter(|u| unders.all(|o| o == Some(*u)));
+                    self.know_under(Some(view.clone()), under);
                 }
                 leases
                     .into_iter()
@@ -577,6 +621,7 @@ impl Machine for GateOwner {
                         debug!(gate = ?self.kind, ?target, "cross-process lock changed");
                         if self.lock_held.is_none() && target.is_some() {
                             self.locked_at = self.now;
+                            self.tenure += 1;
                         }
                         self.lock_held = target;
                         if target.is_none() && !self.bugs.view_outlives_lock() {
@@ -653,7 +698,12 @@ mod tests {
         GateOwner::new(OwnerKind::Branch("main".into()), Bugs::default())
     }
 
+    /// A lease of `who`, under schema tenure 0.
     fn acquire(o: &mut GateOwner, who: &str) -> Vec<Effect> {
+        acquire_under(o, who, 0)
+    }
+
+    fn acquire_under(o: &mut GateOwner, who: &str, tenure: u64) -> Vec<Effect> {
         o.on_msg(
             0,
             Addr::Writer(op(who)),
@@ -661,6 +711,7 @@ mod tests {
                 op: op(who),
                 mode: GateMode::Exclusive,
                 expect: None,
+                under: Some(tenure),
             },
         )
     }
@@ -704,7 +755,7 @@ mod tests {
         // read; the view reaches it only after that.
         let fx = o.on_io(0, r, IoOut::Locked(Ok(())));
         let [
-            Effect::Send(Addr::Writer(w), Msg::Locked { op: locked }),
+            Effect::Send(Addr::Writer(w), Msg::Locked { op: locked, .. }),
             Effect::Io(r2, Io::ReadHead { branch }),
         ] = &fx[..]
         else {
@@ -733,6 +784,7 @@ mod tests {
                     op: op(who),
                     mode,
                     expect: None,
+                    under: None,
                 },
             )
         };
@@ -914,6 +966,19 @@ mod tests {
     }
 
     #[test]
+    fn a_known_branch_view_serves_only_a_lease_under_the_schema_tenure_it_was_known_under() {
+        let mut o = held_by_a();
+        let left = Some(GateView::Branch(head("c2", 2)));
+        let w = Addr::Writer(op("a"));
+        o.on_msg(0, w, Msg::Release { op: op("a"), left });
+        // The schema gate changed hands since (a schema apply may have
+        // moved the head): read.
+        let (_, io) = only_io(&acquire_under(&mut o, "b", 1));
+        assert_eq!(io, read_main());
+        o.check().unwrap();
+    }
+
+    #[test]
     fn a_known_table_view_serves_only_a_lease_whose_snapshot_names_its_line_and_version() {
         let key = TableKey::new("main", "node:A");
         let mut o = GateOwner::new(OwnerKind::Table(key.clone()), Bugs::default()).with_linger(25);
@@ -923,6 +988,7 @@ mod tests {
                 op: op(who),
                 mode: GateMode::Exclusive,
                 expect: Some(expect),
+                under: None,
             };
             o.on_msg(0, Addr::Writer(op(who)), msg)
         };
@@ -1006,6 +1072,7 @@ mod tests {
                     op: op(who),
                     mode,
                     expect: None,
+                    under: None,
                 },
             );
             if let [Effect::Io(r, Io::LockGate { .. })] = fx[..] {

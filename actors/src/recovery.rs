@@ -411,6 +411,7 @@ impl Recovery {
                 op: rop,
                 mode,
                 expect: None,
+                under: None,
             },
         )];
         fx.extend(self.wake());
@@ -718,6 +719,7 @@ impl Recovery {
                             op,
                             mode,
                             expect: None,
+                            under: None,
                         },
                     )];
                 }

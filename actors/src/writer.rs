@@ -85,6 +85,9 @@ pub struct Writer {
     arriving: std::collections::BTreeMap<usize, GateView>,
     /// Gates asked for (held or queued), so that release reaches all of them.
     asked: Vec<Addr>,
+    /// The schema gate's tenure this writer holds it under, once locked:
+    /// its branch gate is asked for under it.
+    schema_tenure: Option<u64>,
     /// The table commits that landed, in the order they answered.
     landed: Vec<(TableKey, u64)>,
     /// The table commits still to answer.
@@ -119,6 +122,7 @@ impl Writer {
             next_gate: 0,
             arriving: std::collections::BTreeMap::new(),
             asked: Vec::new(),
+            schema_tenure: None,
             landed: Vec::new(),
             unanswered: Vec::new(),
             failed: Vec::new(),
@@ -196,6 +200,7 @@ impl Writer {
         self.views.clear();
         self.arriving.clear();
         self.next_gate = 0;
+        self.schema_tenure = None;
         fx
     }
 
@@ -319,12 +324,17 @@ impl Writer {
         debug!(op = %self.op, ?gate, ?mode, "acquire gate");
         self.asked.push(gate.clone());
         let expect = self.expected_view(&gate);
+        let under = match gate {
+            Addr::Branch(_) => self.schema_tenure,
+            _ => None,
+        };
         vec![Self::send(
             gate,
             Msg::Acquire {
                 op: self.op.clone(),
                 mode,
                 expect,
+                under,
             },
         )]
     }
@@ -592,7 +602,7 @@ impl Writer {
     fn reply_op(msg: &Msg) -> Option<&OpId> {
         match msg {
             Msg::Granted { op, .. }
-            | Msg::Locked { op }
+            | Msg::Locked { op, .. }
             | Msg::HeadReply { op, .. }
             | Msg::TableCommitted { op, .. }
             | Msg::Admitted { op, .. }
@@ -929,7 +939,12 @@ impl Machine for Writer {
                     }
                 }
             },
-            (State::Acquiring, Msg::Locked { .. }) => self.on_locked(),
+            (State::Acquiring, Msg::Locked { tenure, .. }) => {
+                if from == Addr::Schema {
+                    self.schema_tenure = Some(tenure);
+                }
+                self.on_locked()
+            }
             (State::Acquiring, Msg::Granted { view, .. }) => self.on_view(&from, view),
             (State::Checking, Msg::IntentsChecked { clear, .. }) => {
                 if clear || self.bugs.skip_recheck() {
@@ -1184,7 +1199,14 @@ mod tests {
     /// branch gate), its view still out.
     fn writer_holding_the_schema_lock() -> Writer {
         let mut w = writer_asking_for_gates();
-        w.on_msg(0, Addr::Schema, Msg::Locked { op: op() });
+        w.on_msg(
+            0,
+            Addr::Schema,
+            Msg::Locked {
+                op: op(),
+                tenure: 0,
+            },
+        );
         w
     }
 
@@ -1199,7 +1221,14 @@ mod tests {
     /// A gate tells the writer its lock is held, then sends its view; the
     /// effects of the view.
     fn grant(w: &mut Writer, gate: Addr, view: GateView) -> Vec<Effect> {
-        w.on_msg(0, gate.clone(), Msg::Locked { op: op() });
+        w.on_msg(
+            0,
+            gate.clone(),
+            Msg::Locked {
+                op: op(),
+                tenure: 0,
+            },
+        );
         view_of(w, gate, view)
     }
 
@@ -1253,6 +1282,7 @@ mod tests {
                     op: op(),
                     mode: GateMode::Exclusive,
                     expect: None,
+                    under: None,
                 }
             )]
         );
@@ -1332,8 +1362,16 @@ mod tests {
     fn the_next_gate_is_asked_on_the_lock_and_the_recheck_waits_for_every_view() {
         let mut w = writer_asking_for_gates();
         let table = Addr::Table(TableKey::new("main", "node:A"));
-        let locked =
-            |w: &mut Writer, gate: &Addr| w.on_msg(0, gate.clone(), Msg::Locked { op: op() });
+        let locked = |w: &mut Writer, gate: &Addr| {
+            w.on_msg(
+                0,
+                gate.clone(),
+                Msg::Locked {
+                    op: op(),
+                    tenure: 0,
+                },
+            )
+        };
         let acquire = |gate: &Addr| {
             // A table gate's lease says what its snapshot implies.
             let expect =
@@ -1344,6 +1382,8 @@ mod tests {
                     op: op(),
                     mode: GateMode::Exclusive,
                     expect,
+                    // The branch gate is asked for under the schema's tenure.
+                    under: matches!(gate, Addr::Branch(_)).then_some(0),
                 },
             )
         };
@@ -1411,8 +1451,15 @@ mod tests {
         let view = GateView::Unavailable("the store did not answer".into());
         assert!(view_of(&mut w, Addr::Schema, view).is_empty());
         assert!(
-            w.on_msg(0, branch.clone(), Msg::Locked { op: op() })
-                .is_empty()
+            w.on_msg(
+                0,
+                branch.clone(),
+                Msg::Locked {
+                    op: op(),
+                    tenure: 0
+                }
+            )
+            .is_empty()
         );
         let fx = view_of(&mut w, branch, GateView::Branch(Some(head())));
         assert!(

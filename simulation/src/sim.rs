@@ -501,7 +501,7 @@ impl Sim {
             }
             // A writer asks for its next gate, and gets a view, on these:
             // both say the process holds the gate's cross-process lock.
-            Msg::Locked { op }
+            Msg::Locked { op, .. }
             | Msg::Granted {
                 op,
                 view: GateView::Schema(_) | GateView::Branch(_) | GateView::Table(_),

@@ -119,6 +119,38 @@ fn merge_takes_a_table(later: &mut Rng) -> Workload {
     }
 }
 
+/// One step at a time: a branch is made from main and writes every
+/// table; a schema apply migrates every branch (moving the branch's head
+/// under the schema gate alone); the branch writes every table again.
+/// With a long linger, the branch's gate stays locked by the process that
+/// wrote it throughout, so the head it knows must not outlive the apply.
+fn schema_apply_moves_a_branch() -> Workload {
+    let branch = BRANCHES[0];
+    let create = Planned {
+        op: OpId("w-create".into()),
+        kind: OpKind::CreateBranch {
+            name: branch.to_string(),
+            from: MAIN.to_string(),
+        },
+        stmts: Vec::new(),
+    };
+    let apply = Planned {
+        op: OpId("w-apply".into()),
+        kind: OpKind::ApplySchema,
+        stmts: vec![Stmt::Schema {
+            id: "schema-apply".into(),
+        }],
+    };
+    Workload {
+        phases: vec![
+            vec![create],
+            vec![write("w-before", branch, every_table(IDS[0], 1))],
+            vec![apply],
+            vec![write("w-after", branch, every_table(IDS[1], 2))],
+        ],
+    }
+}
+
 // One roll per operation picks its kind by range (an optimize, data
 // writes, branch operations, schema applies; then the late merges): a
 // seed's mix reads off the ranges in this one place. Choices added later
@@ -127,6 +159,9 @@ fn merge_takes_a_table(later: &mut Rng) -> Workload {
 pub fn generate(rng: &mut Rng, later: &mut Rng) -> Workload {
     if later.chance(1, 8) {
         return merge_takes_a_table(later);
+    }
+    if later.chance(1, 8) {
+        return schema_apply_moves_a_branch();
     }
     let n = 4 + rng.below(9);
     let mut out = Vec::with_capacity(n);
