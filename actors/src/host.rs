@@ -307,6 +307,16 @@ impl Host {
         }
     }
 
+    /// Have branch `branch`'s gate owner drop the head it knows (see
+    /// `Msg::ForgetHead`); messages from one sender arrive in order, so an
+    /// operation run after this asks it with the known head gone.
+    pub async fn forget_head(&self, branch: &str) {
+        let to = Addr::Branch(branch.to_string());
+        self.inner
+            .deliver(Addr::Client(OpId("forget".into())), to, Msg::ForgetHead)
+            .await;
+    }
+
     /// Stop every actor without waiting (for `Drop`); a no-op if the
     /// directory is busy at that instant.
     pub fn stop_all_now(&self) {

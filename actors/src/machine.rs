@@ -61,6 +61,10 @@ pub enum Msg {
     HeadRequest {
         op: OpId,
     },
+    /// Drop the head known under a kept lock: a write found the head it
+    /// was given older than the schema it compiled against (a schema apply
+    /// moved it before any gate was taken), so the next one is read.
+    ForgetHead,
     HeadReply {
         op: OpId,
         head: Result<Option<Head>, String>,

@@ -492,6 +492,12 @@ impl Machine for GateOwner {
                     Vec::new()
                 }
             },
+            Msg::ForgetHead => {
+                // Reading again is always allowed: the next grant or head
+                // request reads what storage has.
+                self.know(None);
+                Vec::new()
+            }
             Msg::CommitTable { op, staged } => match self.holder_table(&op, "commit") {
                 Ok(table) => {
                     debug!(op = %op, table = ?table, "table commit");
@@ -961,6 +967,20 @@ mod tests {
         // A holder that cannot say what it left makes the next grant read.
         release(&mut o, "b");
         let (_, io) = only_io(&acquire(&mut o, "c"));
+        assert_eq!(io, read_main());
+        o.check().unwrap();
+    }
+
+    #[test]
+    fn a_forgotten_head_is_read_again() {
+        let mut o = held_by_a();
+        let left = Some(GateView::Branch(head("c2", 2)));
+        let w = Addr::Writer(op("a"));
+        o.on_msg(0, w.clone(), Msg::Release { op: op("a"), left });
+        assert_eq!(o.on_msg(0, w.clone(), Msg::ForgetHead), Vec::new());
+        let (_, io) = only_io(&o.on_msg(0, w, Msg::HeadRequest { op: op("x") }));
+        assert_eq!(io, read_main());
+        let (_, io) = only_io(&acquire(&mut o, "b"));
         assert_eq!(io, read_main());
         o.check().unwrap();
     }

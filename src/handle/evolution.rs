@@ -60,16 +60,26 @@ impl Omnigraph {
             .run(OpKind::ApplySchema, "schema_apply", Some(work))
             .await
         {
-            Ok((commit, version, summary)) => Ok(SchemaCommit {
-                commit,
-                manifest_version: version,
-                schema: summary["schema"]["to"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-                changed: true,
-                steps: serde_json::from_value(summary["plan"]["steps"].clone())?,
-            }),
+            Ok((commit, version, summary)) => {
+                // The apply moved every branch it migrated under the schema
+                // gate alone: a head this process's branch owners know from
+                // before it is older, and a write captured on it would meet
+                // the old schema (docs/architecture.md, "schema tenure").
+                let w = self.writes("apply a schema")?;
+                for branch in latest.branches.keys() {
+                    w.host.forget_head(branch).await;
+                }
+                Ok(SchemaCommit {
+                    commit,
+                    manifest_version: version,
+                    schema: summary["schema"]["to"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                    changed: true,
+                    steps: serde_json::from_value(summary["plan"]["steps"].clone())?,
+                })
+            }
             Err(OmniError::AlreadyCurrent) => Ok(unchanged(latest.version)),
             Err(e) => Err(e),
         }

@@ -4,7 +4,7 @@
 //! was, a concurrent apply, and crashes at every step of an apply.
 
 use omnigraph::storage::substrate::CrashPoint;
-use omnigraph::{OmniError, Omnigraph, SchemaStepKind, StepWork, Target};
+use omnigraph::{LoadMode, OmniError, Omnigraph, OpenOptions, SchemaStepKind, StepWork, Target};
 use serde_json::{Value, json};
 
 use crate::common::*;
@@ -1303,4 +1303,51 @@ async fn an_index_added_and_dropped_end_to_end() {
     let e = g.apply_schema(&blob_indexed).await.unwrap_err();
     assert_eq!(e.kind(), "SchemaError", "{e}");
     untouched.check(&t, &"an index on a Blob").await;
+}
+
+/// A write on a branch right after a schema apply that rewrote the
+/// branch's rows, in the process that applied it and with its gates'
+/// locks kept: the head the branch's owner knew from before the apply is
+/// not the one the write captures (it would meet the old schema and fail
+/// with `SchemaChanged`).
+#[tokio::test]
+async fn a_branch_takes_writes_right_after_an_apply_that_rewrote_it() {
+    let place = Place::s3();
+    let opts = || OpenOptions {
+        lock_linger: std::time::Duration::from_secs(60),
+        ..OpenOptions::default()
+    };
+    let g = Omnigraph::init_with(&place.uri("g.omni"), SCHEMA, opts())
+        .await
+        .unwrap();
+    g.load("main", PEOPLE, LoadMode::Overwrite).await.unwrap();
+    g.branch_create("dev", "main").await.unwrap();
+    let insert = "query m($n: String) { insert Person { name: $n } }";
+    for n in ["a", "b"] {
+        g.mutate("dev", insert, "m", &json!({ "n": n }))
+            .await
+            .unwrap();
+    }
+    let evolved = SCHEMA.replace(
+        "    age: I32?\n",
+        "    age: I32?\n    level: I64 @default(3)\n",
+    );
+    assert_ne!(evolved, SCHEMA);
+    g.apply_schema(&evolved).await.unwrap();
+    let insert = "query m($n: String) { insert Person { name: $n, level: 1 } }";
+    g.mutate("dev", insert, "m", &json!({ "n": "c" }))
+        .await
+        .unwrap();
+    g.load(
+        "dev",
+        "{\"type\": \"Person\", \"data\": {\"name\": \"d\", \"level\": 2}}\n",
+        LoadMode::Append,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        count(&g, "dev", "Person").await,
+        count(&g, "main", "Person").await + 4
+    );
+    g.close().await;
 }
