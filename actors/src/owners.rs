@@ -941,13 +941,18 @@ mod tests {
         o
     }
 
+    /// "a" published c2 and said so as it went; the lock is kept.
+    fn left_c2_by_a() -> GateOwner {
+        let mut o = held_by_a();
+        let left = Some(GateView::Branch(head("c2", 2)));
+        o.on_msg(0, Addr::Writer(op("a")), Msg::Release { op: op("a"), left });
+        o
+    }
+
     #[test]
     fn while_the_lock_is_kept_the_view_a_holder_left_is_the_next_leases_without_a_read() {
-        let mut o = held_by_a();
-        // "a" published c2 and says so as it goes; the lock is kept.
-        let left = Some(GateView::Branch(head("c2", 2)));
+        let mut o = left_c2_by_a();
         let w = Addr::Writer(op("a"));
-        o.on_msg(0, w.clone(), Msg::Release { op: op("a"), left });
         // A head request while the gate is free, and the next grant, are
         // answered from it, with no request.
         let fx = o.on_msg(0, w, Msg::HeadRequest { op: op("x") });
@@ -973,10 +978,8 @@ mod tests {
 
     #[test]
     fn a_forgotten_head_is_read_again() {
-        let mut o = held_by_a();
-        let left = Some(GateView::Branch(head("c2", 2)));
+        let mut o = left_c2_by_a();
         let w = Addr::Writer(op("a"));
-        o.on_msg(0, w.clone(), Msg::Release { op: op("a"), left });
         assert_eq!(o.on_msg(0, w.clone(), Msg::ForgetHead), Vec::new());
         let (_, io) = only_io(&o.on_msg(0, w, Msg::HeadRequest { op: op("x") }));
         assert_eq!(io, read_main());
@@ -987,10 +990,7 @@ mod tests {
 
     #[test]
     fn a_known_branch_view_serves_only_a_lease_under_the_schema_tenure_it_was_known_under() {
-        let mut o = held_by_a();
-        let left = Some(GateView::Branch(head("c2", 2)));
-        let w = Addr::Writer(op("a"));
-        o.on_msg(0, w, Msg::Release { op: op("a"), left });
+        let mut o = left_c2_by_a();
         // The schema gate changed hands since (a schema apply may have
         // moved the head): read.
         let (_, io) = only_io(&acquire_under(&mut o, "b", 1));
