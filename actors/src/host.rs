@@ -307,14 +307,20 @@ impl Host {
         }
     }
 
-    /// Have branch `branch`'s gate owner drop the head it knows (see
-    /// `Msg::ForgetHead`); messages from one sender arrive in order, so an
-    /// operation run after this asks it with the known head gone.
+    /// Have branch `branch`'s gate owner, if this process started one,
+    /// drop the head it knows (see `Msg::ForgetHead`; an owner not started
+    /// knows nothing, so none is started for this). Its mailbox keeps
+    /// order, so an operation run after this asks it with the head gone.
     pub async fn forget_head(&self, branch: &str) {
         let to = Addr::Branch(branch.to_string());
-        self.inner
-            .deliver(Addr::Client(OpId("forget".into())), to, Msg::ForgetHead)
-            .await;
+        let owner = self.inner.directory.lock().await.get(&to).cloned();
+        if let Some(owner) = owner {
+            let from = Addr::Client(OpId("forget".into()));
+            let _ = owner.cast(HostMsg::Deliver {
+                from,
+                msg: Msg::ForgetHead,
+            });
+        }
     }
 
     /// Stop every actor without waiting (for `Drop`); a no-op if the

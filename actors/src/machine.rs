@@ -61,9 +61,10 @@ pub enum Msg {
     HeadRequest {
         op: OpId,
     },
-    /// Drop the head known under a kept lock: a write found the head it
-    /// was given older than the schema it compiled against (a schema apply
-    /// moved it before any gate was taken), so the next one is read.
+    /// Drop the head known under a kept lock, so the next head request or
+    /// grant reads it: sent by a process whose schema apply landed, since
+    /// the apply moved the branch's head under the schema gate alone and a
+    /// head request (a capture, before any gate) carries no schema tenure.
     ForgetHead,
     HeadReply {
         op: OpId,
